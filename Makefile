@@ -1,0 +1,66 @@
+# NetSense testbed. `make experiment` and `make test` set themselves up.
+SHELL := /bin/bash
+PY_BOOT  ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+SCENARIO ?= smoke
+SWEEP    ?= paper-quick
+RESULTS  ?= results
+PYTEST_ARGS ?=
+APT_PACKAGES := mininet iperf3 bridge-utils
+STAMP    := $(VENV)/.netsense-setup
+
+.PHONY: setup test experiment sweep figures report clean distclean lint bench doctor
+
+setup: $(STAMP)
+
+# Idempotent: apt packages only when a tool is missing; torch first (TORCH_SPEC) so that
+# pip never picks a CUDA build; then the project itself, editable, with its dev extras.
+$(STAMP): pyproject.toml
+	@missing=""; \
+	for t in mnexec iperf3 brctl tc; do command -v $$t >/dev/null 2>&1 || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing $(APT_PACKAGES)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+	@test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+experiment: setup
+	$(VENV)/bin/netsense run $(SCENARIO)
+
+sweep: setup
+	$(VENV)/bin/netsense sweep $(SWEEP)
+
+figures: setup
+	$(VENV)/bin/netsense plot $(RESULTS)
+
+report: setup
+	$(VENV)/bin/netsense report $(RESULTS)
+
+bench: setup
+	$(PY) benchmarks/compressors.py
+
+doctor: setup
+	$(VENV)/bin/netsense doctor
+
+# Removes build caches and leftovers of this testbed's own runs (found by its prefix);
+# never touches results/ or anything another tool created.
+clean:
+	rm -rf .pytest_cache .ruff_cache build dist *.egg-info
+	find netsenseml workloads topologies testbed tests benchmarks -name __pycache__ -type d -prune -exec rm -rf {} +
+	@if [ -x $(VENV)/bin/netsense ]; then $(VENV)/bin/netsense clean; fi
+
+distclean: clean
+	rm -rf $(VENV)
