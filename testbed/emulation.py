@@ -1,0 +1,416 @@
+"""One emulated network: build it, shape it, run processes in it, tear it down completely.
+
+Life cycle (what the orchestrator relies on):
+
+* ``Emulation(topology, params)`` validates the topology name and its build() kwargs and
+  builds the Topo object (pure Python: names, links, validation), so ``worker_hosts`` etc.
+  are known before anything is created.
+* ``start()`` writes the run's registry (``testbed.leftovers``) *before* creating anything,
+  then builds Mininet (Linux bridges, no controller, veth links shaped by our own HTB tree,
+  see ``testbed.shaping``), registering every host/switch shell PID as it is created.  Any
+  failure inside start() tears down what exists and re-raises.
+* ``popen()`` starts a process inside a host's network namespace (``mnexec -a <shell pid>``)
+  in its own session/process group and registers its PID + start time.
+* ``stop()`` (idempotent, safe after a partial start, fine from ``finally`` or a signal
+  handler) kills every tracked process group (SIGTERM, short grace, SIGKILL), stops Mininet,
+  makes sure every host shell is gone, then lists ``ip -br link`` and deletes whatever still
+  carries this run's prefix.  Only when nothing is left is the registry removed, so
+  ``netsense clean`` can finish the job after a crash.
+
+Names: every node is ``<prefix><logical>`` with prefix ``nst`` + 4 base36 chars, so a
+worker's interface is ``<prefix>w0-eth0`` (what GLOO_SOCKET_IFNAME needs, see ``intf()``).
+Nothing here ever calls ``mn -c`` or kills by name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from testbed import kernel, leftovers, shaping
+
+log = logging.getLogger(__name__)
+
+TOPOLOGIES = {"star": ("topologies.star", "StarTopo"),
+              "dumbbell": ("topologies.dumbbell", "DumbbellTopo"),
+              "leafspine": ("topologies.leafspine", "LeafSpineTopo")}
+PREFIX_RE = re.compile(r"^nst[0-9a-z]{4}$")
+IMPAIRMENTS = ("delay_ms", "jitter_ms", "loss_pct")
+
+
+class EmulationError(RuntimeError):
+    """The emulated network could not be built or used; the message says why."""
+
+
+def new_prefix(state_dir: Path | None = None) -> str:
+    """'nst' + 4 random base36 chars, used by no interface and no registry right now."""
+    sdir = Path(state_dir) if state_dir else leftovers.default_state_dir()
+    names = leftovers.list_interfaces()
+    for _ in range(100):
+        p = kernel.probe_prefix()
+        if not any(n.startswith(p) for n in names) and not (sdir / f"{p}.json").exists():
+            return p
+    raise EmulationError("could not find a free interface prefix")
+
+
+def topo_class(topology: str):
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology: unknown {topology!r}; allowed: {', '.join(TOPOLOGIES)}")
+    import importlib
+
+    module, cls = TOPOLOGIES[topology]
+    return getattr(importlib.import_module(module), cls)
+
+
+def topo_params(topology: str) -> dict:
+    """The build() kwargs a topology accepts, with defaults (prefix excluded)."""
+    sig = inspect.signature(topo_class(topology).build)
+    return {k: v.default for k, v in sig.parameters.items() if k not in ("self", "prefix")}
+
+
+def _quiet_mininet() -> None:
+    from mininet.log import setLogLevel
+
+    setLogLevel("error")  # also silences LinuxBridge's bridge-nf warnings
+
+
+class Emulation:
+    """A Mininet network of one topology with per-run prefixed names (see module doc)."""
+
+    def __init__(self, topology: str, params: dict | None = None, prefix: str | None = None,
+                 state_dir: Path | None = None) -> None:
+        cls = topo_class(topology)
+        params = dict(params or {})
+        allowed = topo_params(topology)
+        for key in params:
+            if key not in allowed:
+                raise ValueError(f"params.{key}: unknown for topology {topology!r}; allowed: "
+                                 f"{', '.join(allowed)}")
+        if prefix is not None and not PREFIX_RE.match(prefix):
+            raise ValueError(f"prefix: must match nst + 4 chars [0-9a-z], got {prefix!r}")
+        self.topology = topology
+        self.params = params
+        self.state_dir = Path(state_dir) if state_dir else leftovers.default_state_dir()
+        self.prefix = prefix or new_prefix(self.state_dir)
+        self.topo = cls(prefix=self.prefix, **params)
+        self.worker_hosts: list[str] = list(self.topo.worker_hosts)
+        self.cross_hosts: list[str] = list(self.topo.cross_hosts)
+        self._rates = {n: li.rate_mbit for n, li in self.topo.named_links.items()}
+        self._net = None
+        self._registry: leftovers.Registry | None = None
+        self._procs: list[subprocess.Popen] = []
+        self._lock = threading.RLock()
+        self._link_ends: dict[str, list[tuple[str, int | None]]] = {}
+        self._port = 5200
+        self.started = False
+        self.stopped = False
+        self.leftovers: list[str] = []
+        self.timings: dict[str, float] = {}
+
+    # ---- life cycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Build and start the network; on any failure tear down and re-raise."""
+        if self.started or self.stopped:
+            raise EmulationError("an Emulation can be started once")
+        self.started = True
+        t0 = time.monotonic()
+        self._registry = leftovers.Registry(self.prefix, self.state_dir)
+        self._registry.save()
+        try:
+            if any(self.params.get(k) is not None for k in IMPAIRMENTS):
+                kernel.require_netem()
+            _quiet_mininet()
+            from mininet.net import Mininet
+            from mininet.nodelib import LinuxBridge
+
+            from topologies._common import ShapedLink
+
+            registry = self._registry
+
+            class TrackedMininet(Mininet):
+                """Registers each node's shell PID the moment the shell exists."""
+
+                def addHost(self, name, cls=None, **params):
+                    node = Mininet.addHost(self, name, cls=cls, **params)
+                    registry.add(node.pid, f"shell:{name}")
+                    return node
+
+                def addSwitch(self, name, cls=None, **params):
+                    node = Mininet.addSwitch(self, name, cls=cls, **params)
+                    registry.add(node.pid, f"shell:{name}")
+                    return node
+
+            self._net = TrackedMininet(topo=self.topo, switch=LinuxBridge, controller=None,
+                                       link=ShapedLink, build=False)
+            self._net.build()
+            self._net.start()
+            self._index_links()
+            self._after_build()
+            if getattr(self.topo, "uses_stp", False):
+                if not self._net.waitConnected(timeout=30):
+                    raise EmulationError("STP did not converge within 30 s")
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["start_s"] = time.monotonic() - t0
+
+    def _after_build(self) -> None:
+        """Hook run after the network is up (tests use it to inject a late failure)."""
+
+    def stop(self) -> None:
+        """Kill tracked processes, stop Mininet, remove every interface with our prefix."""
+        with self._lock:
+            t0 = time.monotonic()
+            first = not self.stopped
+            self.stopped = True
+            self._kill_all()
+            net, self._net = self._net, None
+            if net is not None:
+                try:
+                    net.stop()
+                except Exception as exc:  # keep going: the checks below finish the job
+                    log.warning("mininet stop of %s failed: %s", self.prefix, exc)
+                for node in list(net.hosts) + list(net.switches):
+                    shell = getattr(node, "shell", None)
+                    if shell is not None:
+                        try:
+                            shell.wait(timeout=2)
+                        except subprocess.TimeoutExpired:
+                            os.killpg(shell.pid, signal.SIGKILL)
+                            shell.wait(timeout=2)
+            if self._registry is not None:
+                leftovers.kill_entries(self._registry.processes, grace_s=0.5)
+            self.leftovers = self._remove_interfaces()
+            if self._registry is not None and not self.leftovers:
+                self._registry.remove_file()
+            elif self.leftovers:
+                log.warning("emulation %s: could not remove %s; run `netsense clean`",
+                            self.prefix, ", ".join(self.leftovers))
+            if first:
+                self.timings["stop_s"] = time.monotonic() - t0
+
+    def _remove_interfaces(self, wait_s: float = 3.0) -> list[str]:
+        # interfaces inside a dying namespace vanish asynchronously: poll briefly
+        deadline = time.monotonic() + wait_s
+        while True:
+            names = leftovers.interfaces_with_prefix(self.prefix)
+            if not names:
+                return []
+            failed = leftovers.delete_interfaces(names)
+            if time.monotonic() > deadline:
+                return failed
+            if failed:
+                time.sleep(0.05)
+
+    def __enter__(self) -> Emulation:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- hosts ------------------------------------------------------------------------
+    def _node(self, host: str):
+        if self._net is None:
+            raise EmulationError("emulation is not running")
+        try:
+            return self._net[self.prefix + host]
+        except KeyError:
+            raise ValueError(f"host: unknown {host!r}; allowed: "
+                             f"{', '.join(self.worker_hosts + self.cross_hosts)}") from None
+
+    def ip(self, host: str) -> str:
+        """IPv4 address of a host (e.g. '10.0.0.1')."""
+        return self._node(host).IP()
+
+    def intf(self, host: str) -> str:
+        """Interface name of a host, e.g. 'nst3f9aw0-eth0' (for GLOO_SOCKET_IFNAME)."""
+        return self._node(host).defaultIntf().name
+
+    def host_pid(self, host: str) -> int:
+        """PID of the host's shell; its /proc/<pid>/ns/net is the host's namespace."""
+        return self._node(host).pid
+
+    # ---- links ------------------------------------------------------------------------
+    def _index_links(self) -> None:
+        for name, info in self.topo.named_links.items():
+            n1, n2 = self._net[info.node1], self._net[info.node2]
+            link = self._net.linksBetween(n1, n2)[0]
+            self._link_ends[name] = [
+                (intf.name, intf.node.pid if intf.node.inNamespace else None)
+                for intf in (link.intf1, link.intf2)]
+
+    def links(self) -> list[str]:
+        """Logical link names events may target (see the topology's module doc)."""
+        return list(self._rates)
+
+    def link_rate(self, link: str) -> float:
+        """Currently configured rate in Mbit/s (math.inf for an unshaped link)."""
+        self._check_link(link)
+        rate = self._rates[link]
+        return math.inf if rate is None else rate
+
+    def _check_link(self, link: str) -> None:
+        if link not in self._rates:
+            raise ValueError(f"link: unknown {link!r}; allowed: {', '.join(self._rates)}")
+
+    def set_rate(self, link: str, rate_mbit: float) -> None:
+        """Change a link's rate in place on both ends (`tc class change`), in a few ms.
+
+        Queued packets and flows survive the change.  An unshaped link gets its tree now.
+        """
+        self._check_link(link)
+        if not isinstance(rate_mbit, (int, float)) or not rate_mbit > 0:
+            raise ValueError(f"rate_mbit: must be a positive number, got {rate_mbit!r}")
+        if self._net is None:
+            raise EmulationError("emulation is not running")
+        with self._lock:
+            if self._rates[link] is None:
+                q = self.topo.named_links[link].queue_pkts
+                batches = [(shaping.shape_lines(dev, rate_mbit, q), pid)
+                           for dev, pid in self._link_ends[link]]
+            else:
+                batches = [([shaping.change_rate_line(dev, rate_mbit)], pid)
+                           for dev, pid in self._link_ends[link]]
+            procs = [self._tc_batch(lines, pid) for lines, pid in batches]
+            errors = []
+            for p in procs:
+                _, err = p.communicate(timeout=10)
+                if p.returncode != 0:
+                    errors.append(err.strip())
+            if errors:
+                raise EmulationError(f"set_rate({link}, {rate_mbit}) failed: {'; '.join(errors)}")
+            self._rates[link] = float(rate_mbit)
+
+    @staticmethod
+    def _tc_batch(lines: list[str], pid: int | None) -> subprocess.Popen:
+        prefix = ["mnexec", "-a", str(pid)] if pid is not None else []
+        p = subprocess.Popen(prefix + ["tc", "-batch", "-"], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p.stdin.write("\n".join(lines) + "\n")
+        p.stdin.close()
+        p.stdin = None
+        return p
+
+    # ---- processes --------------------------------------------------------------------
+    def popen(self, host: str, argv: list[str], env: dict | None = None, stdout=None,
+              stderr=None, cwd=None, stdin=subprocess.DEVNULL) -> subprocess.Popen:
+        """Start argv inside host's namespace, in its own session; tracked until killed.
+
+        env is merged over os.environ.  The PID (== process group id) and its start time
+        go into the registry, so a crash leaves nothing `netsense clean` cannot find.
+        """
+        node = self._node(host)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        with self._lock:
+            if self.stopped:
+                raise EmulationError("emulation is stopped")
+            proc = subprocess.Popen(["mnexec", "-a", str(node.pid), *argv], env=full_env,
+                                    stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd,
+                                    start_new_session=True)
+            self._procs.append(proc)
+            self._registry.add(proc.pid, f"proc:{host}:{Path(argv[0]).name}")
+        return proc
+
+    def kill(self, proc: subprocess.Popen, grace_s: float = 1.0) -> None:
+        """Terminate a tracked process's group: SIGTERM, wait grace_s, SIGKILL; reap it."""
+        _kill_groups([proc], grace_s)
+        with self._lock:
+            if proc in self._procs:
+                self._procs.remove(proc)
+
+    def _kill_all(self) -> None:
+        with self._lock:
+            procs, self._procs = self._procs, []
+        _kill_groups(procs, 1.0)
+
+    # ---- measurement ------------------------------------------------------------------
+    def next_port(self) -> int:
+        with self._lock:
+            self._port += 1
+            return self._port
+
+    def iperf3_server(self, host: str, port: int, interval_s: float | None = None):
+        """Start a one-shot iperf3 server with JSON output; returns when it listens."""
+        argv = ["iperf3", "-s", "-1", "-J", "-p", str(port)]
+        if interval_s:
+            argv += ["-i", str(interval_s)]
+        server = self.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        if not _wait_listening(server.pid, port, timeout_s=5.0):
+            self.kill(server)
+            raise EmulationError(f"iperf3 server on {host}:{port} did not start listening")
+        return server
+
+    def iperf3_goodput(self, src: str, dst: str, seconds: float,
+                       port: int | None = None) -> float:
+        """Receiver-side goodput in Mbit/s of one TCP flow src -> dst lasting `seconds`."""
+        port = port or self.next_port()
+        server = self.iperf3_server(dst, port)
+        client = None
+        try:
+            client = self.popen(src, ["iperf3", "-c", self.ip(dst), "-p", str(port), "-t",
+                                      f"{seconds:g}", "-J"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = client.communicate(timeout=seconds + 20)
+            data = json.loads(out or "{}")
+            if "error" in data or client.returncode != 0:
+                raise EmulationError(f"iperf3 {src}->{dst} failed: "
+                                     f"{data.get('error') or err.strip()}")
+            return data["end"]["sum_received"]["bits_per_second"] / 1e6
+        finally:
+            if client is not None:
+                self.kill(client)
+            self.kill(server)
+
+
+def _kill_groups(procs: list[subprocess.Popen], grace_s: float) -> None:
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        _killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in live:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for p in procs:
+        _killpg(p.pid, signal.SIGKILL)  # also reaps stragglers of finished leaders' groups
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.warning("process %d did not die after SIGKILL", p.pid)
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_listening(pid: int, port: int, timeout_s: float) -> bool:
+    """Poll /proc/<pid>/net/tcp{,6} (the process's own namespace) for a LISTEN on port."""
+    want = f":{port:04X}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                return False
+            for line in lines:
+                parts = line.split()
+                if parts[1].endswith(want) and parts[3] == "0A":
+                    return True
+        time.sleep(0.01)
+    return False

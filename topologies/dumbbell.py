@@ -1,0 +1,51 @@
+"""Dumbbell: workers split over two switches joined by one shaped bottleneck.
+
+    w0..w{L-1}, x0, x2.. --[access]-- s0 ==[bottleneck]== s1 --[access]-- w{L}.., x1, x3..
+
+Cross-traffic hosts alternate sides (x0 left, x1 right, ...) so that traffic between x0 and
+x1 crosses the bottleneck.  Named links: "bottleneck", "w0".., "x0".. (access links).
+
+    mn --custom topologies/dumbbell.py --topo dumbbell,2,2,50 --switch lxbr --controller none
+"""
+
+from __future__ import annotations
+
+try:
+    from topologies._common import NamedTopo, check_count, check_queue
+except ImportError:  # `mn --custom` from the repository root without the package installed
+    import os
+    import sys
+
+    sys.path.insert(0, os.getcwd())
+    from topologies._common import NamedTopo, check_count, check_queue
+
+
+class DumbbellTopo(NamedTopo):
+    """n_left + n_right workers, n_cross cross hosts, one shaped bottleneck s0-s1.
+
+    access_mbit=None leaves access links unshaped (only the bottleneck is shaped).
+    Delay/jitter/loss apply to the bottleneck only.
+    """
+
+    def build(self, n_left=2, n_right=2, bottleneck_mbit=100.0, access_mbit=1000.0,
+              queue_pkts=100, n_cross=2, prefix="", delay_ms=None, jitter_ms=None,
+              loss_pct=None):
+        self._init_naming(prefix)
+        check_count("n_left", n_left, 1)
+        check_count("n_right", n_right, 1)
+        check_count("n_cross", n_cross, 0)
+        check_queue(queue_pkts)
+        self.add_switch("s0")
+        self.add_switch("s1")
+        self.add_shaped_link("bottleneck", "s0", "s1", bottleneck_mbit, queue_pkts,
+                             delay_ms=delay_ms, jitter_ms=jitter_ms, loss_pct=loss_pct)
+        for i in range(n_left + n_right):
+            w = self.add_worker(i)
+            self.add_shaped_link(w, w, "s0" if i < n_left else "s1", access_mbit, queue_pkts)
+        for i in range(n_cross):
+            x = self.add_cross(i)
+            self.add_shaped_link(x, x, "s0" if i % 2 == 0 else "s1", access_mbit, queue_pkts)
+        self.validate_names()
+
+
+topos = {"dumbbell": DumbbellTopo}
