@@ -54,7 +54,7 @@ class ThrowawayVeth:
         _run(["ip", "link", "del", self.dev])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe_qdisc(kind: str, args: str = "") -> tuple[bool, str]:
     """Can a root qdisc `kind` with `args` be added? Returns (ok, detail)."""
     try:
