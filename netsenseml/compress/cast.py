@@ -1,0 +1,46 @@
+"""Dense casts: no compression (fp32 as is) and the half-precision casts fp16 / bf16.
+
+Casts are summable on the wire, so they allreduce. They are treated as lossless for error
+feedback by default so that ``fp16`` matches torch's own ``fp16_compress_hook`` bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from netsenseml.compress.base import Payload
+
+
+class NoCompression:
+    """Sends the tensor unchanged (the fp32 baseline)."""
+
+    name = "none"
+    lossy = False
+    reduction = "allreduce"
+
+    def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
+        flat = tensor.reshape(-1)
+        return Payload((flat,), tensor.shape, tensor.dtype, kept=flat.numel())
+
+    def decompress(self, payload: Payload) -> torch.Tensor:
+        return payload.tensors[0].to(payload.dtype).view(payload.shape)
+
+
+class CastCompressor:
+    """Casts to a narrower float type (fp16 or bf16) and back."""
+
+    lossy = False
+    reduction = "allreduce"
+
+    def __init__(self, wire_dtype: torch.dtype) -> None:
+        if wire_dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"cast compressor wire dtype must be float16 or bfloat16, got {wire_dtype}")
+        self.wire_dtype = wire_dtype
+        self.name = "fp16" if wire_dtype == torch.float16 else "bf16"
+
+    def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
+        flat = tensor.reshape(-1).to(self.wire_dtype)
+        return Payload((flat,), tensor.shape, tensor.dtype, kept=flat.numel())
+
+    def decompress(self, payload: Payload) -> torch.Tensor:
+        return payload.tensors[0].to(payload.dtype).view(payload.shape)

@@ -1,0 +1,142 @@
+"""Sparsifiers: exact top-k, sampled-threshold top-k (Deep Gradient Compression), random-k.
+
+* **Exact top-k** keeps the ``k = round(R * n)`` largest magnitudes found by ``torch.topk``.
+  Wire: fp32 values + int32 indices (``8k`` bytes). Indices differ per rank -> all-gather.
+* **Sampled top-k** (DGC, Lin et al. 2018): ``torch.topk`` over millions of elements is slow
+  on CPUs, so the threshold is estimated from a small random sample: the ``R``-quantile of
+  ``|x|`` on ``sample_fraction * n`` sampled elements (slightly lowered by ``oversample`` so
+  that the mask rarely selects fewer than ``k``). One pass ``|x| >= thr`` selects about
+  ``k`` elements; when more than ``k`` are selected an exact top-k on that small subset trims
+  them to ``k``; when the sample was unlucky and far fewer than ``k`` were selected it falls
+  back to the exact method. The count can thus differ between ranks (the communicator
+  handles that without truncating).
+* **Random-k** keeps ``k`` uniformly drawn positions. The positions come from a seed that
+  every rank derives the same way, so the values of all ranks line up position by position
+  and can be summed with an allreduce; only the values go on the wire (``4k`` bytes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from netsenseml.compress.base import Payload, index_dtype, ratio_to_k
+
+
+class _SparseBase:
+    lossy = True
+
+    def __init__(self, ratio: float) -> None:
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"kept ratio must satisfy 0 < R <= 1, got {ratio}")
+        self.ratio = float(ratio)
+
+    def decompress(self, payload: Payload) -> torch.Tensor:
+        out = torch.zeros(payload.numel, dtype=payload.dtype)
+        self.accumulate(payload, out)
+        return out.view(payload.shape)
+
+    def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
+        """Adds the decoded payload into the flat tensor ``out`` (used to sum many ranks)."""
+        values, indices = payload.tensors
+        out.index_add_(0, indices.long(), values.to(out.dtype))
+
+
+class TopKCompressor(_SparseBase):
+    """Top-k by magnitude; ``method`` is ``"exact"`` (torch.topk) or ``"sampled"`` (DGC)."""
+
+    reduction = "allgather"
+
+    def __init__(
+        self,
+        ratio: float,
+        method: str = "exact",
+        sample_fraction: float = 0.005,
+        min_samples: int = 1024,
+        oversample: float = 1.05,
+        exact_above_ratio: float = 0.2,
+    ) -> None:
+        super().__init__(ratio)
+        if method not in ("exact", "sampled"):
+            raise ValueError(f"top-k method must be 'exact' or 'sampled', got {method!r}")
+        self.method = method
+        self.name = "topk" if method == "exact" else "topk-sampled"
+        self.sample_fraction = sample_fraction
+        self.min_samples = min_samples
+        self.oversample = oversample
+        self.exact_above_ratio = exact_above_ratio
+        self._gen = torch.Generator().manual_seed(0x5EED)
+        self._abs_buf: torch.Tensor | None = None
+        self._mask_buf: torch.Tensor | None = None
+
+    def select(self, flat: torch.Tensor, k: int) -> torch.Tensor:
+        """Indices (int64) of about ``k`` largest magnitudes of the 1-D tensor ``flat``."""
+        n = flat.numel()
+        if self.method == "sampled" and n > 4 * self.min_samples:
+            # Reused work buffers: on CPUs a fresh 40 MB tensor costs more page faults than
+            # the arithmetic on it, which would eat the sampled method's advantage.
+            if self._abs_buf is None or self._abs_buf.numel() != n or self._abs_buf.dtype != flat.dtype:
+                self._abs_buf = torch.empty(n, dtype=flat.dtype)
+                self._mask_buf = torch.empty(n, dtype=torch.bool)
+            absx = torch.abs(flat, out=self._abs_buf)
+        else:
+            absx = flat.abs()
+        if (
+            self.method == "exact"
+            or k >= n * self.exact_above_ratio
+            or n <= 4 * self.min_samples
+        ):
+            return torch.topk(absx, k, sorted=False).indices
+        s = min(n, max(self.min_samples, int(n * self.sample_fraction)))
+        sample = absx[torch.randint(n, (s,), generator=self._gen)]
+        ks = min(s, max(1, math.ceil(s * (k / n) * self.oversample)))
+        thr = torch.topk(sample, ks, sorted=False).values.min()
+        idx = torch.nonzero(torch.ge(absx, thr, out=self._mask_buf)).view(-1)
+        if idx.numel() > k:
+            idx = idx[torch.topk(absx[idx], k, sorted=False).indices]
+        elif idx.numel() < k // 2:
+            idx = torch.topk(absx, k, sorted=False).indices
+        return idx
+
+    def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
+        flat = tensor.reshape(-1)
+        k = ratio_to_k(self.ratio, flat.numel())
+        idx = self.select(flat, k) if k else torch.zeros(0, dtype=torch.long)
+        values = flat[idx]
+        return Payload(
+            (values, idx.to(index_dtype(flat.numel()))), tensor.shape, tensor.dtype, kept=idx.numel()
+        )
+
+
+class RandomKCompressor(_SparseBase):
+    """Random-k with positions drawn from a seed shared by all ranks (allreduce-able)."""
+
+    name = "randomk"
+    reduction = "allreduce"
+
+    def __init__(self, ratio: float, seed: int = 0) -> None:
+        super().__init__(ratio)
+        self.seed = seed
+        self._calls = 0
+
+    def indices(self, numel: int, seed: int) -> torch.Tensor:
+        k = ratio_to_k(self.ratio, numel)
+        gen = torch.Generator().manual_seed(seed)
+        if k == numel:
+            return torch.arange(numel)
+        # Sorted unique positions: sorting keeps memory access linear; duplicates are rare
+        # for small R and removing them makes the kept count exact for the EF residual.
+        return torch.unique(torch.randint(numel, (k,), generator=gen))
+
+    def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
+        """``seed`` must be equal on all ranks; without it a per-compressor call counter is used."""
+        if seed is None:
+            seed = self.seed * 1_000_003 + self._calls
+            self._calls += 1
+        flat = tensor.reshape(-1)
+        idx = self.indices(flat.numel(), seed)
+        return Payload((flat[idx],), tensor.shape, tensor.dtype, kept=idx.numel(), meta={"indices": idx})
+
+    def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
+        out.index_add_(0, payload.meta["indices"], payload.tensors[0].to(out.dtype))

@@ -1,0 +1,72 @@
+"""Error feedback, kept apart from the compressors: any lossy compressor + a residual memory.
+
+Error feedback (Seide et al. 2014; Karimireddy et al. 2019) adds to each new gradient what
+earlier compression left out, so nothing is lost, only delayed::
+
+    c_t   = g_t + e_{t-1}          # compensate
+    s_t   = D(C(c_t))              # what this rank actually sent, decoded locally
+    e_t   = c_t - s_t              # residual kept for the next step
+
+Summed over steps: ``sum_t s_t + e_T = sum_t g_t`` exactly (up to float rounding) -- the
+invariant the distributed tests check.
+
+DGC's momentum correction (Lin et al. 2018) is the same memory with a velocity in front:
+``u_t = m * u_{t-1} + g_t``; ``c_t = e_{t-1} + u_t``; after sending, both ``u`` and ``e`` are
+cleared where elements were sent (momentum factor masking). Use it with a plain SGD
+optimizer (no optimizer momentum), as in the paper.
+
+Memories are keyed by any hashable (the hooks use the DDP bucket index) and hold one flat
+tensor per key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import torch
+
+
+class ResidualMemory:
+    """Plain error feedback: one residual tensor per key."""
+
+    def __init__(self) -> None:
+        self.residuals: dict[Hashable, torch.Tensor] = {}
+
+    def compensate(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
+        """Returns ``grad + residual`` (a new tensor; ``grad`` is left untouched)."""
+        res = self.residuals.get(key)
+        if res is None or res.shape != grad.shape:
+            return grad.clone()
+        return grad + res
+
+    def update(self, key: Hashable, compensated: torch.Tensor, sent: torch.Tensor) -> None:
+        """Stores ``compensated - sent`` as the residual of ``key``."""
+        self.residuals[key] = compensated - sent
+
+    def reset(self, key: Hashable | None = None) -> None:
+        if key is None:
+            self.residuals.clear()
+        else:
+            self.residuals.pop(key, None)
+
+
+class MomentumCorrectionMemory(ResidualMemory):
+    """DGC momentum correction + factor masking (see module docstring)."""
+
+    def __init__(self, momentum: float = 0.9) -> None:
+        super().__init__()
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must satisfy 0 <= m < 1, got {momentum}")
+        self.momentum = momentum
+        self.velocities: dict[Hashable, torch.Tensor] = {}
+
+    def compensate(self, key: Hashable, grad: torch.Tensor) -> torch.Tensor:
+        u = self.velocities.get(key)
+        u = grad.clone() if u is None or u.shape != grad.shape else u.mul_(self.momentum).add_(grad)
+        self.velocities[key] = u
+        return super().compensate(key, u)
+
+    def update(self, key: Hashable, compensated: torch.Tensor, sent: torch.Tensor) -> None:
+        super().update(key, compensated, sent)
+        # Momentum factor masking: where an element was sent, its velocity restarts.
+        self.velocities[key].masked_fill_(sent != 0, 0.0)
