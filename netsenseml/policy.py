@@ -1,0 +1,179 @@
+"""The NetSenseML adaptive data-reduction policy: how much to send at the next step.
+
+Two parts, both pure Python and deterministic (every rank feeds them the same reduced
+observation, so every rank takes the same decision):
+
+**(a) The BDP rule** (:class:`BDPRule`), as in the paper's prototype. With the monitor's BDP
+(windowed max delivery rate x windowed min RTT) and the payload of a step in flight:
+
+* payload > ``bdp_gain`` x BDP (0.9)  ->  kept fraction x ``decrease`` (0.95), floor 0.005
+* otherwise                           ->  kept fraction + ``increase`` (0.001), ceiling 1.0
+
+**(b) The level ladder** (:class:`NetSensePolicy`): ``none -> fp16 -> int8 -> topk(r)``.
+The policy compresses only when communication, not compute, holds the step back: a step is
+*comm-bound* when its measured comm time exceeds ``comm_bound_factor`` x its compute time.
+
+* Below top-k: ``up_patience`` comm-bound steps in a row move one level up (top-k starts
+  at ``topk_start_ratio``).
+* At top-k the kept fraction follows the BDP rule, gated by the compute comparison: it
+  shrinks when the step is comm-bound *and* the payload exceeds ``bdp_gain`` x BDP; it
+  grows by ``increase`` when the step is not comm-bound; otherwise it holds.
+* Any level moves one level down after ``down_patience`` steps in a row in which the
+  comm time predicted for the lower level (measured comm time scaled by the bytes ratio,
+  an over-estimate because latency does not scale) stays below ``release_factor`` x
+  compute time. ``release_factor < comm_bound_factor`` is the hysteresis that keeps a
+  steady link from flipping between two levels.
+
+Bytes per level relative to fp32: none 1, fp16/bf16 0.5, int8 0.25, top-k(r) 2r (fp32
+values + int32 indices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LADDER: tuple[str, ...] = ("none", "fp16", "int8", "topk")
+
+
+def bytes_ratio(level: str, ratio: float) -> float:
+    """Wire bytes of a level relative to the fp32 gradient."""
+    return {"none": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}.get(level, 2.0 * ratio)
+
+
+@dataclass
+class BDPRule:
+    """The paper's multiplicative-decrease / additive-increase rule on the kept fraction."""
+
+    bdp_gain: float = 0.9
+    decrease: float = 0.95
+    increase: float = 0.001
+    floor: float = 0.005
+    ceiling: float = 1.0
+    ratio: float = 1.0
+
+    def congested(self, inflight_bytes: float, bdp: float) -> bool:
+        return inflight_bytes > self.bdp_gain * bdp
+
+    def shrink(self) -> float:
+        self.ratio = max(self.floor, self.ratio * self.decrease)
+        return self.ratio
+
+    def grow(self) -> float:
+        self.ratio = min(self.ceiling, self.ratio + self.increase)
+        return self.ratio
+
+    def update(self, inflight_bytes: float, bdp: float) -> float:
+        """One step of the faithful rule; returns the new kept fraction."""
+        return self.shrink() if self.congested(inflight_bytes, bdp) else self.grow()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one step measured (already reduced across ranks).
+
+    ``comm_s``: seconds collectives were in flight; ``compute_s``: the rest of the step
+    period; ``inflight_bytes``: payload of the step; ``bdp``: monitor's BDP in bytes
+    (``None`` before the monitor has samples).
+    """
+
+    comm_s: float
+    compute_s: float
+    inflight_bytes: float
+    bdp: float | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    level: str
+    ratio: float  # kept fraction for top-k; 1.0 for dense levels
+
+
+class NetSensePolicy:
+    """The level ladder with the BDP rule at its top (see module docstring).
+
+    ``mode="bdp"`` runs rule (a) alone: always top-k with the BDP-rule fraction, and no
+    compression at all while the fraction is 1.0.
+    """
+
+    def __init__(
+        self,
+        *,
+        mode: str = "ladder",
+        bdp_gain: float = 0.9,
+        decrease: float = 0.95,
+        increase: float = 0.001,
+        floor: float = 0.005,
+        comm_bound_factor: float = 1.0,
+        release_factor: float = 0.8,
+        topk_start_ratio: float = 0.1,
+        up_patience: int = 1,
+        down_patience: int = 3,
+        half_level: str = "fp16",
+    ) -> None:
+        if mode not in ("ladder", "bdp"):
+            raise ValueError(f"policy mode must be 'ladder' or 'bdp', got {mode!r}")
+        if not 0 < floor <= topk_start_ratio <= 1:
+            raise ValueError("need 0 < floor <= topk_start_ratio <= 1")
+        if not 0 < release_factor <= comm_bound_factor:
+            raise ValueError("need 0 < release_factor <= comm_bound_factor (hysteresis)")
+        if half_level not in ("fp16", "bf16"):
+            raise ValueError(f"half_level must be 'fp16' or 'bf16', got {half_level!r}")
+        self.mode = mode
+        self.rule = BDPRule(bdp_gain, decrease, increase, floor, 1.0, 1.0)
+        self.comm_bound_factor = comm_bound_factor
+        self.release_factor = release_factor
+        self.topk_start_ratio = topk_start_ratio
+        self.up_patience = up_patience
+        self.down_patience = down_patience
+        self.ladder = ("none", half_level, "int8", "topk")
+        self.level_index = 0
+        self._up_count = 0
+        self._down_count = 0
+        self.steps = 0
+
+    @property
+    def decision(self) -> Decision:
+        if self.mode == "bdp":
+            return Decision("none", 1.0) if self.rule.ratio >= 1.0 else Decision("topk", self.rule.ratio)
+        level = self.ladder[self.level_index]
+        return Decision(level, self.rule.ratio if level == "topk" else 1.0)
+
+    def observe(self, obs: Observation) -> Decision:
+        """Feeds one step's observation; returns the decision for the next step."""
+        self.steps += 1
+        if self.mode == "bdp":
+            if obs.bdp is not None:
+                self.rule.update(obs.inflight_bytes, obs.bdp)
+            return self.decision
+
+        comm_bound = obs.comm_s > self.comm_bound_factor * obs.compute_s
+        congested = obs.bdp is None or self.rule.congested(obs.inflight_bytes, obs.bdp)
+        level = self.ladder[self.level_index]
+
+        if level == "topk":
+            if comm_bound and congested:
+                self.rule.shrink()
+            elif not comm_bound:
+                self.rule.grow()
+        else:
+            self._up_count = self._up_count + 1 if comm_bound else 0
+            if self._up_count >= self.up_patience:
+                self._move(+1)
+                return self.decision
+
+        if self.level_index > 0:
+            cur = bytes_ratio(level, self.rule.ratio)
+            lower = self.ladder[self.level_index - 1]
+            predicted = obs.comm_s * bytes_ratio(lower, self.topk_start_ratio) / max(cur, 1e-12)
+            release = predicted < self.release_factor * obs.compute_s
+            self._down_count = self._down_count + 1 if release else 0
+            if self._down_count >= self.down_patience:
+                self._move(-1)
+        return self.decision
+
+    def _move(self, direction: int) -> None:
+        self.level_index = max(0, min(len(self.ladder) - 1, self.level_index + direction))
+        self._up_count = 0
+        self._down_count = 0
+        if self.ladder[self.level_index] == "topk":
+            self.rule.ratio = self.topk_start_ratio
