@@ -1,0 +1,473 @@
+"""Sweeps: the cartesian product of scenario parameters x methods x seeds, run one by one.
+
+Why a sweep is its own file format (testbed/sweeps/*.yaml) rather than a loop in a script:
+the paper's results are *shapes* (throughput vs rate, time to accuracy at a constrained rate,
+adaptation under a congestion ramp), each needing a different base scenario and grid. A sweep
+file names those experiments once, the expansion is deterministic, and every run gets a
+deterministic folder
+
+    <results>/<sweep name>/<experiment>/<param slug, e.g. rate_mbit=50>/<method slug>-s<seed>/
+
+so an interrupted sweep resumes: a run whose ``summary.json`` says ``"status": "ok"`` is
+skipped, anything else (missing, failed, half-written) is run again. A failed run is recorded
+by the orchestrator (``status: failed`` + reason) and the sweep goes on; Ctrl-C stops the sweep
+after the current run's teardown (``run_scenario`` re-raises KeyboardInterrupt once clean).
+
+Beside the orchestrator's files each run folder gets ``sweep.json`` (sweep name, experiment,
+its ``kind`` and the grid values). The tables use it to know which runs belong to which figure
+without guessing from paths.
+
+Schema (pydantic, extra="forbid"; top-level ``methods``/``seeds``/``overrides``/``target``
+are defaults that each experiment may replace)::
+
+    name: paper-quick
+    description: ...
+    methods: [allreduce, netsenseml]
+    seeds: [0]
+    overrides: {"dotted.path": value}        # applied to every experiment
+    experiments:
+      - name: rate
+        kind: throughput                    # throughput | tta | timeline | other
+        scenario: star-mlp                  # scenario name, path, or an inline mapping
+        grid: {"links.bottleneck.rate_mbit": [10, 50, 200]}
+        overrides: {...}
+        methods: [...]                      # optional, replaces the top-level list
+        seeds: [...]
+
+A single-experiment sweep may instead give ``scenario`` / ``grid`` / ``kind`` at top level.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"
+
+#: Seconds each run costs on top of its training time: building the Mininet topology and
+#: shaping (~1 s), starting the workers and torch.distributed rendezvous (python + torch
+#: import, ~3-5 s on 2 cores), evaluation and teardown (~1-2 s). Measured on the 2-core build
+#: machine with 2 workers; used only for the --dry-run estimate.
+PER_RUN_OVERHEAD_S = 8.0
+
+#: Used for the estimate when a scenario states only a step count, not a time limit.
+FALLBACK_STEP_S = 0.25
+
+Kind = Literal["throughput", "tta", "timeline", "other"]
+
+_METHOD_RE = re.compile(
+    r"^(allreduce|fp16|bf16|int8|netsenseml|(topk|randomk|dgc):[0-9.eE+-]+|powersgd:[0-9]+)$"
+)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SweepError(ValueError):
+    """Bad sweep input; the message is one line naming the field (the CLI exits 2 with it)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _check_methods(v: list[str]) -> list[str]:
+    if not v:
+        raise ValueError("must list at least one method")
+    for m in v:
+        if not _METHOD_RE.match(m):
+            raise ValueError(
+                f"unknown method {m!r}; allowed: allreduce, fp16, bf16, int8, topk:R, "
+                "randomk:R, dgc:R, powersgd:RANK, netsenseml"
+            )
+    if len(set(v)) != len(v):
+        raise ValueError("methods repeat")
+    return v
+
+
+def _check_seeds(v: list[int]) -> list[int]:
+    if not v:
+        raise ValueError("must list at least one seed")
+    if any(s < 0 for s in v) or len(set(v)) != len(v):
+        raise ValueError("seeds must be distinct non-negative integers")
+    return v
+
+
+def _check_grid(v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    keys = set()
+    for path, values in v.items():
+        if not path or any(not part for part in path.split(".")):
+            raise ValueError(f"grid key {path!r} must be a dotted path like 'links.rate_mbit'")
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"grid[{path!r}] must be a non-empty list of values")
+        key = path.rsplit(".", 1)[-1]
+        if key in keys:
+            raise ValueError(f"two grid paths end in {key!r}; folder slugs would clash")
+        keys.add(key)
+    return v
+
+
+Methods = Annotated[list[str], AfterValidator(_check_methods)]
+Seeds = Annotated[list[int], AfterValidator(_check_seeds)]
+Grid = Annotated[dict[str, list[Any]], AfterValidator(_check_grid)]
+
+
+class ExperimentSpec(_Strict):
+    """One base scenario, a grid over some of its fields, and the methods/seeds to run."""
+
+    name: str
+    kind: Kind = "other"
+    scenario: str | dict[str, Any]
+    grid: Grid = Field(default_factory=dict)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    methods: Methods | None = None
+    seeds: Seeds | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("must be letters, digits, '_', '-', '.' (it names a folder)")
+        return v
+
+
+class SweepSpec(_Strict):
+    """A whole sweep file; see the module docstring for the layout."""
+
+    name: str
+    description: str = ""
+    methods: Methods | None = None
+    seeds: Seeds = Field(default_factory=lambda: [0])
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    # single-experiment shorthand
+    scenario: str | dict[str, Any] | None = None
+    kind: Kind = "other"
+    grid: Grid = Field(default_factory=dict)
+    experiments: list[ExperimentSpec] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("must be letters, digits, '_', '-', '.' (it names a folder)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SweepSpec:
+        if self.scenario and self.experiments:
+            raise ValueError("give either 'scenario' (one experiment) or 'experiments', not both")
+        if not self.scenario and not self.experiments:
+            raise ValueError("give 'scenario' or a non-empty 'experiments' list")
+        if self.scenario:
+            self.experiments = [
+                ExperimentSpec(name="main", kind=self.kind, scenario=self.scenario, grid=self.grid)
+            ]
+        names = [e.name for e in self.experiments]
+        if len(set(names)) != len(names):
+            raise ValueError(f"experiments: names repeat ({names})")
+        for e in self.experiments:
+            if (e.methods or self.methods) is None:
+                raise ValueError(f"experiments.{e.name}.methods: none given and no top-level methods")
+        return self
+
+
+@dataclass(frozen=True, eq=False)
+class RunSpec:
+    """One run of a sweep: everything needed to build its scenario and find its folder."""
+
+    sweep: str
+    experiment: str
+    kind: str
+    scenario_ref: str | dict[str, Any]
+    params: dict[str, Any]  # grid values keyed by the last segment of the dotted path
+    overrides: dict[str, Any]  # every dotted override (fixed + grid) for apply_overrides
+    method: str
+    seed: int
+    run_dir: Path
+    scenario: Any = field(default=None, compare=False, hash=False)  # resolved Scenario
+
+    @property
+    def label(self) -> str:
+        p = " ".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+        return f"{self.experiment} {p} {self.method} s{self.seed}".replace("  ", " ")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def slug(text: str) -> str:
+    """Folder-safe form of a method or value: 'topk:0.01' -> 'topk-0.01'; stable across runs."""
+    s = re.sub(r"[^A-Za-z0-9_.=-]+", "-", text).strip("-")
+    return s or "x"
+
+
+def param_slug(params: dict[str, Any]) -> str:
+    if not params:
+        return "base"
+    return ",".join(f"{slug(k)}={slug(_fmt(v))}" for k, v in params.items())
+
+
+def method_slug(method: str, seed: int) -> str:
+    return f"{slug(method)}-s{seed}"
+
+
+def resolve_sweep_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A path to an existing file, or a name in testbed/sweeps/ ('paper-quick')."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise SweepError(f"sweep: no such file {str(p)!r}")
+        return p
+    cand = SWEEPS_DIR / f"{name_or_path}.yaml"
+    if not cand.is_file():
+        known = ", ".join(sorted(x.stem for x in SWEEPS_DIR.glob("*.yaml"))) or "none"
+        raise SweepError(f"sweep: unknown sweep {str(name_or_path)!r}; known: {known}")
+    return cand
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        msg = "unknown field"
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {loc}: {msg}{more}"
+
+
+def load_sweep(name_or_path: str | os.PathLike[str]) -> SweepSpec:
+    path = resolve_sweep_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SweepError(f"{path.name}:{where} not valid YAML") from None
+    if not isinstance(data, dict):
+        raise SweepError(f"{path.name}: must be a mapping with 'name' and 'experiments'")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as err:
+        raise SweepError(_one_line(err, path.name)) from None
+
+
+def expand(spec: SweepSpec, results_root: Path) -> list[RunSpec]:
+    """Every run of the sweep, in a stable order: experiment, grid point, method, seed."""
+    runs: list[RunSpec] = []
+    for exp in spec.experiments:
+        methods = exp.methods or spec.methods or []
+        seeds = exp.seeds or spec.seeds
+        paths = list(exp.grid)
+        for values in itertools.product(*(exp.grid[p] for p in paths)):
+            grid_over = dict(zip(paths, values, strict=True))
+            params = {p.rsplit(".", 1)[-1]: v for p, v in grid_over.items()}
+            over = {**spec.overrides, **exp.overrides, **grid_over}
+            for method in methods:
+                for seed in seeds:
+                    run_dir = (
+                        results_root / spec.name / exp.name / param_slug(params)
+                        / method_slug(method, seed)
+                    )
+                    runs.append(
+                        RunSpec(spec.name, exp.name, exp.kind, exp.scenario, params, over,
+                                method, seed, run_dir)
+                    )
+    return runs
+
+
+def resolve_scenarios(runs: list[RunSpec], base_dir: Path | None = None) -> list[RunSpec]:
+    """Load and override every run's scenario up front, so bad input fails before any run.
+
+    ``base_dir`` resolves relative paths (trace files) of inline scenarios: the sweep file's
+    folder.
+    The orchestrator's validation errors are re-raised as one-line SweepErrors naming the run.
+    """
+    from testbed import scenario as scn  # the orchestrator's module
+
+    cache: dict[str, Any] = {}
+    out = []
+    for r in runs:
+        ref = r.scenario_ref
+        key = ref if isinstance(ref, str) else json.dumps(ref, sort_keys=True, default=str)
+        label = ref if isinstance(ref, str) else "inline scenario"
+        try:
+            if key not in cache:
+                cache[key] = (scn.load_scenario(ref) if isinstance(ref, str)
+                              else scn.validate_scenario(ref, base_dir=base_dir))
+            resolved = scn.apply_overrides(cache[key], r.overrides)
+        except SystemExit:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any validation error becomes one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SweepError(f"experiment {r.experiment!r} ({label}): {first}") from None
+        out.append(_with_scenario(r, resolved))
+    return out
+
+
+def _with_scenario(r: RunSpec, scenario: Any) -> RunSpec:
+    return RunSpec(r.sweep, r.experiment, r.kind, r.scenario_ref, r.params, r.overrides,
+                   r.method, r.seed, r.run_dir, scenario)
+
+
+def run_status(run_dir: Path) -> str | None:
+    """The status in a run's summary.json, or None when there is none (or it is unreadable)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def is_done(run_dir: Path) -> bool:
+    return run_status(run_dir) == "ok"
+
+
+def _find(obj: Any, names: Iterable[str]) -> float | None:
+    """First positive number found under any of ``names`` (dotted), searching the scenario."""
+    for name in names:
+        cur = obj
+        for part in name.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else getattr(cur, part, None)
+            if cur is None:
+                break
+        if isinstance(cur, int | float) and not isinstance(cur, bool) and cur > 0:
+            return float(cur)
+    return None
+
+
+def estimate_run_s(scenario: Any) -> float:
+    """Training time a scenario allows, plus PER_RUN_OVERHEAD_S.
+
+    A scenario stops at its time limit or its step count, whichever comes first; with only a
+    step count we assume FALLBACK_STEP_S per step (an optimistic guess for the tiny models).
+    """
+    limit = _find(scenario, ("workload.time_limit_s",))
+    steps = _find(scenario, ("workload.steps",))
+    if limit is None and steps is not None:
+        limit = steps * FALLBACK_STEP_S
+    return (limit or 30.0) + PER_RUN_OVERHEAD_S
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def sweep_meta(r: RunSpec) -> dict[str, Any]:
+    return {"sweep": r.sweep, "experiment": r.experiment, "kind": r.kind,
+            "scenario": r.scenario_ref, "params": r.params, "overrides": r.overrides,
+            "method": r.method, "seed": r.seed}
+
+
+@dataclass
+class SweepReport:
+    ran: int = 0
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)
+    skipped: int = 0
+    interrupted: bool = False
+    seconds: float = 0.0
+
+
+RunFn = Callable[..., Any]
+
+
+def run_sweep(
+    runs: list[RunSpec],
+    *,
+    run_fn: RunFn | None = None,
+    console: Any = None,
+    progress: bool = True,
+) -> SweepReport:
+    """Run every pending run in order; skip finished ones; go on after failures.
+
+    ``run_fn`` defaults to ``testbed.run.run_scenario``. KeyboardInterrupt from a run (raised
+    after its teardown) stops the sweep; finished runs stay intact and the report says so.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if run_fn is None:
+        from testbed.run import run_scenario as run_fn  # type: ignore[no-redef]
+    console = console or Console()
+    rep = SweepReport()
+    t0 = time.monotonic()
+    bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.description}"),
+                   console=console, disable=not progress, transient=False)
+    with bar:
+        task = bar.add_task("", total=len(runs))
+        current = "between runs"
+        try:
+            for r in runs:
+                if is_done(r.run_dir):
+                    rep.skipped += 1
+                    console.print(f"[dim]skip    {r.label}  (ok in {r.run_dir})[/dim]")
+                    bar.advance(task)
+                    continue
+                bar.update(task, description=r.label)
+                current = f"during {r.label}"
+                _run_one(r, run_fn, console, rep)
+                current = "between runs"
+                bar.advance(task)
+        except KeyboardInterrupt:
+            # run_scenario re-raises only after its teardown, so the network is gone here.
+            rep.interrupted = True
+            console.print(f"[yellow]interrupted {current}; sweep stopped (re-run to resume)"
+                          "[/yellow]")
+    rep.seconds = time.monotonic() - t0
+    return rep
+
+
+def _run_one(r: RunSpec, run_fn: RunFn, console: Any, rep: SweepReport) -> None:
+    """One run through the orchestrator, its sweep.json, and its status line."""
+    r.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    t_run = time.monotonic()
+    outcome = run_fn(r.scenario, r.method, r.seed, r.run_dir, progress=False)
+    rep.ran += 1
+    if r.run_dir.is_dir():
+        write_json_atomic(r.run_dir / "sweep.json", sweep_meta(r))
+    summary = getattr(outcome, "summary", None) or {}
+    status = getattr(outcome, "status", None) or summary.get("status", "failed")
+    dt = time.monotonic() - t_run
+    if status == "ok":
+        rep.ok += 1
+        thr = summary.get("throughput_samples_per_s")
+        thr_s = f"{thr:8.1f} samples/s" if isinstance(thr, int | float) else ""
+        console.print(f"[green]ok[/green]      {r.label}  {thr_s}  ({dt:.0f} s)")
+    else:
+        rep.failed.append(r.label)
+        reason = summary.get("reason") or summary.get("error") or ""
+        console.print(f"[red]failed[/red]  {r.label}  {str(reason)[:120]}  ({dt:.0f} s)")
+
+
+def dry_run_rows(runs: list[RunSpec]) -> tuple[list[dict[str, Any]], float]:
+    """Rows for --dry-run and the estimated seconds of the pending runs."""
+    rows, total = [], 0.0
+    for r in runs:
+        done = is_done(r.run_dir)
+        est = 0.0 if done else estimate_run_s(r.scenario)
+        total += est
+        rows.append({"experiment": r.experiment, "params": param_slug(r.params),
+                     "method": r.method, "seed": r.seed,
+                     "state": "skip (ok)" if done else "pending", "est_s": est})
+    return rows, total

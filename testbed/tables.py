@@ -1,0 +1,259 @@
+"""pandas tables built only from run folders (config.json, summary.json, steps.csv, sweep.json).
+
+Why the tables recompute throughput and time-to-accuracy from steps.csv instead of trusting
+summary.json: the figures must show *one* definition, stated here, that anyone can check
+against the raw per-step records (tests do exactly that). summary.json's numbers are kept
+beside them (``*_summary`` columns) for comparison.
+
+Definitions (per run):
+
+- **throughput** (samples/s): rows carry the *global* samples of the step (batch x world
+  size), so rank 0's rows alone count everything. The samples of every step after rank 0's
+  first one, divided by the time from the end of that first step to the end of its last:
+  ``sum(samples[1:]) / (t_last - t_0)``. The first step is left out because it holds the
+  rendezvous and DDP bucket set-up, not steady-state training. (Same definition as the
+  orchestrator's summary.json, so the two agree to rounding; NaN with fewer than 2 steps.)
+- **time to accuracy** (s) = the training-clock time (``t_worker``: seconds since the worker
+  started, so python/torch start-up noise is not counted) of rank 0's earliest row whose
+  ``accuracy`` is at least the target; NaN when never reached. The target comes from the
+  run's config.json (first key named ``target_accuracy`` found in it).
+- **final accuracy** = accuracy of the last evaluated row (largest t); final loss likewise.
+
+Speedup (the paper's 1.55x-9.84x form), for each experiment, rate and baseline method:
+``throughput_speedup = mean thr(netsenseml) / mean thr(baseline)`` and
+``tta_speedup = mean TTA(baseline) / mean TTA(netsenseml)``; tta_speedup is NaN when either
+side never reached the target in any seed (an unreached target has no time to compare).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ADAPTIVE = "netsenseml"
+RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
+
+
+def _read_json(p: Path) -> dict[str, Any]:
+    try:
+        d = json.loads(p.read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """Every folder under ``root`` holding a run (config.json or summary.json), sorted."""
+    root = Path(root)
+    found = {p.parent for name in ("summary.json", "config.json") for p in root.rglob(name)}
+    return sorted(d for d in found if "figures" not in d.relative_to(root).parts)
+
+
+def find_key(obj: Any, key: str) -> Any:
+    """Depth-first search for the first value stored under ``key`` in nested dicts/lists."""
+    if isinstance(obj, dict):
+        if key in obj and obj[key] is not None:
+            return obj[key]
+        for v in obj.values():
+            r = find_key(v, key)
+            if r is not None:
+                return r
+    elif isinstance(obj, list):
+        for v in obj:
+            r = find_key(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+def read_steps(run_dir: Path) -> pd.DataFrame:
+    p = Path(run_dir) / "steps.csv"
+    try:
+        df = pd.read_csv(p)
+    except (OSError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+    return df
+
+
+def run_throughput(steps: pd.DataFrame) -> float:
+    """Global samples/s from rank 0's rows, its first step excluded (module doc)."""
+    if steps.empty or not {"rank", "t", "samples"} <= set(steps.columns):
+        return math.nan
+    s = step_rows(steps)
+    g = s[s["rank"] == s["rank"].min()].sort_values("t")
+    if len(g) < 2:
+        return math.nan
+    dt = float(g["t"].iloc[-1] - g["t"].iloc[0])
+    return float(g["samples"].iloc[1:].sum()) / dt if dt > 0 else math.nan
+
+
+def step_rows(steps: pd.DataFrame) -> pd.DataFrame:
+    """Training-step rows only (eval rows, if steps.csv interleaves them, have no samples)."""
+    s = steps.dropna(subset=["t", "samples"])
+    if "kind" in s.columns:
+        s = s[s["kind"].fillna("step") == "step"]
+    return s
+
+
+def train_clock(steps: pd.DataFrame) -> str:
+    """Column holding the workers' training clock: ``t_worker`` when recorded, else ``t``."""
+    return "t_worker" if "t_worker" in steps.columns and steps["t_worker"].notna().any() else "t"
+
+
+def _evals(steps: pd.DataFrame) -> pd.DataFrame:
+    """Rank 0's evaluated rows in time order (every rank logs the same global accuracy)."""
+    if steps.empty or "accuracy" not in steps.columns:
+        return pd.DataFrame(columns=["t", "accuracy"])
+    ev = steps.dropna(subset=["accuracy"])
+    if "rank" in ev.columns and not ev.empty:
+        ev = ev[ev["rank"] == ev["rank"].min()]
+    return ev.sort_values(train_clock(steps))
+
+
+def run_tta(steps: pd.DataFrame, target: float | None) -> float:
+    ev = _evals(steps)
+    if target is None or ev.empty:
+        return math.nan
+    hit = ev[ev["accuracy"] >= target]
+    return float(hit[train_clock(steps)].iloc[0]) if not hit.empty else math.nan
+
+
+def _rate_of(params: dict[str, Any], config: dict[str, Any]) -> float:
+    for k in RATE_KEYS:
+        if k in params:
+            return float(params[k])
+    for k in RATE_KEYS[:3]:
+        v = find_key(config, k)
+        if isinstance(v, int | float):
+            return float(v)
+    return math.nan
+
+
+def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, steps): one row per run folder, and all steps.csv rows with a ``run`` column.
+
+    ``run`` is the folder relative to ``root``; sweep.json (written by the sweep) supplies
+    experiment/kind/params, else the scenario name stands in for the experiment.
+    """
+    root = Path(root)
+    rows, frames = [], []
+    for d in find_run_dirs(root):
+        cfg = _read_json(d / "config.json")
+        summ = _read_json(d / "summary.json")
+        meta = _read_json(d / "sweep.json")
+        steps = read_steps(d)
+        rel = str(d.relative_to(root))
+        params = meta.get("params") or {}
+        target = find_key(cfg, "target_accuracy")
+        target = float(target) if isinstance(target, int | float) else None
+        ev = _evals(steps)
+        scen_name = find_key(cfg, "name") if isinstance(cfg.get("scenario"), dict) else None
+        row: dict[str, Any] = {
+            "run": rel,
+            "sweep": meta.get("sweep", ""),
+            "experiment": meta.get("experiment") or cfg.get("scenario_name")
+            or (cfg.get("scenario", {}) or {}).get("name") or scen_name or d.parent.name,
+            "kind": meta.get("kind", "other"),
+            "method": summ.get("method") or cfg.get("method") or meta.get("method", ""),
+            "seed": cfg.get("seed", meta.get("seed")),
+            "status": summ.get("status", "missing"),
+            "rate_mbit": _rate_of(params, cfg),
+            "throughput": run_throughput(steps),
+            "throughput_summary": summ.get("throughput_samples_per_s"),
+            "target_accuracy": target,
+            "tta_s": run_tta(steps, target),
+            "tta_s_summary": summ.get("time_to_accuracy_s"),
+            "final_accuracy": float(ev["accuracy"].iloc[-1]) if not ev.empty else math.nan,
+            "final_loss": float(ev["loss"].iloc[-1])
+            if not ev.empty and "loss" in ev.columns else math.nan,
+            "steps": int(steps["step"].max()) + 1
+            if "step" in steps.columns and not steps.empty else 0,
+            "bytes_sent_total": summ.get("bytes_sent_total"),
+        }
+        row["reached_target"] = not math.isnan(row["tta_s"])
+        for k, v in params.items():
+            row.setdefault(f"param.{k}", v)
+        rows.append(row)
+        if not steps.empty:
+            frames.append(steps.assign(run=rel))
+    runs = pd.DataFrame(rows)
+    steps_all = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    for col in ("throughput_summary", "tta_s_summary", "bytes_sent_total"):
+        if col in runs.columns:
+            runs[col] = pd.to_numeric(runs[col], errors="coerce")
+    return runs, steps_all
+
+
+def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[runs["status"] == "ok"] if not runs.empty else runs
+
+
+def throughput_table(runs: pd.DataFrame, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Mean/std/count of throughput over seeds per (experiment, rate, method)."""
+    r = ok_runs(runs)
+    if kinds is not None and not r.empty:
+        r = r[r["kind"].isin(kinds)]
+    cols = ["experiment", "rate_mbit", "method", "throughput_mean", "throughput_std", "seeds"]
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    g = r.groupby(["experiment", "rate_mbit", "method"], dropna=False)["throughput"]
+    t = g.agg(throughput_mean="mean", throughput_std="std", seeds="count").reset_index()
+    return t.sort_values(["experiment", "rate_mbit", "method"]).reset_index(drop=True)[cols]
+
+
+def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (experiment, rate, method): target, runs reaching it, mean TTA, final accuracy."""
+    r = ok_runs(runs)
+    cols = ["experiment", "rate_mbit", "method", "target_accuracy", "reached", "seeds",
+            "tta_mean_s", "final_accuracy_mean", "final_loss_mean"]
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    g = r.groupby(["experiment", "rate_mbit", "method"], dropna=False)
+    t = g.agg(target_accuracy=("target_accuracy", "first"), reached=("reached_target", "sum"),
+              seeds=("run", "count"), tta_mean_s=("tta_s", "mean"),
+              final_accuracy_mean=("final_accuracy", "mean"),
+              final_loss_mean=("final_loss", "mean")).reset_index()
+    return t.sort_values(["experiment", "rate_mbit", "method"]).reset_index(drop=True)[cols]
+
+
+def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """NetSenseML relative to every other method, per experiment and rate (see module doc)."""
+    r = ok_runs(runs)
+    cols = ["experiment", "rate_mbit", "baseline", "throughput_speedup", "tta_speedup",
+            "netsenseml_throughput", "baseline_throughput", "netsenseml_tta_s", "baseline_tta_s",
+            "netsenseml_reached", "baseline_reached", "netsenseml_final_accuracy",
+            "baseline_final_accuracy"]
+    out: list[dict[str, Any]] = []
+    if r.empty:
+        return pd.DataFrame(columns=cols)
+    for (exp, rate), g in r.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
+        ns = g[g["method"] == ADAPTIVE]
+        if ns.empty:
+            continue
+        ns_thr = ns["throughput"].mean()
+        ns_tta = ns["tta_s"].mean() if ns["reached_target"].all() else math.nan
+        for base, b in g[g["method"] != ADAPTIVE].groupby("method", sort=True):
+            b_thr = b["throughput"].mean()
+            b_tta = b["tta_s"].mean() if b["reached_target"].all() else math.nan
+            out.append({
+                "experiment": exp, "rate_mbit": rate, "baseline": base,
+                "throughput_speedup": ns_thr / b_thr if b_thr > 0 else math.nan,
+                "tta_speedup": b_tta / ns_tta if ns_tta > 0 else math.nan,
+                "netsenseml_throughput": ns_thr, "baseline_throughput": b_thr,
+                "netsenseml_tta_s": ns_tta, "baseline_tta_s": b_tta,
+                "netsenseml_reached": bool(ns["reached_target"].all()),
+                "baseline_reached": bool(b["reached_target"].all()),
+                "netsenseml_final_accuracy": ns["final_accuracy"].mean(),
+                "baseline_final_accuracy": b["final_accuracy"].mean(),
+            })
+    return pd.DataFrame(out, columns=cols)
+
+
+def speedup_range(sp: pd.DataFrame, col: str = "throughput_speedup") -> tuple[float, float]:
+    v = sp[col].replace([np.inf, -np.inf], np.nan).dropna() if not sp.empty else sp
+    return (float(v.min()), float(v.max())) if len(v) else (math.nan, math.nan)
