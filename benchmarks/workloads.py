@@ -1,0 +1,88 @@
+"""Per-model figures for one worker on this CPU: gradient MB, compute-only step time, samples/s.
+
+Why compute-only: it is the floor of a distributed step (no DDP, no hook, no network), so
+comparing it with a run's ``step_s`` shows how much the network costs. One process, the
+worker's optimizer and loss, ``--threads`` torch threads (default 1, as in the testbed).
+
+    .venv/bin/python benchmarks/workloads.py [--threads 1] [--steps 10] [--batch-size 32]
+
+Prints one row per configuration: model, knobs, dataset, params, gradient MB (1e6 bytes of
+fp32), median step time over ``--steps`` timed steps after 2 warm-up steps, samples/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# This file's name equals the package it measures; run as a script, its own folder would come
+# first on sys.path and shadow the package, so put the repository root there instead.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+import torch  # noqa: E402
+
+from workloads.datasets import load_dataset  # noqa: E402
+from workloads.models import build_model, model_info  # noqa: E402
+from workloads.train import DEFAULT_LR, _loss_and_correct, _make_optimizer  # noqa: E402
+
+CONFIGS: list[tuple[str, str, dict]] = [
+    ("mlp", "digits", {"width": 480}),
+    ("mlp", "digits", {"width": 1024}),
+    ("mlp", "digits", {"width": 3500}),
+    ("resnet18", "synthetic", {"width": 8}),
+    ("resnet18", "synthetic", {"width": 32}),
+    ("resnet18", "synthetic", {"width": 64}),
+    ("gpt", "text", {"layers": 2, "d_model": 64, "context": 64}),
+    ("gpt", "text", {"layers": 4, "d_model": 256, "context": 64}),
+]
+
+
+def measure(model_name: str, dataset: str, knobs: dict, batch: int, steps: int) -> dict:
+    data = load_dataset(dataset, context=knobs.get("context", 64))
+    torch.manual_seed(0)
+    model = build_model(model_name, input_shape=data.input_shape, num_classes=data.num_classes,
+                        **knobs)
+    info = model_info(model)
+    opt = _make_optimizer(model, model_name, DEFAULT_LR[model_name])
+    loader = torch.utils.data.DataLoader(data.train, batch_size=batch, shuffle=True,
+                                         drop_last=True)
+    it = iter(loader)
+    times = []
+    for i in range(steps + 2):
+        t0 = time.perf_counter()
+        x, y = next(it)
+        opt.zero_grad(set_to_none=True)
+        loss, _, _ = _loss_and_correct(model, x, y, data.kind)
+        loss.backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    step = statistics.median(times)
+    return {"model": model_name, "knobs": knobs, "dataset": dataset, "params": info.params,
+            "grad_mb": info.grad_bytes / 1e6, "step_s": step, "samples_s": batch / step}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--only", help="run only this model")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"torch {torch.__version__}, threads={a.threads}, batch={a.batch_size}/worker")
+    print(f"{'model':9} {'knobs':44} {'dataset':9} {'params':>10} {'grad MB':>8} "
+          f"{'step s':>8} {'samples/s':>10}")
+    for name, ds, knobs in CONFIGS:
+        if a.only and name != a.only:
+            continue
+        r = measure(name, ds, knobs, a.batch_size, a.steps)
+        print(f"{r['model']:9} {str(r['knobs']):44} {r['dataset']:9} {r['params']:>10} "
+              f"{r['grad_mb']:>8.2f} {r['step_s']:>8.4f} {r['samples_s']:>10.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Offline datasets for the worker, each split deterministically into train and held-out.
+
+Why these: the testbed's hosts cannot download anything, so every dataset is either
+shipped with an installed package (scikit-learn's ``digits``), generated (``synthetic``),
+committed in the repository (``text``, see workloads/data/README.md), or read from a
+directory the user already has (``cifar10``/``cifar100``, standard python-pickle batches).
+
+The train/held-out split and the synthetic data use fixed seeds of their own (not
+``--seed``), so every run of a sweep evaluates on the same held-out samples and ``--seed``
+only changes initialisation and shuffling. Ranks see disjoint shards of the train split
+through ``DistributedSampler`` (set up by the worker).
+
+- ``digits``: 1797 8x8 grey images, 10 classes; 1437 train / 360 held-out.
+- ``synthetic``: 3x32x32 images, 10 classes (sized for the CNN). Each class has a smooth
+  random template; a sample is its template, randomly translated (circular shift up to
+  +-4 px) and scaled, plus Gaussian noise. Learnable (a CNN gets well above chance within
+  a few hundred steps) but not trivial. Samples are generated on demand from
+  ``(data seed, index)`` so 8 workers do not each hold the set in memory.
+  10,000 train / 1,000 held-out.
+- ``text``: the committed character corpus; first 90 % train, last 10 % held-out; a sample
+  is ``context + 1`` characters (input = first ``context``, target = shifted by one).
+- ``cifar10`` / ``cifar100``: ``--data-dir`` containing ``cifar-10-batches-py`` or
+  ``cifar-100-python`` (or those folders' contents); normalised per channel, no augmentation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+DATASETS: tuple[str, ...] = ("digits", "synthetic", "text", "cifar10", "cifar100")
+
+SPLIT_SEED = 12345  # fixed: the held-out split must not change with --seed
+CORPUS_PATH = Path(__file__).parent / "data" / "corpus.txt"
+
+
+class DatasetError(Exception):
+    """A dataset cannot be loaded (missing files, wrong model pairing); one-line message."""
+
+
+@dataclass
+class Data:
+    """A loaded dataset: the two splits plus what the model factory needs to know."""
+
+    name: str
+    train: Dataset
+    test: Dataset
+    input_shape: tuple[int, ...]  # per sample; for text: (context,)
+    num_classes: int  # for text: vocabulary size
+    kind: str  # "image" (class per sample) or "lm" (class per position)
+
+
+# --------------------------------------------------------------------------- digits
+
+
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The (1797, 64) pixels and labels scikit-learn ships in sklearn/datasets/data/.
+
+    Read straight from the bundled CSV because importing sklearn costs ~2 s per worker
+    process (it matters when 8 workers start on 2 cores); the same rows load_digits returns.
+    """
+    spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
+    if spec is not None and spec.submodule_search_locations:
+        csv = Path(next(iter(spec.submodule_search_locations))) / "datasets/data/digits.csv.gz"
+        if csv.is_file():
+            raw = np.loadtxt(csv, delimiter=",", dtype=np.float32)
+            return raw[:, :-1], raw[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits  # layout changed: take the slow, public path
+
+    d = load_digits()
+    return d.data.astype(np.float32), d.target.astype(np.int64)
+
+
+def load_digits_data() -> Data:
+    pixels, labels = _digits_arrays()
+    x = torch.from_numpy(pixels).view(-1, 1, 8, 8) / 16.0  # (N,1,8,8) in [0,1]
+    x = (x - 0.3) / 0.4
+    y = torch.from_numpy(labels)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
+    n_test = len(y) // 5
+    te, tr = perm[:n_test], perm[n_test:]
+    return Data("digits", TensorDataset(x[tr], y[tr]), TensorDataset(x[te], y[te]),
+                (1, 8, 8), 10, "image")
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+class SyntheticImages(Dataset):
+    """Deterministic, learnable image classification generated per index (see module doc)."""
+
+    def __init__(self, n: int, offset: int, num_classes: int = 10, noise: float = 1.0,
+                 seed: int = SPLIT_SEED) -> None:
+        self.n, self.offset, self.noise, self.seed = n, offset, noise, seed
+        rng = np.random.default_rng(seed)
+        # smooth templates: 8x8 noise upsampled to 32x32, unit variance
+        low = rng.standard_normal((num_classes, 3, 8, 8)).astype(np.float32)
+        t = np.kron(low, np.ones((1, 1, 4, 4), dtype=np.float32))
+        t = torch.from_numpy(t)
+        t = torch.nn.functional.avg_pool2d(torch.nn.functional.pad(t, (2, 2, 2, 2), "circular"),
+                                           5, stride=1)
+        self.templates = (t / t.std(dim=(1, 2, 3), keepdim=True)).numpy()
+        self.num_classes = num_classes
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        idx = self.offset + int(i)
+        rng = np.random.default_rng((self.seed, idx))
+        y = idx % self.num_classes
+        dy, dx = rng.integers(-4, 5, size=2)
+        img = np.roll(self.templates[y], (int(dy), int(dx)), axis=(1, 2)) * rng.uniform(0.5, 1.5)
+        img = img + self.noise * rng.standard_normal(img.shape).astype(np.float32)
+        return torch.from_numpy(img.astype(np.float32)), y
+
+
+def load_synthetic_data(n_train: int = 10_000, n_test: int = 1_000) -> Data:
+    return Data("synthetic", SyntheticImages(n_train, 0), SyntheticImages(n_test, n_train),
+                (3, 32, 32), 10, "image")
+
+
+# --------------------------------------------------------------------------- text
+
+
+class CharWindows(Dataset):
+    """Windows of ``context + 1`` characters starting every ``stride`` characters."""
+
+    def __init__(self, ids: torch.Tensor, context: int, stride: int) -> None:
+        if len(ids) < context + 2:
+            raise DatasetError(f"text split of {len(ids)} chars is shorter than context {context}")
+        self.ids, self.context, self.stride = ids, context, stride
+        self.n = (len(ids) - context - 1) // stride + 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s = int(i) * self.stride
+        chunk = self.ids[s : s + self.context + 1]
+        return chunk[:-1], chunk[1:]
+
+
+def load_text_data(context: int = 64, path: Path = CORPUS_PATH) -> Data:
+    if not path.is_file():
+        raise DatasetError(f"text corpus not found at {path}")
+    text = path.read_text(encoding="utf-8")
+    vocab = sorted(set(text))
+    lookup = {c: i for i, c in enumerate(vocab)}
+    ids = torch.tensor([lookup[c] for c in text], dtype=torch.long)
+    cut = int(len(ids) * 0.9)
+    train = CharWindows(ids[:cut], context, stride=max(1, context // 4))
+    test = CharWindows(ids[cut:], context, stride=context)
+    return Data("text", train, test, (context,), len(vocab), "lm")
+
+
+# --------------------------------------------------------------------------- CIFAR
+
+
+_CIFAR = {
+    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
+                b"labels", 10),
+    "cifar100": ("cifar-100-python", ["train"], ["test"], b"fine_labels", 100),
+}
+_MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)
+_STD = torch.tensor([0.2470, 0.2435, 0.2616]).view(1, 3, 1, 1)
+
+
+def load_cifar_data(name: str, data_dir: str | Path | None) -> Data:
+    folder, train_files, test_files, label_key, classes = _CIFAR[name]
+    if data_dir is None:
+        raise DatasetError(f"dataset {name} needs --data-dir containing {folder}/")
+    root = Path(data_dir)
+    base = root / folder if (root / folder).is_dir() else root
+    missing = [f for f in train_files + test_files if not (base / f).is_file()]
+    if missing:
+        raise DatasetError(
+            f"dataset {name}: {base} lacks {', '.join(missing)} "
+            f"(expected the python-pickle release, folder {folder}/)"
+        )
+
+    def read(files: list[str]) -> TensorDataset:
+        xs, ys = [], []
+        for f in files:
+            with open(base / f, "rb") as fh:
+                d = pickle.load(fh, encoding="bytes")
+            xs.append(np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            ys.append(np.asarray(d[label_key], dtype=np.int64))
+        x = torch.from_numpy(np.concatenate(xs)).float().div_(255.0)
+        return TensorDataset((x - _MEAN) / _STD, torch.from_numpy(np.concatenate(ys)))
+
+    return Data(name, read(train_files), read(test_files), (3, 32, 32), classes, "image")
+
+
+# --------------------------------------------------------------------------- factory
+
+
+def load_dataset(name: str, *, data_dir: str | Path | None = None, context: int = 64) -> Data:
+    """Load dataset ``name``; raises DatasetError with a one-line reason on failure."""
+    if name == "digits":
+        return load_digits_data()
+    if name == "synthetic":
+        return load_synthetic_data()
+    if name == "text":
+        return load_text_data(context)
+    if name in _CIFAR:
+        return load_cifar_data(name, data_dir)
+    raise DatasetError(f"dataset {name!r} unknown; accepted: {', '.join(DATASETS)}")

@@ -1,0 +1,414 @@
+"""The training worker: one process per emulated host, or one per GPU under torchrun.
+
+    python -m workloads.train --model M --dataset D --method METHOD (--steps N | --time-limit S)
+        --batch-size B --seed S --log-dir DIR [--eval-every K] [--target-accuracy A]
+        [--data-dir DIR] [--lr LR] [--width W] [--layers L] [--d-model D] [--context C]
+        [--threads N] [--pg-timeout S] [--eval-samples N] [--no-error-feedback]
+
+Rendezvous is torch.distributed's ``env://``: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+(LOCAL_RANK picks the GPU). Without WORLD_SIZE the worker runs alone on loopback. Backend:
+NCCL when CUDA is present, else gloo; GLOO_SOCKET_IFNAME is left to the caller (the testbed
+sets it to the emulated host's interface). Every method goes through ``netsenseml.hooks``,
+plain ``allreduce`` included, so bytes and comm time are measured the same way for all.
+
+Why the choices below:
+
+- **Step count agreement.** With ``--steps N`` every rank runs exactly N steps. With
+  ``--time-limit S`` each rank, after each step, contributes "my clock says stop" to a
+  one-element MAX all_reduce (4 bytes; milliseconds on gloo, negligible against a gradient)
+  so all ranks stop after the same step. The flag exchange is outside ``step_s``. When both
+  are given, whichever comes first ends the run.
+- **compute_s.** DDP overlaps gradient communication with the backward pass, so compute and
+  communication cannot be separated by timestamps in one step. We define
+  ``compute_s = max(step_s - comm_s, 0)`` where ``step_s`` is the wall time of the whole step
+  (data, forward, backward incl. waiting for the hook's collectives, optimizer) and ``comm_s``
+  is the hook's own measure of time spent in collectives. It therefore attributes overlapped
+  time to communication (an upper bound on communication, lower bound on compute).
+  benchmarks/workloads.py measures the compute-only step time without DDP.
+- **Failure.** The process group is created with ``timeout=--pg-timeout`` seconds (default
+  60): a collective whose peer has died raises within that time (gloo usually raises at once
+  on a closed connection). The worker then writes a summary with ``status: "failed"`` and
+  exits 1. A watchdog thread is the last resort: if no step or eval batch completes for
+  ``2 * pg_timeout + 10`` s, it writes the same failure summary and exits 1, so a worker never
+  hangs. Long steps on slow links need a ``--pg-timeout`` above the longest expected step.
+- **Target accuracy.** Reaching ``--target-accuracy`` marks that eval record
+  ``reached_target: true``; training continues to the step/time limit (the orchestrator
+  computes time-to-accuracy from the eval records).
+- **Evaluation** runs on all ranks at the same steps: each evaluates a disjoint shard of the
+  first ``--eval-samples`` held-out samples and the counts are summed with one all_reduce,
+  so the accuracy is global. A final evaluation always runs at the end.
+
+JSONL records (DIR/rank<N>.jsonl, one per line, flushed when written):
+
+- ``start``: kind, rank, world_size, model, dataset, method, params, grad_bytes, batch_size,
+  seed, wall, host, torch, backend, lr, pg_timeout_s, setup_s, t (=0), plus model knobs
+- ``step``: kind, t, wall, step (1-based), samples (global), compute_s, comm_s, step_s,
+  bytes_sent, kept_ratio, level, loss (this rank's), plus every other hook stat
+- ``eval``: kind, t, wall, step, accuracy (LM: next-character accuracy), loss, and
+  reached_target when --target-accuracy is set
+- ``summary``: kind, t, wall, steps, samples, status ("ok" | "failed"), final_accuracy,
+  train_time_s, target_reached_t (null if not reached), error (when failed)
+
+``t`` is seconds since the worker's origin, taken right after the process group is up and a
+barrier has passed, so all ranks share it (to within the barrier's skew).
+
+Exit codes: 0 ok, 2 bad arguments (one line on stderr naming the argument and accepted
+values), 1 runtime failure including a dead peer or a timed-out collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+from netsenseml import hooks
+from workloads.datasets import DATASETS, Data, DatasetError, load_dataset
+from workloads.models import DEFAULT_WIDTH, MODELS, build_model, model_info
+
+DEFAULT_LR = {"mlp": 0.05, "resnet18": 0.05, "gpt": 1e-3}
+IMAGE_DATASETS = ("digits", "synthetic", "cifar10", "cifar100")
+# which datasets each model accepts: the LM needs text, the classifiers need images
+PAIRINGS = {"mlp": IMAGE_DATASETS, "resnet18": IMAGE_DATASETS, "gpt": ("text",)}
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (no usage block) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        bad_args(message)
+
+
+def bad_args(message: str) -> NoReturn:
+    print(f"workloads.train: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _positive(kind: type) -> Any:
+    def conv(text: str) -> Any:
+        v = kind(text)
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return v
+
+    conv.__name__ = f"positive {kind.__name__}"
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="python -m workloads.train", description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, choices=MODELS)
+    p.add_argument("--dataset", required=True, choices=DATASETS)
+    p.add_argument("--method", required=True, help=f"one of: {hooks.METHOD_FORMS}")
+    p.add_argument("--steps", type=_positive(int), help="train exactly N steps")
+    p.add_argument("--time-limit", type=_positive(float), help="train S seconds (ranks agree)")
+    p.add_argument("--batch-size", type=_positive(int), required=True, help="per rank")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--log-dir", required=True)
+    p.add_argument("--eval-every", type=_positive(int), help="eval every K steps")
+    p.add_argument("--eval-samples", type=_positive(int), default=1000,
+                   help="held-out samples per evaluation (first N of the split; default 1000)")
+    p.add_argument("--target-accuracy", type=float, help="mark evals reaching it")
+    p.add_argument("--data-dir", help="folder holding CIFAR python-pickle batches")
+    p.add_argument("--lr", type=_positive(float),
+                   help="default: mlp 0.05, resnet18 0.05 (SGD momentum 0.9), gpt 1e-3 (AdamW)")
+    p.add_argument("--width", type=_positive(int),
+                   help=f"mlp hidden units (default {DEFAULT_WIDTH['mlp']}) or resnet18 first-"
+                        f"stage channels (default {DEFAULT_WIDTH['resnet18']}, 64 = original)")
+    p.add_argument("--layers", type=_positive(int), default=4, help="gpt blocks (default 4)")
+    p.add_argument("--d-model", type=_positive(int), default=256, help="gpt width (default 256)")
+    p.add_argument("--context", type=_positive(int), default=64, help="gpt context (default 64)")
+    p.add_argument("--threads", type=_positive(int), default=1, help="torch threads (default 1)")
+    p.add_argument("--pg-timeout", type=_positive(float), default=60.0,
+                   help="process-group timeout in seconds (default 60)")
+    p.add_argument("--no-error-feedback", action="store_true",
+                   help="disable the error-feedback residual of lossy methods")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.steps is None and args.time_limit is None:
+        bad_args("one of --steps or --time-limit is required")
+    try:
+        hooks.parse_method(args.method)
+    except ValueError as e:
+        bad_args(f"argument --method: {e}")
+    if args.dataset not in PAIRINGS[args.model]:
+        bad_args(f"argument --dataset: {args.dataset!r} does not fit model {args.model!r}; "
+                 f"accepted for {args.model}: {', '.join(PAIRINGS[args.model])}")
+    if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
+        bad_args(f"argument --target-accuracy: must be in (0, 1], got {args.target_accuracy}")
+    if args.model == "gpt" and args.d_model % max(1, args.d_model // 64):
+        bad_args(f"argument --d-model: {args.d_model} must be a multiple of 64 or below 128")
+    return args
+
+
+# --------------------------------------------------------------------------- logging
+
+
+def _clean(v: Any) -> Any:
+    """JSON has no NaN/inf; tensors and numpy scalars become plain numbers."""
+    if isinstance(v, torch.Tensor):
+        v = v.item()
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class RecordLog:
+    """Appends JSON records to one file, flushing each, from any thread."""
+
+    def __init__(self, path: Path, origin: float) -> None:
+        self.fh: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (lives for the run)
+        self.origin = origin
+        self.lock = threading.Lock()
+
+    def write(self, kind: str, **fields: Any) -> None:
+        rec = {"kind": kind, "t": time.perf_counter() - self.origin, "wall": time.time()}
+        rec.update({k: _clean(v) for k, v in fields.items()})
+        line = json.dumps(rec)
+        with self.lock:
+            if not self.fh.closed:
+                self.fh.write(line + "\n")
+                self.fh.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            self.fh.close()
+
+
+class Watchdog(threading.Thread):
+    """Last-resort exit if training stops making progress (see module docstring)."""
+
+    def __init__(self, limit_s: float, on_stall: Any) -> None:
+        super().__init__(daemon=True, name="watchdog")
+        self.limit_s, self.on_stall = limit_s, on_stall
+        self.last = time.monotonic()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    def run(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.limit_s / 4))
+            if time.monotonic() - self.last > self.limit_s:
+                self.on_stall(f"no progress for {self.limit_s:.0f} s (watchdog)")
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _loss_and_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                      kind: str) -> tuple[torch.Tensor, int, int]:
+    out = model(x)
+    if kind == "lm":
+        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+    loss = F.cross_entropy(out, y)
+    return loss, int((out.argmax(-1) == y).sum()), y.numel()
+
+
+def _batches(loader: DataLoader, sampler: DistributedSampler) -> Iterator[Any]:
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Data, n: int, batch: int, rank: int, world: int,
+             device: torch.device, beat: Any) -> tuple[float, float]:
+    """Global accuracy and mean loss over the first ``n`` held-out samples."""
+    was_training = model.training
+    model.eval()
+    idx = list(range(min(n, len(data.test))))[rank::world]
+    loader = DataLoader(Subset(data.test, idx), batch_size=batch, shuffle=False)
+    sums = torch.zeros(3, dtype=torch.float64)  # correct, count, loss*count
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss, correct, count = _loss_and_correct(model, x, y, data.kind)
+        sums += torch.tensor([correct, count, loss.item() * count], dtype=torch.float64)
+        beat()
+    sums = sums.to(device)
+    dist.all_reduce(sums)
+    model.train(was_training)
+    correct, count, loss_sum = sums.tolist()
+    return correct / max(count, 1), loss_sum / max(count, 1)
+
+
+def _make_optimizer(model: nn.Module, name: str, lr: float) -> torch.optim.Optimizer:
+    if name == "gpt":
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    wd = 5e-4 if name == "resnet18" else 0.0
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=wd)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args: argparse.Namespace) -> int:
+    t_launch = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    if "WORLD_SIZE" not in os.environ:  # alone: rendezvous with ourselves on loopback
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    try:
+        data = load_dataset(args.dataset, data_dir=args.data_dir, context=args.context)
+    except DatasetError as e:
+        bad_args(f"argument --dataset/--data-dir: {e}")
+
+    torch.manual_seed(args.seed)
+    model = build_model(args.model, input_shape=data.input_shape, num_classes=data.num_classes,
+                        width=args.width, layers=args.layers, d_model=args.d_model,
+                        context=args.context)
+    info = model_info(model)
+
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))
+                              % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    model.to(device)
+
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args.pg_timeout))
+    ddp = DDP(model, device_ids=[device.index] if cuda else None)
+    state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback)
+    lr = args.lr or DEFAULT_LR[args.model]
+    opt = _make_optimizer(ddp, args.model, lr)
+
+    sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True,
+                                 seed=args.seed, drop_last=True)
+    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    if len(loader) == 0:
+        bad_args(f"argument --batch-size: {args.batch_size} exceeds this rank's shard of "
+                 f"{len(sampler)} samples")
+
+    log_dir = Path(args.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    origin = time.perf_counter()
+    log = RecordLog(log_dir / f"rank{rank}.jsonl", origin)
+    progress = {"steps": 0, "samples": 0}
+
+    def fail(reason: str) -> NoReturn:
+        log.write("summary", steps=progress["steps"], samples=progress["samples"],
+                  status="failed", final_accuracy=None, train_time_s=time.perf_counter() - origin,
+                  target_reached_t=None, error=reason)
+        log.close()
+        print(f"rank {rank}: FAILED: {reason}", file=sys.stderr, flush=True)
+        os._exit(1)  # a broken process group can hang in teardown; leave now
+
+    watchdog = Watchdog(2 * args.pg_timeout + 10, fail)
+    watchdog.start()
+
+    log.write("start", rank=rank, world_size=world, model=args.model, dataset=args.dataset,
+              method=args.method, params=info.params, grad_bytes=info.grad_bytes,
+              batch_size=args.batch_size, seed=args.seed, host=socket.gethostname(),
+              torch=torch.__version__, backend=backend, lr=lr, pg_timeout_s=args.pg_timeout,
+              setup_s=origin - t_launch, width=args.width or DEFAULT_WIDTH.get(args.model),
+              layers=args.layers,
+              d_model=args.d_model, context=args.context, error_feedback=not
+              args.no_error_feedback)
+    print(f"rank {rank}/{world} model={args.model} params={info.params} "
+          f"grad_bytes={info.grad_bytes} grad_MB={info.grad_bytes / 1e6:.2f} "
+          f"dataset={args.dataset} method={args.method} backend={backend}", flush=True)
+
+    target_t: float | None = None
+    accuracy: float | None = None
+
+    def do_eval(step: int) -> float:
+        nonlocal target_t
+        acc, loss = evaluate(ddp.module, data, args.eval_samples, args.batch_size, rank, world,
+                             device, watchdog.beat)
+        extra: dict[str, Any] = {}
+        if args.target_accuracy is not None:
+            extra["reached_target"] = acc >= args.target_accuracy
+            if acc >= args.target_accuracy and target_t is None:
+                target_t = time.perf_counter() - origin
+        log.write("eval", step=step, accuracy=acc, loss=loss, **extra)
+        return acc
+
+    try:
+        ddp.train()
+        batches = _batches(loader, sampler)
+        step = 0
+        stop_flag = torch.zeros(1, device=device)
+        while args.steps is None or step < args.steps:
+            t0 = time.perf_counter()
+            x, y = next(batches)
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad(set_to_none=True)
+            loss, _, _ = _loss_and_correct(ddp, x, y, data.kind)
+            loss.backward()
+            opt.step()
+            stats = dict(state.pop_step_stats())
+            loss_v = loss.item()
+            step_s = time.perf_counter() - t0
+            step += 1
+            progress["steps"] = step
+            progress["samples"] += args.batch_size * world
+            comm_s = float(stats.pop("comm_s", 0.0))
+            log.write("step", step=step, samples=args.batch_size * world,
+                      compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
+                      bytes_sent=stats.pop("bytes_sent", 0),
+                      kept_ratio=stats.pop("kept_ratio", 1.0),
+                      level=stats.pop("level", "none"), loss=loss_v, **stats)
+            watchdog.beat()
+            if args.eval_every and step % args.eval_every == 0:
+                accuracy = do_eval(step)
+            if args.time_limit is not None:
+                stop_flag.fill_(float(time.perf_counter() - origin >= args.time_limit))
+                dist.all_reduce(stop_flag, op=dist.ReduceOp.MAX)
+                if stop_flag.item() > 0:
+                    break
+        train_time = time.perf_counter() - origin
+        if not (args.eval_every and step % args.eval_every == 0):
+            accuracy = do_eval(step)
+        log.write("summary", steps=step, samples=progress["samples"], status="ok",
+                  final_accuracy=accuracy, train_time_s=train_time, target_reached_t=target_t)
+    except Exception as e:  # a dead peer or timed-out collective surfaces here
+        fail(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    log.close()
+    print(f"rank {rank}: done steps={step} final_accuracy={accuracy}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
