@@ -1,0 +1,240 @@
+"""The run folder: atomic writers and the metrics in summary.json.
+
+Layout (see DESIGN.md)::
+
+    <run_dir>/config.json   resolved scenario + method + seed + versions + host facts
+    <run_dir>/steps.csv     one row per worker per step (eval accuracy on its step's row)
+    <run_dir>/events.csv    timeline actions, scheduled and applied times
+    <run_dir>/link.csv      link probes (configured vs measured Mbit/s), when probed
+    <run_dir>/summary.json  status ("running" -> "ok" | "failed" + reason) and metrics
+    <run_dir>/workers/      rank<N>.log (stdout+stderr) and rank<N>.jsonl (raw records)
+
+Every file is written to a temporary name in the same folder and renamed into place
+(``os.replace``), so a reader — a sweep resuming, a plot — never sees half a file, and a
+run killed halfway leaves the previous state of each file, not a torn one.
+
+Metric definitions (all from the workers' own records):
+
+* ``t`` in steps.csv: the record's ``wall`` minus the launch wall time of the run, i.e.
+  the same clock as events.csv; the worker's own ``t`` is kept as ``t_worker``.
+* ``throughput_samples_per_s``: global samples (a step record's ``samples`` is batch x
+  world size) over the training wall time, both from rank 0's step records. With more
+  than two steps the first step is a warm-up and excluded: samples of steps 2..N /
+  (wall of step N - wall of step 1). With one or two steps: all samples / rank 0's ``train_time_s``
+  (or the span from its start record).
+* ``time_to_accuracy_s``: rank 0's ``t`` (training clock of the worker) of the first eval
+  record with accuracy >= target; null if never reached or no target.
+* ``final_accuracy``: rank 0's summary ``final_accuracy``, else its last eval accuracy.
+* ``bytes_sent_total``: sum of ``bytes_sent`` over all step records of all ranks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+STEP_COLUMNS = [
+    "rank", "t", "wall", "step", "samples", "compute_s", "comm_s", "step_s", "bytes_sent",
+    "kept_ratio", "level", "loss", "accuracy", "t_worker",
+]
+LINK_COLUMNS = ["link", "src", "dst", "configured_mbit", "measured_mbit", "seconds"]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory and os.replace (atomic on POSIX)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, tuples -> lists, Paths -> str."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a worker's JSONL; a torn last line (worker killed mid-write) is skipped."""
+    out: list[dict[str, Any]] = []
+    try:
+        with open(path) as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict):
+                    out.append(rec)
+    except OSError:
+        pass
+    return out
+
+
+def load_worker_records(workers_dir: Path, world_size: int) -> dict[int, list[dict[str, Any]]]:
+    return {r: read_jsonl(workers_dir / f"rank{r}.jsonl") for r in range(world_size)}
+
+
+def step_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float) -> tuple[
+    list[dict[str, Any]], list[str]
+]:
+    """steps.csv rows (sorted by t, rank) and the column list including extra hook stats."""
+    rows: list[dict[str, Any]] = []
+    extras: set[str] = set()
+    for rank, recs in records.items():
+        by_step: dict[Any, dict[str, Any]] = {}
+        for rec in recs:
+            kind = rec.get("kind")
+            if kind == "step":
+                row = {k: v for k, v in rec.items() if k != "kind"}
+                row["rank"] = rank
+                row["t_worker"] = rec.get("t")
+                if isinstance(rec.get("wall"), int | float):
+                    row["t"] = round(rec["wall"] - launch_wall, 4)
+                for k, v in row.items():
+                    if k not in STEP_COLUMNS and not isinstance(v, dict | list):
+                        extras.add(k)
+                rows.append(row)
+                by_step[rec.get("step")] = row
+            elif kind == "eval":
+                row = by_step.get(rec.get("step"))
+                if row is not None:
+                    row["accuracy"] = rec.get("accuracy")
+                else:
+                    row = {
+                        "rank": rank, "step": rec.get("step"), "accuracy": rec.get("accuracy"),
+                        "wall": rec.get("wall"), "t_worker": rec.get("t"),
+                    }
+                    if isinstance(rec.get("wall"), int | float):
+                        row["t"] = round(rec["wall"] - launch_wall, 4)
+                    rows.append(row)
+    rows.sort(key=lambda r: (r.get("t") if r.get("t") is not None else 0.0, r["rank"]))
+    return rows, STEP_COLUMNS + sorted(extras)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def metrics(
+    records: dict[int, list[dict[str, Any]]], target_accuracy: float | None
+) -> dict[str, Any]:
+    """The summary.json metrics (definitions in the module docstring)."""
+    r0 = records.get(0, [])
+    steps0 = [r for r in r0 if r.get("kind") == "step"]
+    evals0 = [r for r in r0 if r.get("kind") == "eval"]
+    summ0 = next((r for r in reversed(r0) if r.get("kind") == "summary"), None)
+    start0 = next((r for r in r0 if r.get("kind") == "start"), None)
+    all_steps = [r for recs in records.values() for r in recs if r.get("kind") == "step"]
+
+    # Step records carry *global* samples (batch x world size), so rank 0's alone count all.
+    throughput = None
+    train_time = None
+    if len(steps0) > 2:
+        first, last = steps0[0], steps0[-1]
+        span = (_num(last.get("wall")) or 0.0) - (_num(first.get("wall")) or 0.0)
+        samples = sum(_num(r.get("samples")) or 0.0 for r in steps0[1:])
+        if span > 0:
+            throughput = samples / span
+            train_time = span
+    elif steps0:
+        samples = sum(_num(r.get("samples")) or 0.0 for r in steps0)
+        span = _num(summ0.get("train_time_s")) if summ0 else None
+        if span is None and start0 is not None:
+            span = (_num(steps0[-1].get("wall")) or 0.0) - (_num(start0.get("wall")) or 0.0)
+        if span and span > 0:
+            throughput = samples / span
+            train_time = span
+
+    final_acc = _num(summ0.get("final_accuracy")) if summ0 else None
+    if final_acc is None and evals0:
+        final_acc = _num(evals0[-1].get("accuracy"))
+    tta = None
+    if target_accuracy is not None:
+        for ev in evals0:
+            acc = _num(ev.get("accuracy"))
+            if acc is not None and acc >= target_accuracy:
+                tta = _num(ev.get("t"))
+                break
+    comm = [c for c in (_num(r.get("comm_s")) for r in steps0) if c is not None]
+    kept = [k for k in (_num(r.get("kept_ratio")) for r in steps0) if k is not None]
+    return {
+        "steps": len(steps0),
+        "samples_total": int(sum(_num(r.get("samples")) or 0.0 for r in steps0)),
+        "train_time_s": round(train_time, 4) if train_time else None,
+        "throughput_samples_per_s": round(throughput, 3) if throughput else None,
+        "final_accuracy": final_acc,
+        "target_accuracy": target_accuracy,
+        "time_to_accuracy_s": tta,
+        "bytes_sent_total": int(sum(_num(r.get("bytes_sent")) or 0 for r in all_steps)),
+        "comm_s_mean": round(sum(comm) / len(comm), 5) if comm else None,
+        "kept_ratio_mean": round(sum(kept) / len(kept), 5) if kept else None,
+        "worker_status": summ0.get("status") if summ0 else None,
+    }
+
+
+def last_step(path: Path) -> dict[str, Any] | None:
+    """Last step record of a JSONL being written (reads only the file's tail)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            tail = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == "step":
+            return rec
+    return None
