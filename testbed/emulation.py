@@ -34,6 +34,7 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from testbed import kernel, leftovers, shaping
@@ -81,6 +82,8 @@ def _quiet_mininet() -> None:
     from mininet.log import setLogLevel
 
     setLogLevel("error")  # also silences LinuxBridge's bridge-nf warnings
+    warnings.filterwarnings("ignore", message="The 'warn' method is deprecated",
+                            category=DeprecationWarning)
 
 
 class Emulation:
@@ -198,18 +201,8 @@ class Emulation:
             if first:
                 self.timings["stop_s"] = time.monotonic() - t0
 
-    def _remove_interfaces(self, wait_s: float = 3.0) -> list[str]:
-        # interfaces inside a dying namespace vanish asynchronously: poll briefly
-        deadline = time.monotonic() + wait_s
-        while True:
-            names = leftovers.interfaces_with_prefix(self.prefix)
-            if not names:
-                return []
-            failed = leftovers.delete_interfaces(names)
-            if time.monotonic() > deadline:
-                return failed
-            if failed:
-                time.sleep(0.05)
+    def _remove_interfaces(self) -> list[str]:
+        return leftovers.remove_prefixed(self.prefix)[1]
 
     def __enter__(self) -> Emulation:
         self.start()
@@ -239,6 +232,20 @@ class Emulation:
     def host_pid(self, host: str) -> int:
         """PID of the host's shell; its /proc/<pid>/ns/net is the host's namespace."""
         return self._node(host).pid
+
+    def rx_bytes(self, host: str) -> int:
+        """Bytes received so far on the host's interface (L2, from its own /proc/net/dev).
+
+        Cheap (no subprocess), so it can be sampled at 10 Hz to measure the delivered rate
+        of a link honestly, e.g. for link.csv or to time a rate change.
+        """
+        node = self._node(host)
+        want = node.defaultIntf().name + ":"
+        for line in Path(f"/proc/{node.pid}/net/dev").read_text().splitlines():
+            line = line.strip()
+            if line.startswith(want):
+                return int(line[len(want):].split()[0])
+        raise EmulationError(f"interface of {host} not found in its namespace")
 
     # ---- links ------------------------------------------------------------------------
     def _index_links(self) -> None:

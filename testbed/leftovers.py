@@ -113,6 +113,26 @@ def delete_interfaces(names: list[str]) -> list[str]:
     return failed
 
 
+def remove_prefixed(prefix: str, wait_s: float = 3.0) -> tuple[list[str], list[str]]:
+    """Delete every interface starting with prefix; returns (removed, still_there).
+
+    Interfaces whose namespace is being destroyed vanish asynchronously, so this polls
+    for up to wait_s until none is listed.
+    """
+    removed: list[str] = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        names = interfaces_with_prefix(prefix)
+        if not names:
+            return removed, []
+        failed = delete_interfaces(names)
+        removed += [n for n in names if n not in failed]
+        if time.monotonic() > deadline:
+            return removed, failed
+        if failed:
+            time.sleep(0.05)
+
+
 def kill_entries(entries: list[dict], grace_s: float = 1.0) -> list[int]:
     """SIGTERM+SIGHUP the process groups (or processes) of live matching entries, then SIGKILL.
 
@@ -186,13 +206,12 @@ def clean(state_dir: Path | None = None, force: bool = False) -> dict:
             continue
         prefix = data["prefix"]
         owner = data.get("owner")
-        if owner and not force and owner.get("pid") != os.getpid() and is_same_process(owner):
+        if owner and not force and is_same_process(owner):
             report["skipped_active"].append(prefix)
             continue
         report["pids_killed"] += kill_entries(data.get("processes", []))
-        names = interfaces_with_prefix(prefix)
-        failed = delete_interfaces(names)
-        report["interfaces_removed"] += [n for n in names if n not in failed]
+        removed, failed = remove_prefixed(prefix)
+        report["interfaces_removed"] += removed
         report["failed"] += failed
         if not failed:
             path.unlink(missing_ok=True)

@@ -1,0 +1,189 @@
+"""Real emulation tests: namespaces, shaped veth links, iperf3 traffic, teardown, clean.
+
+Each test uses its own fresh prefix and a private state directory, and checks only for
+leftovers carrying its own prefix (other runs may be active on the same machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import kernel, leftovers
+from testbed.emulation import Emulation, EmulationError
+
+pytestmark = [
+    pytest.mark.emulation,
+    pytest.mark.skipif(os.geteuid() != 0, reason="emulation tests need root (netns, tc)"),
+    pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec (mininet) not installed"),
+    pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed"),
+]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _assert_nothing_left(prefix: str, pids: list[dict], state_dir: Path) -> None:
+    assert leftovers.interfaces_with_prefix(prefix) == []
+    alive = [e for e in pids if leftovers.is_same_process(e)]
+    assert alive == [], f"processes still alive: {alive}"
+    assert not (state_dir / f"{prefix}.json").exists()
+
+
+def test_link_fidelity_10_50_200(tmp_path):
+    """iperf3 goodput w0 -> w1 is within 10% of the configured rate (built, then changed)."""
+    with Emulation("star", {"n_workers": 2, "rate_mbit": 10.0}, state_dir=tmp_path) as emu:
+        measured = {}
+        for rate in (10.0, 50.0, 200.0):
+            for link in ("w0", "w1"):
+                emu.set_rate(link, rate)
+            assert emu.link_rate("w1") == rate
+            measured[rate] = emu.iperf3_goodput("w0", "w1", seconds=2.5)
+        print("fidelity", {k: round(v, 2) for k, v in measured.items()})
+        for rate, got in measured.items():
+            assert abs(got - rate) <= 0.10 * rate, f"{rate} Mbit/s link gave {got:.1f}"
+
+
+def test_rate_change_shows_within_one_second(tmp_path):
+    """Goodput (w1's rx counter at 10 Hz) follows set_rate down and up within 1 s."""
+    with Emulation("star", {"n_workers": 2, "rate_mbit": 100.0}, state_dir=tmp_path) as emu:
+        port = emu.next_port()
+        server = emu.iperf3_server("w1", port)
+        client = emu.popen("w0", ["iperf3", "-c", emu.ip("w1"), "-p", str(port), "-t", "5"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        schedule = [(t0 + 1.5, 20.0), (t0 + 3.0, 80.0)]
+        applied = []
+
+        def timeline():
+            for when, rate in schedule:
+                time.sleep(max(0.0, when - time.monotonic()))
+                emu.set_rate("w1", rate)
+                applied.append(time.monotonic())
+
+        th = threading.Thread(target=timeline)
+        th.start()
+        samples = []
+        while time.monotonic() < t0 + 4.6:
+            samples.append((time.monotonic(), emu.rx_bytes("w1")))
+            time.sleep(0.1)
+        th.join()
+        emu.kill(client)
+        emu.kill(server)
+    rates = [(t1, (b1 - b0) * 8 / (t1 - t0_) / 1e6)
+             for (t0_, b0), (t1, b1) in zip(samples, samples[1:], strict=False)]
+    lags = []
+    assert len(applied) == len(schedule)
+    for when, rate in schedule:
+        hit = [t for t, r in rates if t > when and abs(r - rate) <= 0.2 * rate]
+        assert hit, f"rate never reached {rate}: {rates}"
+        lags.append(hit[0] - when)
+    print("rate-change lags (s)", [round(x, 3) for x in lags],
+          "apply delay (s)", [round(a - w, 4) for (w, _), a in zip(schedule, applied, strict=True)])
+    assert all(lag <= 1.0 for lag in lags), lags
+    before = [r for t, r in rates if t0 + 0.5 < t < schedule[0][0]]
+    assert abs(sum(before) / len(before) - 100.0) <= 15.0
+
+
+def test_stop_removes_interfaces_processes_and_shells(tmp_path):
+    emu = Emulation("dumbbell", {"n_left": 1, "n_right": 1, "n_cross": 2}, state_dir=tmp_path)
+    emu.start()
+    assert (tmp_path / f"{emu.prefix}.json").exists()
+    assert emu.intf("w1") == f"{emu.prefix}w1-eth0"
+    assert len(leftovers.interfaces_with_prefix(emu.prefix)) >= 3  # bridges + switch ends
+    emu.popen("w0", ["sleep", "60"])
+    emu.popen("x1", ["bash", "-c", "sleep 61 & sleep 62"])  # a child in the same group
+    time.sleep(0.2)
+    registered = json.loads((tmp_path / f"{emu.prefix}.json").read_text())["processes"]
+    assert sum(e["role"].startswith("shell:") for e in registered) == 6  # 4 hosts, 2 bridges
+    children = _group_members([e["pid"] for e in registered if e["role"].startswith("proc:")])
+    assert len(children) >= 3
+    emu.stop()
+    _assert_nothing_left(emu.prefix, registered, tmp_path)
+    assert not [p for p in children if leftovers.proc_starttime(p) is not None]
+    emu.stop()  # idempotent
+
+
+def _group_members(pgids: list[int]) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if os.getpgid(int(d.name)) in pgids:
+                    out.append(int(d.name))
+            except ProcessLookupError:
+                pass
+    return out
+
+
+class _FailsLate(Emulation):
+    def _after_build(self) -> None:
+        raise EmulationError("injected failure after the network was built")
+
+
+def test_partially_failed_start_cleans_up(tmp_path):
+    emu = _FailsLate("star", {"n_workers": 3}, state_dir=tmp_path)
+    with pytest.raises(EmulationError, match="injected"):
+        emu.start()
+    _assert_nothing_left(emu.prefix, emu._registry.processes, tmp_path)
+    assert len(emu._registry.processes) == 4  # 3 host shells + 1 bridge shell were made
+
+
+def test_impairments_need_netem(tmp_path):
+    emu = Emulation("star", {"n_workers": 2, "delay_ms": 5.0}, state_dir=tmp_path)
+    if kernel.has_netem():
+        with emu:
+            assert emu.iperf3_goodput("w0", "w1", 1.0) > 0
+    else:
+        with pytest.raises(kernel.NetemUnavailable, match="sch_netem"):
+            emu.start()
+    _assert_nothing_left(emu.prefix, [], tmp_path)
+
+
+CRASHER = """
+import sys, time
+from pathlib import Path
+from testbed.emulation import Emulation
+emu = Emulation("star", {"n_workers": 2, "rate_mbit": 50.0}, state_dir=Path(sys.argv[1]))
+emu.start()
+emu.popen("w0", ["sleep", "60"])
+print(emu.prefix, flush=True)
+time.sleep(60)
+"""
+
+
+def test_clean_removes_what_a_killed_run_left(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(tmp_path)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        prefix = proc.stdout.readline().strip()
+        assert prefix.startswith("nst"), "crasher did not start"
+        report = leftovers.clean(state_dir=tmp_path)  # its owner is alive: a run in progress
+        assert report["skipped_active"] == [prefix] and not report["pids_killed"]
+        assert leftovers.interfaces_with_prefix(prefix)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run dies without any teardown
+        proc.wait()
+    left = leftovers.find(state_dir=tmp_path, prefix=prefix)
+    assert left["interfaces"] and left["pids"], left
+    report = leftovers.clean(state_dir=tmp_path)
+    assert set(left["pids"]) <= set(report["pids_killed"])
+    assert f"{prefix}s0" in report["interfaces_removed"]  # the bridge never goes by itself
+    assert leftovers.find(state_dir=tmp_path, prefix=prefix)["pids"] == []
+    assert leftovers.interfaces_with_prefix(prefix) == []
+    assert not (tmp_path / f"{prefix}.json").exists()
+
+
+def test_leafspine_bottleneck_is_the_uplink(tmp_path):
+    params = {"leaves": 2, "spines": 1, "hosts_per_leaf": 1, "uplink_mbit": 30.0}
+    with Emulation("leafspine", params, state_dir=tmp_path) as emu:
+        got = emu.iperf3_goodput("w0", "w1", seconds=1.5)
+        assert abs(got - 30.0) <= 3.0, got

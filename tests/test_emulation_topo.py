@@ -1,0 +1,72 @@
+"""Topology and emulation-config checks that need no root: names, validation, tc lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed import emulation, shaping
+from topologies.dumbbell import DumbbellTopo
+from topologies.leafspine import LeafSpineTopo
+from topologies.star import StarTopo
+
+
+def _intf_names(topo) -> list[str]:
+    return [f"{n}-eth{info[p]}" for a, b, info in topo.links(withKeys=False, withInfo=True)
+            for n, p in ((a, "port1"), (b, "port2"))]
+
+
+def test_star_names_and_links():
+    t = StarTopo(n_workers=3, n_cross=1, prefix="nst3f9a")
+    assert t.worker_hosts == ["w0", "w1", "w2"] and t.cross_hosts == ["x0"]
+    assert set(t.named_links) == {"w0", "w1", "w2", "x0"}
+    assert all(n.startswith("nst3f9a") for n in t.hosts() + t.switches())
+    assert "nst3f9aw0-eth0" in _intf_names(t)
+
+
+def test_dumbbell_crosses_bottleneck_and_splits_cross_hosts():
+    t = DumbbellTopo(n_left=2, n_right=3, n_cross=2, prefix="nstabcd")
+    assert t.worker_hosts == ["w0", "w1", "w2", "w3", "w4"]
+    bn = t.named_links["bottleneck"]
+    assert {bn.node1, bn.node2} == {"nstabcds0", "nstabcds1"} and bn.rate_mbit == 100.0
+    assert t.named_links["x0"].node2 == "nstabcds0" and t.named_links["x1"].node2 == "nstabcds1"
+    assert t.named_links["w1"].node2 == "nstabcds0" and t.named_links["w2"].node2 == "nstabcds1"
+
+
+def test_leafspine_full_mesh_uplinks():
+    t = LeafSpineTopo(leaves=3, spines=2, hosts_per_leaf=2, uplink_mbit=50.0, prefix="nst0000")
+    ups = sorted(n for n in t.named_links if "-" in n)
+    assert ups == ["l0-p0", "l0-p1", "l1-p0", "l1-p1", "l2-p0", "l2-p1"]
+    assert t.named_links["l2-p1"].rate_mbit == 50.0
+    assert len(t.worker_hosts) == 6 and t.uses_stp
+
+
+def test_interface_names_fit_15_chars():
+    StarTopo(n_workers=10, prefix="nst3f9a")  # nst3f9as0-eth10 is exactly 15
+    with pytest.raises(ValueError, match="15"):
+        StarTopo(n_workers=100, prefix="nst3f9a")
+
+
+@pytest.mark.parametrize("topology,params,field", [
+    ("star", {"n_workers": 0}, "n_workers"),
+    ("star", {"rate_mbit": -5}, "rate"),
+    ("star", {"queue_pkts": 0}, "queue_pkts"),
+    ("star", {"bogus": 1}, "params.bogus"),
+    ("ring", {}, "topology"),
+])
+def test_bad_config_names_the_field(topology, params, field):
+    with pytest.raises(ValueError, match=field):
+        emulation.Emulation(topology, params, prefix="nstzz00")
+
+
+def test_bad_prefix_refused():
+    with pytest.raises(ValueError, match="prefix"):
+        emulation.Emulation("star", {}, prefix="abc")
+
+
+def test_shaping_lines_use_htb_pfifo_and_no_netem():
+    lines = shaping.shape_lines("nstabcdw0-eth0", 200.0, 64)
+    assert lines[0].startswith("qdisc replace dev nstabcdw0-eth0 root handle 1: htb")
+    assert "rate 200mbit ceil 200mbit" in lines[1] and "quantum" in lines[1]
+    assert lines[2].endswith("pfifo limit 64") and not any("netem" in x for x in lines)
+    assert shaping.quantum_bytes(1000) <= 65536 and shaping.quantum_bytes(1) >= 1514
+    assert "class change" in shaping.change_rate_line("d", 20)
