@@ -1,0 +1,161 @@
+"""A tiny REAL sweep (testbed/sweeps/tiny.yaml: 2 bottleneck rates x allreduce/netsenseml,
+1+1 dumbbell in Mininet, ~5 s of MLP training per run) through the real orchestrator, then:
+
+- resume: a second sweep skips all 4 finished runs; removing one summary re-runs only that one;
+- tables: throughput / time-to-accuracy / final accuracy / speedup equal values recomputed
+  here from the raw steps.csv with the csv module (independently of pandas and tables.py);
+- figures and report: written, non-empty, not blank.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from testbed import tables
+from testbed.analysis_cli import register
+
+pytestmark = [
+    pytest.mark.emulation,
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mnexec") is None,
+                       reason="needs root and mnexec (Mininet) to build the emulated network"),
+]
+
+
+def _cli() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def _main() -> None:
+        pass
+
+    register(app)
+    return app
+
+
+def _summaries(root: Path) -> dict[Path, float]:
+    return {p: p.stat().st_mtime_ns for p in sorted(root.rglob("summary.json"))}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("results")
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(root)])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("ok ") >= 4, res.output
+    return root
+
+
+def test_resume_skips_finished_and_reruns_only_missing(swept: Path) -> None:
+    before = _summaries(swept)
+    assert len(before) == 4
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(swept)])
+    assert res.exit_code == 0, res.output
+    assert "0 ok, 0 failed, 4 skipped" in res.output
+    assert _summaries(swept) == before  # nothing rewritten
+
+    victim = sorted(before)[1]
+    victim.unlink()  # as if the run had been killed before writing its summary
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(swept)])
+    assert res.exit_code == 0, res.output
+    assert "1 ok, 0 failed, 3 skipped" in res.output
+    after = _summaries(swept)
+    assert set(after) == set(before)
+    changed = [p for p in after if after[p] != before.get(p)]
+    assert changed == [victim]
+
+
+def _raw(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "steps.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _f(v: str | None) -> float | None:
+    return float(v) if v not in (None, "") else None
+
+
+def _recompute(run_dir: Path, target: float) -> dict[str, float]:
+    """The module docstring's definitions, written again from the raw CSV rows."""
+    rows = _raw(run_dir)
+    rank0 = [r for r in rows if r["rank"] == "0"]
+    steps = sorted((r for r in rank0 if _f(r["samples"]) is not None), key=lambda r: float(r["t"]))
+    thr = sum(float(r["samples"]) for r in steps[1:]) / (
+        float(steps[-1]["t"]) - float(steps[0]["t"]))
+    evals = sorted((r for r in rank0 if _f(r.get("accuracy")) is not None),
+                   key=lambda r: float(r["t_worker"]))
+    hit = [r for r in evals if float(r["accuracy"]) >= target]
+    return {"throughput": thr, "tta": float(hit[0]["t_worker"]) if hit else math.nan,
+            "final_accuracy": float(evals[-1]["accuracy"]), "steps": len(steps)}
+
+
+def test_tables_equal_values_recomputed_from_steps_csv(swept: Path) -> None:
+    runs, steps = tables.load_runs(swept)
+    assert len(runs) == 4 and set(runs["status"]) == {"ok"}
+    assert sorted(runs["rate_mbit"].unique()) == [20.0, 200.0]
+    assert set(runs["method"]) == {"allreduce", "netsenseml"}
+    mine: dict[tuple[float, str], dict[str, float]] = {}
+    for _, r in runs.iterrows():
+        exp = _recompute(swept / r["run"], target=0.5)
+        mine[(r["rate_mbit"], r["method"])] = exp
+        assert r["throughput"] == pytest.approx(exp["throughput"], rel=1e-9)
+        # summary.json (the orchestrator's own computation, from wall clocks) agrees too
+        assert r["throughput_summary"] == pytest.approx(exp["throughput"], rel=0.02)
+        assert r["final_accuracy"] == pytest.approx(exp["final_accuracy"])
+        if math.isnan(exp["tta"]):
+            assert math.isnan(r["tta_s"]) and not r["reached_target"]
+        else:
+            assert r["tta_s"] == pytest.approx(exp["tta"]) and r["reached_target"]
+        assert r["steps"] == exp["steps"]
+
+    thr = tables.throughput_table(runs)
+    assert len(thr) == 4
+    for _, t in thr.iterrows():
+        assert t["throughput_mean"] == pytest.approx(mine[(t["rate_mbit"], t["method"])]
+                                                     ["throughput"], rel=1e-9)
+        assert t["seeds"] == 1
+
+    sp = tables.speedup_table(runs)
+    assert len(sp) == 2 and set(sp["baseline"]) == {"allreduce"}
+    for _, s in sp.iterrows():
+        ns, base = mine[(s["rate_mbit"], "netsenseml")], mine[(s["rate_mbit"], "allreduce")]
+        assert s["throughput_speedup"] == pytest.approx(ns["throughput"] / base["throughput"])
+        want = base["tta"] / ns["tta"]
+        if math.isnan(want):
+            assert math.isnan(s["tta_speedup"])
+        else:
+            assert s["tta_speedup"] == pytest.approx(want)
+
+
+def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Path) -> None:
+    import matplotlib.image as mpimg
+    import pandas as pd
+
+    out = tmp_path / "figs"
+    res = CliRunner().invoke(_cli(), ["plot", str(swept), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    for name in ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup"):
+        png, pdf = out / f"{name}.png", out / f"{name}.pdf"
+        assert png.stat().st_size > 10_000, name
+        assert pdf.stat().st_size > 5_000, name
+        img = mpimg.imread(png)
+        assert img.shape[0] > 200 and img.shape[1] > 300
+        assert float(img[..., :3].std()) > 0.02, f"{name} looks blank"
+    sp = pd.read_csv(out / "speedup.csv")
+    assert {"rate_mbit", "baseline", "throughput_speedup", "tta_speedup"} <= set(sp.columns)
+    assert len(sp) == 2
+
+    report = tmp_path / "r.html"
+    res = CliRunner().invoke(_cli(), ["report", str(swept), "--out", str(report),
+                                      "--figures", str(out)])
+    assert res.exit_code == 0, res.output
+    page = report.read_text()
+    assert page.count("data:image/png;base64,") == 4
+    assert "speedup" in page and "tiny-dumbbell" in page and "torch" in page
+    assert "src=\"http" not in page  # self-contained

@@ -1,0 +1,150 @@
+"""Sweep files: validation, expansion into deterministic run folders, and CLI input errors.
+
+These need no network; the real sweep (resume, tables, figures) is tests/test_sweep_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from testbed import sweep as sw
+from testbed.analysis_cli import register
+
+BASE = {
+    "name": "t",
+    "methods": ["allreduce", "topk:0.01"],
+    "seeds": [0, 1],
+    "overrides": {"workload.time_limit_s": 3},
+    "experiments": [
+        {"name": "rate", "kind": "throughput", "scenario": "smoke",
+         "grid": {"topology.rate_mbit": [10, 100, 1000], "workload.batch_size": [16, 32]}},
+        {"name": "ramp", "kind": "timeline", "scenario": "smoke", "methods": ["netsenseml"],
+         "seeds": [3]},
+    ],
+}
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(json.dumps(data))  # JSON is YAML
+    return p
+
+
+def test_expand_is_cartesian_and_deterministic(tmp_path: Path) -> None:
+    spec = sw.load_sweep(_write(tmp_path, BASE))
+    runs = sw.expand(spec, tmp_path / "res")
+    assert len(runs) == 3 * 2 * 2 * 2 + 1
+    dirs = [r.run_dir for r in runs]
+    assert len(set(dirs)) == len(dirs)
+    assert dirs == [r.run_dir for r in sw.expand(spec, tmp_path / "res")]
+    first = runs[0]
+    assert first.run_dir == tmp_path / "res/t/rate/rate_mbit=10,batch_size=16/allreduce-s0"
+    assert first.overrides == {"workload.time_limit_s": 3, "topology.rate_mbit": 10,
+                               "workload.batch_size": 16}
+    topk = [r for r in runs if r.method == "topk:0.01"][0]
+    assert topk.run_dir.name == "topk-0.01-s0"
+    last = runs[-1]
+    assert (last.experiment, last.method, last.seed, last.params) == ("ramp", "netsenseml", 3, {})
+    assert last.run_dir.parent.name == "base"
+
+
+@pytest.mark.parametrize(
+    ("patch", "needle"),
+    [
+        ({"colour": 1}, "colour: unknown field"),
+        ({"methods": ["allreduce", "zip"]}, "unknown method 'zip'"),
+        ({"seeds": [1, 1]}, "seeds"),
+        ({"experiments": []}, "give 'scenario' or a non-empty 'experiments'"),
+        ({"name": "a/b"}, "name:"),
+    ],
+)
+def test_bad_sweep_fields_name_the_field(tmp_path: Path, patch: dict, needle: str) -> None:
+    with pytest.raises(sw.SweepError) as err:
+        sw.load_sweep(_write(tmp_path, {**BASE, **patch}))
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg
+
+
+def test_bad_grid_and_experiment_fields(tmp_path: Path) -> None:
+    bad = json.loads(json.dumps(BASE))
+    bad["experiments"][0]["grid"] = {"topology.rate_mbit": []}
+    with pytest.raises(sw.SweepError, match=r"experiments\.0\.grid: .*non-empty list"):
+        sw.load_sweep(_write(tmp_path, bad))
+    bad["experiments"][0]["grid"] = {"topology.rate_mbit": [1]}
+    bad["experiments"][0]["kind"] = "speed"
+    with pytest.raises(sw.SweepError, match=r"experiments\.0\.kind"):
+        sw.load_sweep(_write(tmp_path, bad))
+
+
+def test_unknown_sweep_name_lists_known() -> None:
+    with pytest.raises(sw.SweepError, match="known: .*paper-quick"):
+        sw.load_sweep("no-such-sweep")
+
+
+def test_bundled_sweeps_validate_and_expand(tmp_path: Path) -> None:
+    """Every shipped sweep file parses, expands, and its scenarios validate with overrides."""
+    names = sorted(p.stem for p in sw.SWEEPS_DIR.glob("*.yaml"))
+    assert {"paper", "paper-quick", "tiny"} <= set(names)
+    for name in names:
+        runs = sw.expand(sw.load_sweep(name), tmp_path)
+        resolved = sw.resolve_scenarios(runs, base_dir=sw.SWEEPS_DIR)
+        assert resolved and all(r.scenario is not None for r in resolved)
+
+
+def test_paper_quick_estimate_fits_twenty_minutes(tmp_path: Path) -> None:
+    runs = sw.resolve_scenarios(sw.expand(sw.load_sweep("paper-quick"), tmp_path),
+                                base_dir=sw.SWEEPS_DIR)
+    _, total = sw.dry_run_rows(runs)
+    assert total < 20 * 60
+
+
+def test_resume_status_reads_summary(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    assert not sw.is_done(d)
+    d.mkdir()
+    (d / "summary.json").write_text('{"status": "failed"}')
+    assert not sw.is_done(d)
+    (d / "summary.json").write_text('{"status": "ok"')  # torn file: not done
+    assert not sw.is_done(d)
+    (d / "summary.json").write_text('{"status": "ok"}')
+    assert sw.is_done(d)
+
+
+def _cli() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def _main() -> None:  # a group, so commands are addressed by name as in netsense
+        pass
+
+    register(app)
+    return app
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad = _write(tmp_path, {**BASE, "methods": ["nope"]})
+    res = runner.invoke(_cli(), ["sweep", str(bad), "--results", str(tmp_path / "r"), "--dry-run"])
+    assert res.exit_code == 2
+    assert "unknown method 'nope'" in res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "r").exists()
+    res = runner.invoke(_cli(), ["plot", str(tmp_path / "missing")])
+    assert res.exit_code == 2 and "no such folder" in res.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = runner.invoke(_cli(), ["report", str(empty)])
+    assert res.exit_code == 2 and "no run folders" in res.output
+
+
+def test_cli_dry_run_lists_runs_and_estimate(tmp_path: Path) -> None:
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("pending") >= 4
+    assert "estimated" in res.output and "min" in res.output
+    assert not (tmp_path / "tiny").exists()
