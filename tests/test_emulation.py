@@ -187,3 +187,24 @@ def test_leafspine_bottleneck_is_the_uplink(tmp_path):
     with Emulation("leafspine", params, state_dir=tmp_path) as emu:
         got = emu.iperf3_goodput("w0", "w1", seconds=1.5)
         assert abs(got - 30.0) <= 3.0, got
+
+
+def test_failure_while_links_are_built_cleans_up(tmp_path, monkeypatch):
+    """tc failing on the 3rd shaped interface (hosts, veths, bridge shells exist by then)."""
+    from testbed import shaping
+
+    real = shaping.shape_lines
+    calls = []
+
+    def third_fails(dev, *args, **kwargs):
+        calls.append(dev)
+        lines = real(dev, *args, **kwargs)
+        return lines if len(calls) != 3 else [*lines, "qdisc add dev nosuchdev root htb"]
+
+    monkeypatch.setattr(shaping, "shape_lines", third_fails)
+    emu = Emulation("star", {"n_workers": 3}, state_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="tc failed"):
+        emu.start()
+    assert len(calls) == 3
+    _assert_nothing_left(emu.prefix, emu._registry.processes, tmp_path)
+    assert len(emu._registry.processes) == 4

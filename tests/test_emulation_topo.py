@@ -70,3 +70,15 @@ def test_shaping_lines_use_htb_pfifo_and_no_netem():
     assert lines[2].endswith("pfifo limit 64") and not any("netem" in x for x in lines)
     assert shaping.quantum_bytes(1000) <= 65536 and shaping.quantum_bytes(1) >= 1514
     assert "class change" in shaping.change_rate_line("d", 20)
+
+
+@pytest.mark.parametrize("name", ["star", "dumbbell", "leafspine"])
+def test_loadable_like_mn_custom(name):
+    """`mn --custom topologies/<name>.py --topo <name>,...` execs the file and reads `topos`."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "topologies" / f"{name}.py"
+    customs: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), customs, customs)  # as mn does
+    topo = customs["topos"][name](2)  # mn passes --topo arguments positionally
+    assert topo.worker_hosts[:2] == ["w0", "w1"] and topo.named_links
