@@ -20,6 +20,7 @@ class Int8Compressor:
     lossy = True
     reduction = "allgather"
     levels = 127
+    fixed_size = True  # numel + 4 bytes on every rank: the gather needs no size exchange
 
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
@@ -31,3 +32,8 @@ class Int8Compressor:
     def decompress(self, payload: Payload) -> torch.Tensor:
         codes, scale = payload.tensors
         return (codes.float() * scale).to(payload.dtype).view(payload.shape)
+
+    def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
+        """Adds the decoded payload into the flat tensor ``out`` (used to sum many ranks)."""
+        codes, scale = payload.tensors
+        out.add_(codes.to(out.dtype) * scale.to(out.dtype))

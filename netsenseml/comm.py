@@ -1,0 +1,166 @@
+"""The communicator: hands payloads to ``torch.distributed`` and accounts for them.
+
+* Summable payloads (fp32, fp16/bf16 casts, random-k values under a shared seed) are
+  **allreduced**.
+* Payloads that must be decoded per rank (int8 codes with their own scale, top-k values
+  and indices) are **all-gathered** as byte buffers. Ranks may send different amounts
+  (DGC's threshold selects a rank-dependent count; the adaptive policy changes k between
+  steps), so a variable-size gather runs in two phases: an all-gather of each rank's byte
+  count (8 bytes), then an all-gather of buffers padded to the largest count. Nothing is
+  truncated; the padding is counted as sent because it is handed to torch.distributed.
+  Fixed-size payloads (int8) skip the first phase.
+
+Each rank's byte buffer is ``[int64 length per wire tensor][float32 extras][tensor bytes]``;
+``extras`` are a few float32 values piggy-backed on the collective (the adaptive policy's
+measurements), so that ranks agree without an extra round trip.
+
+:class:`CommRecorder` counts the bytes of every tensor this rank hands to
+``torch.distributed`` as input (``all_reduce``'s tensor, ``all_gather``'s input tensor) and
+the time collectives are in flight, and feeds one monitor sample per collective.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from netsenseml.sense import NetworkMonitor
+
+
+class CommRecorder:
+    """Bytes handed to torch.distributed and busy time of this rank's collectives.
+
+    ``busy_s`` is the length of the union of the intervals [launch, completion] of all
+    collectives: overlapping buckets are not counted twice. Completion callbacks run on
+    the process group's threads, hence the lock.
+    """
+
+    def __init__(self, monitor: NetworkMonitor | None = None) -> None:
+        self.monitor = monitor
+        self._lock = threading.Lock()
+        self.bytes_sent = 0  # cumulative, never reset: users take differences
+        self.busy_s = 0.0
+        self.collectives = 0
+        self.last_done = 0.0
+        self._inflight = 0
+        self._busy_since = 0.0
+
+    def launch(self, nbytes: int, at: float | None = None) -> tuple[float, int]:
+        """Counts a collective launched now (or at ``at``); returns a token for :meth:`done`."""
+        now = time.perf_counter() if at is None else at
+        with self._lock:
+            self.bytes_sent += nbytes
+            self.collectives += 1
+            if self._inflight == 0:
+                self._busy_since = now
+            self._inflight += 1
+        return now, nbytes
+
+    def done(self, token: tuple[float, int]) -> None:
+        now = time.perf_counter()
+        t0, nbytes = token
+        with self._lock:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self.busy_s += now - self._busy_since
+            self.last_done = now
+            if self.monitor is not None:
+                self.monitor.add(nbytes, now - t0)
+
+    def totals(self) -> tuple[int, float, int, float]:
+        """Cumulative (bytes_sent, busy_s, collectives, last completion time)."""
+        with self._lock:
+            return self.bytes_sent, self.busy_s, self.collectives, self.last_done
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def allreduce(
+    tensor: torch.Tensor, group: Any, recorder: CommRecorder
+) -> torch.futures.Future[torch.Tensor]:
+    """Sum-allreduce ``tensor`` in place; the future holds ``tensor``."""
+    token = recorder.launch(_nbytes(tensor))
+    fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+
+    def finish(f: torch.futures.Future) -> torch.Tensor:
+        f.wait()
+        recorder.done(token)
+        return tensor
+
+    return fut.then(finish)
+
+
+def pack(tensors: Sequence[torch.Tensor], extras: torch.Tensor | None) -> torch.Tensor:
+    """Byte buffer ``[int64 lengths][float32 extras][tensor bytes...]`` (see module docstring)."""
+    header = torch.tensor([t.numel() for t in tensors], dtype=torch.int64)
+    parts = [header.view(torch.uint8)]
+    if extras is not None:
+        parts.append(extras.to(torch.float32).reshape(-1).view(torch.uint8))
+    parts += [t.contiguous().reshape(-1).view(torch.uint8) for t in tensors]
+    return torch.cat(parts)
+
+
+def unpack(
+    buf: torch.Tensor, dtypes: Sequence[torch.dtype], n_extras: int
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """Inverse of :func:`pack` for a buffer whose wire tensors have ``dtypes``."""
+    nt = len(dtypes)
+    lengths = buf[: 8 * nt].clone().view(torch.int64).tolist()
+    off = 8 * nt
+    extras = None
+    if n_extras:
+        extras = buf[off : off + 4 * n_extras].clone().view(torch.float32)
+        off += 4 * n_extras
+    tensors = []
+    for dt, n in zip(dtypes, lengths, strict=True):
+        size = int(n) * torch.empty((), dtype=dt).element_size()
+        tensors.append(buf[off : off + size].clone().view(dt))
+        off += size
+    return tensors, extras
+
+
+def allgather_bytes(
+    buf: torch.Tensor, group: Any, recorder: CommRecorder, fixed_size: bool
+) -> torch.futures.Future[list[torch.Tensor]]:
+    """All-gathers 1-D uint8 buffers of possibly different lengths; no truncation.
+
+    The future holds one buffer per rank, in rank order, each of its true length.
+    """
+    world = dist.get_world_size(group)
+    n = buf.numel()
+
+    def gather_data(sizes: list[int]) -> torch.futures.Future[list[torch.Tensor]]:
+        cap = max(sizes)
+        padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
+        outs = [torch.empty(cap, dtype=torch.uint8) for _ in range(world)]
+        token = recorder.launch(_nbytes(padded))
+        work = dist.all_gather(outs, padded, group=group, async_op=True)
+
+        def finish(f: torch.futures.Future) -> list[torch.Tensor]:
+            f.wait()
+            recorder.done(token)
+            return [o[:s] for o, s in zip(outs, sizes, strict=True)]
+
+        return work.get_future().then(finish)
+
+    if fixed_size:
+        return gather_data([n] * world)
+
+    size_t = torch.tensor([n], dtype=torch.int64)
+    size_outs = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
+    token = recorder.launch(_nbytes(size_t))
+    fut0 = dist.all_gather(size_outs, size_t, group=group, async_op=True).get_future()
+
+    def phase_two(f: torch.futures.Future) -> list[torch.Tensor]:
+        f.wait()
+        recorder.done(token)
+        return gather_data([int(s.item()) for s in size_outs]).wait()
+
+    return fut0.then(phase_two)
