@@ -1,0 +1,232 @@
+"""The ``netsense`` command: run, list, doctor, clean (+ sweep, plot, report from analysis).
+
+Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
+stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
+teardown; the interrupted run's folder says failed).
+
+Heavy imports (torch via netsenseml, Mininet) happen only inside the commands that need
+them, so ``netsense list`` and bad-input errors answer fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+import yaml
+
+app = typer.Typer(
+    name="netsense",
+    help="NetSense testbed: emulated networks, DDP workers, scenarios and results.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DEFAULT_RESULTS = Path("results")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr and exit; the contract for bad input."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _parse_overrides(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            fail(f"--set {item!r}: expected dotted.path=value")
+        key, raw = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+@app.command()
+def run(
+    scenario: Annotated[str, typer.Argument(help="scenario name (testbed/scenarios/) or path")],
+    method: Annotated[
+        list[str] | None,
+        typer.Option("--method", "-m", help="method spec; repeatable (default: the scenario's)"),
+    ] = None,
+    seed: Annotated[
+        list[int] | None, typer.Option("--seed", "-s", help="seed; repeatable (default: scenario's)")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="results root; runs go to OUT/<scenario>/<run_id>")
+    ] = DEFAULT_RESULTS,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a field: dotted.path=value (YAML value); repeatable"),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
+) -> None:
+    """Run a scenario: every method x seed (or those given), one run folder each."""
+    from testbed.scenario import ScenarioError, apply_overrides, check_method, load_scenario
+
+    try:
+        scn = load_scenario(scenario)
+        if set_:
+            scn = apply_overrides(scn, _parse_overrides(set_))
+        methods = list(method) if method else list(scn.methods)
+        for m in methods:
+            try:
+                check_method(m)
+            except ValueError as exc:
+                raise ScenarioError(f"--method: {exc}") from None
+        seeds = list(seed) if seed else list(scn.seeds)
+    except ScenarioError as exc:
+        fail(str(exc))
+    _preflight()
+
+    from testbed.run import RunInterrupted, make_run_id, run_scenario
+
+    root = out / scn.name
+    outcomes = []
+    try:
+        for s in seeds:
+            for m in methods:
+                run_dir = _unique(root / make_run_id(m, s))
+                outcomes.append(run_scenario(scn, m, s, run_dir, progress=not quiet))
+    except RunInterrupted as exc:
+        _print_table(scn.name, outcomes)
+        typer.echo(f"interrupted ({exc}); torn down, run marked failed", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    _print_table(scn.name, outcomes)
+    if any(o.status != "ok" for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _unique(path: Path) -> Path:
+    """Never reuse a folder: two runs in the same second get -2, -3 ... suffixes."""
+    if not path.exists():
+        return path
+    n = 2
+    while path.with_name(f"{path.name}-{n}").exists():
+        n += 1
+    return path.with_name(f"{path.name}-{n}")
+
+
+def _preflight() -> None:
+    """Refuse (exit 2) before building anything when the machine cannot emulate."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        fail("netsense run needs root (network namespaces, tc); see `netsense doctor`")
+    for tool in ("mnexec", "iperf3", "tc", "ip"):
+        if shutil.which(tool) is None:
+            fail(f"{tool} not found; see `netsense doctor`")
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _print_table(name: str, outcomes: list[Any]) -> None:
+    if not outcomes:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from testbed.run import summary_table_rows
+
+    table = Table(title=f"{name}: results", title_justify="left")
+    for col, just in (("method", "left"), ("seed", "right"), ("status", "left"),
+                      ("samples/s", "right"), ("final acc", "right"), ("TTA s", "right"),
+                      ("MB sent", "right")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    failed = []
+    for r in summary_table_rows(outcomes):
+        table.add_row(
+            str(r["method"]), str(r["seed"]), r["status"], _fmt(r["throughput"], ".1f"),
+            _fmt(r["final_acc"], ".3f"), _fmt(r["tta"], ".1f"), _fmt(r["mb_sent"], ".1f"),
+        )
+        if r["status"] != "ok":
+            failed.append(f"{r['method']} seed {r['seed']}: {r['reason']}")
+    console = Console(width=max(100, Console().width))
+    console.print(table)
+    console.print(f"run folders: {Path(outcomes[0].run_dir).parent}", highlight=False)
+    for line in failed:
+        console.print(f"failed: {line}", highlight=False, soft_wrap=True)
+
+
+@app.command("list")
+def list_() -> None:
+    """Bundled scenarios with one-line descriptions."""
+    from testbed.scenario import list_scenarios
+
+    rows = list_scenarios()
+    width = max((len(n) for n, _ in rows), default=0)
+    for name, desc in rows:
+        typer.echo(f"{name.ljust(width)}  {desc}")
+
+
+@app.command()
+def doctor() -> None:
+    """What this machine can emulate: root, netns, HTB/TBF, netem, mnexec, iperf3, bridge."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from testbed.doctor import checks
+
+    table = Table(title="netsense doctor", title_justify="left")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("detail")
+    table.add_column("to fix")
+    all_ok = True
+    for c in checks():
+        all_ok &= bool(c.ok)
+        table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]missing[/]", c.detail or "",
+                      "" if c.ok else (c.fix or ""))
+    Console(width=max(120, Console().width)).print(table)
+    if not all_ok:
+        typer.echo("some checks failed: emulation features that need them are refused")
+
+
+@app.command()
+def clean(
+    force: Annotated[
+        bool, typer.Option(help="also clean runs whose orchestrator still looks alive")
+    ] = False,
+) -> None:
+    """Remove leftovers of this testbed's own runs (found by prefix and recorded PIDs)."""
+    from testbed import leftovers
+
+    report = leftovers.clean(force=force)
+    for key in ("interfaces_removed", "pids_killed", "registries_removed", "skipped_active",
+                "failed"):
+        items = report.get(key) or []
+        typer.echo(f"{key.replace('_', ' ')}: {len(items)}"
+                   + (f" ({', '.join(map(str, items[:10]))})" if items else ""))
+    if report.get("failed"):
+        raise typer.Exit(1)
+
+
+def _register_analysis() -> None:
+    """Add sweep/plot/report when the analysis module is present.
+
+    find_spec rather than try/except ImportError: a real import error inside the module
+    must surface, not silently hide three commands.
+    """
+    if importlib.util.find_spec("testbed.analysis_cli") is not None:
+        importlib.import_module("testbed.analysis_cli").register(app)
+
+
+_register_analysis()
+
+
+def main() -> None:  # pragma: no cover - console entry alternative
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

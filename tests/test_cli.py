@@ -1,0 +1,179 @@
+"""The ``netsense`` command: exit codes, one-line errors, nothing left behind.
+
+Bad input must give exit 2, exactly one line on stderr naming the problem, no traceback,
+and leave nothing behind. "Nothing behind" is checked two ways that do not depend on what
+other tests on this machine are doing at the same time: the emulation registry directory
+given to the command (NETSENSE_STATE_DIR; an Emulation registers its prefix *before*
+creating anything) stays empty, and no process carrying this call's marker in its
+environment (every child inherits it) is alive afterwards.
+
+Most cases run the typer app in-process (CliRunner): a real subprocess costs a torch
+import (seconds on a loaded 2-core machine) per case. Two cases run the installed
+``netsense`` script as a real process, to show the same contract end to end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import kernel
+
+NETSENSE = Path(sys.executable).parent / "netsense"
+GOOD = {
+    "name": "t",
+    "topology": {"kind": "star", "n_workers": 2, "n_cross": 1, "rate_mbit": 50},
+    "workload": {"model": "mlp", "dataset": "digits", "batch_size": 8, "steps": 3},
+    "methods": ["allreduce"],
+}
+
+
+def _marked_pids(marker: str) -> list[int]:
+    needle = f"NETSENSE_TEST_MARK={marker}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes():
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+def netsense_proc(args: list[str], tmp_path: Path, timeout: float = 120):
+    marker = uuid.uuid4().hex
+    state = tmp_path / "state"
+    env = dict(os.environ, NETSENSE_STATE_DIR=str(state), NETSENSE_TEST_MARK=marker,
+               COLUMNS="200")
+    proc = subprocess.run([str(NETSENSE), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=tmp_path)
+    assert _marked_pids(marker) == [], "processes of the command outlived it"
+    assert not state.exists() or not any(state.iterdir()), "an emulation was registered"
+    return proc
+
+
+def netsense(args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """In-process run of the app with the same leftover checks; returns the CliRunner result."""
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    marker = uuid.uuid4().hex
+    state = tmp_path / "state"
+    monkeypatch.setenv("NETSENSE_STATE_DIR", str(state))
+    monkeypatch.setenv("NETSENSE_TEST_MARK", marker)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert _marked_pids(marker) == [], "processes of the command outlived it"
+    assert not state.exists() or not any(state.iterdir()), "an emulation was registered"
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        result.exception)
+    return result
+
+
+def _yaml(tmp_path: Path, data: dict | str, name: str = "bad.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(p)
+
+
+def _mod(path: str, value) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    node = data
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+    return data
+
+
+CASES = {
+    "yaml-syntax": ("name: t\ntopology: {kind: star\n", "YAML syntax error at line"),
+    "unknown-field": (_mod("workload.epochs", 3), "workload.epochs: unknown field"),
+    "negative-rate": (_mod("topology.rate_mbit", -5), "topology.rate_mbit: Input should be "
+                      "greater than 0 (got -5)"),
+    "unknown-method": (_mod("methods", ["allreduce", "foo"]), "methods[1]:"),
+    "malformed-method": (_mod("methods", ["topk:2.5"]), "methods[0]:"),
+    "zero-workers": (_mod("topology.n_workers", 0), "topology.n_workers: Input should be "
+                     "greater than 0 (got 0)"),
+    "unknown-link": ({**GOOD, "timeline": [{"at": 1, "kind": "set_rate", "link": "bottleneck",
+                                            "mbit": 5}]},
+                     "unknown link 'bottleneck'; links: w0, w1, x0"),
+    "path-in-name": (_mod("name", "a/b"), "name: invalid name 'a/b'"),
+    "netem": (_mod("topology.loss_pct", 1), "topology.loss_pct:"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_scenario_exits_2_with_one_line(tmp_path, monkeypatch, case):
+    data, needle = CASES[case]
+    if case == "netem" and kernel.has_netem():
+        pytest.skip("this kernel has netem, so netem fields are valid here")
+    proc = netsense(["run", _yaml(tmp_path, data), "--out", str(tmp_path / "res")], tmp_path,
+                    monkeypatch)
+    assert proc.exit_code == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: scenario bad.yaml: "), lines[0]
+    assert needle in lines[0], lines[0]
+    if case in ("unknown-method", "malformed-method"):
+        assert "accepted" in lines[0] or "form" in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "res").exists()
+
+
+def test_missing_file_unknown_name_and_bad_method_flag(tmp_path, monkeypatch):
+    for args, needle in (
+        (["run", str(tmp_path / "nope.yaml")], "scenario file not found"),
+        (["run", "no-such-scenario"], "unknown scenario 'no-such-scenario'; available:"),
+        (["run", "smoke", "--method", "bogus"], "--method:"),
+        (["run", "smoke", "--set", "topology.rate_mbit=-1"], "topology.rate_mbit"),
+    ):
+        proc = netsense([*args, "--out", str(tmp_path / "res")], tmp_path, monkeypatch)
+        assert proc.exit_code == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("case", ["yaml-syntax", "unknown-method"])
+def test_real_process_bad_input(tmp_path, case):
+    """The installed script, as `make experiment` runs it: exit 2, one line, no traceback."""
+    data, needle = CASES[case]
+    proc = netsense_proc(["run", _yaml(tmp_path, data), "--out", str(tmp_path / "res")],
+                         tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "res").exists()
+
+
+def test_list_and_help(tmp_path, monkeypatch):
+    proc = netsense(["list"], tmp_path, monkeypatch)
+    assert proc.exit_code == 0
+    names = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert "smoke" in names and "star-congestion" in names
+    smoke = next(line for line in proc.stdout.splitlines() if line.startswith("smoke "))
+    assert "2-worker star" in smoke
+    proc = netsense(["--help"], tmp_path, monkeypatch)
+    for cmd in ("run", "list", "doctor", "clean"):
+        assert cmd in proc.stdout
+
+
+def test_doctor_reports_each_capability(tmp_path, monkeypatch):
+    proc = netsense(["doctor"], tmp_path, monkeypatch)
+    assert proc.exit_code == 0, proc.stderr
+    for check in ("root", "netns", "HTB", "TBF", "netem", "mnexec", "iperf3", "bridge"):
+        assert check in proc.stdout
+    netem_line = next(line for line in proc.stdout.splitlines() if "netem" in line)
+    assert ("ok" in netem_line) == kernel.has_netem()
