@@ -91,8 +91,9 @@ class Decision:
 class NetSensePolicy:
     """The level ladder with the BDP rule at its top (see module docstring).
 
-    ``mode="bdp"`` runs rule (a) alone: always top-k with the BDP-rule fraction, and no
-    compression at all while the fraction is 1.0.
+    ``mode="bdp"`` runs rule (a) alone: top-k with the BDP-rule fraction ``r`` while
+    ``r < 0.5`` (where top-k sends fewer bytes than fp32), no compression otherwise.
+    ``rule.ratio`` is the fraction itself; it returns to 1.0 when the network allows.
     """
 
     def __init__(
@@ -134,7 +135,9 @@ class NetSensePolicy:
     @property
     def decision(self) -> Decision:
         if self.mode == "bdp":
-            return Decision("none", 1.0) if self.rule.ratio >= 1.0 else Decision("topk", self.rule.ratio)
+            # Top-k sends 8 bytes per kept element: at r >= 0.5 fp32 is cheaper.
+            r = self.rule.ratio
+            return Decision("topk", r) if bytes_ratio("topk", r) < 1.0 else Decision("none", 1.0)
         level = self.ladder[self.level_index]
         return Decision(level, self.rule.ratio if level == "topk" else 1.0)
 

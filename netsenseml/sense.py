@@ -4,11 +4,17 @@ Every collective is a sample ``(bytes, seconds)``: the payload this rank handed 
 ``torch.distributed`` and the time from launch to completion. Like BBR (Cardwell et al.
 2016) the monitor keeps two windowed extremes:
 
-* **max delivery rate** -- the largest ``bytes / seconds`` seen in the last ``window_s``
-  seconds. A collective can never deliver faster than the bottleneck, so the maximum is the
-  best estimate of the bottleneck bandwidth; the window lets it fall when the link slows.
 * **min RTT** -- the smallest ``seconds`` in the window: the collective least delayed by
-  queues (and by its own size), the best available estimate of the base latency.
+  queues and by its own size (tiny collectives such as the 8-byte size exchange of a
+  sparse all-gather are natural probes), the best available estimate of the base latency.
+* **max delivery rate** -- the largest delivery-rate sample in the window. A collective
+  spends about one base latency before its bytes flow, so a sample is
+  ``bytes / (seconds - min_rtt)`` (as BBR measures delivery between acknowledgements, not
+  including the first round trip), with ``seconds - min_rtt`` floored at
+  ``min_transfer_fraction * seconds`` so that a sample barely above the min RTT cannot
+  claim an absurd rate (the floor caps the over-estimate at 1/fraction).
+  Nothing delivers faster than the bottleneck, so the maximum estimates its bandwidth;
+  the window lets it fall when the link slows.
 
 Their product is the **BDP** (bytes the path holds without queueing). The **queueing delay**
 estimate of the latest sample is what it took beyond the ideal time at these two
@@ -73,8 +79,11 @@ class NetworkEstimate:
 class NetworkMonitor:
     """Windowed max delivery rate, min RTT, BDP and queueing delay (see module docstring)."""
 
-    def __init__(self, window_s: float = 5.0) -> None:
+    def __init__(self, window_s: float = 5.0, min_transfer_fraction: float = 0.25) -> None:
+        if not 0 < min_transfer_fraction <= 1:
+            raise ValueError(f"min_transfer_fraction must be in (0, 1], got {min_transfer_fraction}")
         self.window_s = window_s
+        self.min_transfer_fraction = min_transfer_fraction
         self._rate = WindowedExtreme(window_s, "max")
         self._rtt = WindowedExtreme(window_s, "min")
         self._last: tuple[float, float] | None = None
@@ -85,8 +94,11 @@ class NetworkMonitor:
         if nbytes <= 0 or seconds <= 0:
             return
         now = time.monotonic() if t is None else t
-        self._rate.add(nbytes / seconds, now)
         self._rtt.add(seconds, now)
+        rtt = self._rtt.value()
+        assert rtt is not None
+        transfer = max(seconds - rtt, self.min_transfer_fraction * seconds)
+        self._rate.add(nbytes / transfer, now)
         self._last = (nbytes, seconds)
         self.samples += 1
 
