@@ -113,7 +113,7 @@ class Emulation:
         self._procs: list[subprocess.Popen] = []
         self._lock = threading.RLock()
         self._link_ends: dict[str, list[tuple[str, int | None]]] = {}
-        self._port = 5200
+        self._port = 5100
         self.started = False
         self.stopped = False
         self.leftovers: list[str] = []
@@ -158,9 +158,6 @@ class Emulation:
             self._net.start()
             self._index_links()
             self._after_build()
-            if getattr(self.topo, "uses_stp", False):
-                if not self._net.waitConnected(timeout=30):
-                    raise EmulationError("STP did not converge within 30 s")
         except BaseException:
             self.stop()
             raise
@@ -343,8 +340,9 @@ class Emulation:
 
     # ---- measurement ------------------------------------------------------------------
     def next_port(self) -> int:
+        """A port for a measurement iperf3 (5101..5200, apart from traffic's 5301+)."""
         with self._lock:
-            self._port += 1
+            self._port = 5101 + (self._port - 5100) % 100
             return self._port
 
     def iperf3_server(self, host: str, port: int, interval_s: float | None = None):

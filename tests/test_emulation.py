@@ -182,11 +182,24 @@ def test_clean_removes_what_a_killed_run_left(tmp_path):
     assert not (tmp_path / f"{prefix}.json").exists()
 
 
-def test_leafspine_bottleneck_is_the_uplink(tmp_path):
-    params = {"leaves": 2, "spines": 1, "hosts_per_leaf": 1, "uplink_mbit": 30.0}
+def test_leafspine_uplink_rate_and_ecmp_over_spines(tmp_path):
+    """One flow leaf->leaf gets one uplink's rate; 12 flows spread over both spines."""
+    params = {"leaves": 2, "spines": 2, "hosts_per_leaf": 1, "uplink_mbit": 30.0}
     with Emulation("leafspine", params, state_dir=tmp_path) as emu:
-        got = emu.iperf3_goodput("w0", "w1", seconds=1.5)
-        assert abs(got - 30.0) <= 3.0, got
+        one = emu.iperf3_goodput("w0", "w1", seconds=1.5)
+        assert abs(one - 30.0) <= 3.0, one
+        port = emu.next_port()
+        server = emu.iperf3_server("w1", port)
+        client = emu.popen("w0", ["iperf3", "-c", emu.ip("w1"), "-p", str(port), "-t", "2.5",
+                                  "-P", "12"], stdout=subprocess.DEVNULL)
+        time.sleep(1.0)
+        b0, t0 = emu.rx_bytes("w1"), time.monotonic()
+        time.sleep(1.0)
+        agg = (emu.rx_bytes("w1") - b0) * 8 / (time.monotonic() - t0) / 1e6
+        emu.kill(client)
+        emu.kill(server)
+    print("leaf-spine single flow", round(one, 1), "12 flows (L2 rx)", round(agg, 1))
+    assert 42.0 <= agg <= 66.0, agg  # two 30 Mbit/s spines in use, not one
 
 
 def test_failure_while_links_are_built_cleans_up(tmp_path, monkeypatch):

@@ -37,7 +37,10 @@ def test_leafspine_full_mesh_uplinks():
     ups = sorted(n for n in t.named_links if "-" in n)
     assert ups == ["l0-p0", "l0-p1", "l1-p0", "l1-p1", "l2-p0", "l2-p1"]
     assert t.named_links["l2-p1"].rate_mbit == 50.0
-    assert len(t.worker_hosts) == 6 and t.uses_stp
+    assert len(t.worker_hosts) == 6
+    l0 = t.nodeInfo("nst0000l0")
+    assert "10.1.5.0/24 nexthop via 10.2.0.2 nexthop via 10.2.1.2" in l0["routes"]
+    assert t.nodeInfo("nst0000w5")["ip"] == "10.1.5.2/24"
 
 
 def test_interface_names_fit_15_chars():

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 
 from mininet.link import Intf, Link
+from mininet.node import Node
 from mininet.nodelib import LinuxBridge
 from mininet.topo import Topo
 
@@ -63,33 +64,36 @@ class ShapedIntf(Intf):
 
 
 class ShapedLink(Link):
-    """veth pair with both ends shaped; accepts bw, max_queue_size, delay, jitter, loss."""
+    """veth pair with both ends shaped; accepts bw, max_queue_size, delay, jitter, loss.
 
-    def __init__(self, node1, node2, port1=None, port2=None, intfName1=None, intfName2=None,
-                 addr1=None, addr2=None, **params):
-        Link.__init__(self, node1, node2, port1=port1, port2=port2, intfName1=intfName1,
-                      intfName2=intfName2, cls1=ShapedIntf, cls2=ShapedIntf, addr1=addr1,
-                      addr2=addr2, params1=params, params2=params)
-
-
-class StpBridge(LinuxBridge):
-    """Linux bridge running STP with the shortest timers the kernel allows.
-
-    Why: with more than one spine an L2 leaf-spine has loops; STP breaks them.  Forward
-    delay 2 s (the kernel minimum) keeps convergence to a few seconds instead of 30.
+    params1/params2 (e.g. each end's ``ip``) are merged over the shared shaping params.
     """
 
-    def __init__(self, name, **kwargs):
-        kwargs["stp"] = True
-        LinuxBridge.__init__(self, name, **kwargs)
+    def __init__(self, node1, node2, port1=None, port2=None, intfName1=None, intfName2=None,
+                 addr1=None, addr2=None, params1=None, params2=None, **params):
+        Link.__init__(self, node1, node2, port1=port1, port2=port2, intfName1=intfName1,
+                      intfName2=intfName2, cls1=ShapedIntf, cls2=ShapedIntf, addr1=addr1,
+                      addr2=addr2, params1={**params, **(params1 or {})},
+                      params2={**params, **(params2 or {})})
 
-    def start(self, _controllers):
-        self.cmd("ip link add", self, "type bridge stp_state 1 forward_delay 200 "
-                 "hello_time 100 max_age 600")
-        for intf in self.intfList():
-            if self.name in intf.name:
-                self.cmd("ip link set", intf, "master", self)
-        self.cmd("ip link set", self, "up")
+
+class Router(Node):
+    """A node in its own namespace that forwards IPv4 and installs static (ECMP) routes.
+
+    Why: a leaf-spine fabric with several spines has loops at L2; routing at the leaves
+    with equal-cost multipath over all spines (hashing on L4 ports, so parallel flows
+    spread) is what real fabrics do.  ``routes`` are `ip route replace` arguments; they are
+    installed in config(), which Mininet runs after all links exist.
+    """
+
+    def config(self, routes=(), **params):
+        result = Node.config(self, **params)
+        self.cmd("sysctl -qw net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=1")
+        for route in routes:
+            out = self.cmd("ip route replace " + route)
+            if out.strip():
+                raise RuntimeError(f"route on {self.name} failed: {route}: {out.strip()}")
+        return result
 
 
 class NamedTopo(Topo):
@@ -105,9 +109,9 @@ class NamedTopo(Topo):
     def node_name(self, logical: str) -> str:
         return f"{self.prefix}{logical}"
 
-    def add_worker(self, index: int) -> str:
+    def add_worker(self, index: int, **params) -> str:
         logical = f"w{index}"
-        self.addHost(self.node_name(logical))
+        self.addHost(self.node_name(logical), **params)
         self.worker_hosts.append(logical)
         return logical
 
@@ -117,18 +121,30 @@ class NamedTopo(Topo):
         self.cross_hosts.append(logical)
         return logical
 
-    def add_switch(self, logical: str, cls=LinuxBridge) -> str:
+    def add_switch(self, logical: str) -> str:
         self._nswitch += 1
-        self.addSwitch(self.node_name(logical), cls=cls, dpid=f"{self._nswitch:016x}")
+        self.addSwitch(self.node_name(logical), cls=LinuxBridge, dpid=f"{self._nswitch:016x}")
+        return logical
+
+    def add_router(self, logical: str) -> str:
+        self.addHost(self.node_name(logical), cls=Router, ip=None)
         return logical
 
     def add_shaped_link(self, name: str, a: str, b: str, rate_mbit: float | None,
-                        queue_pkts: int, delay_ms=None, jitter_ms=None, loss_pct=None) -> None:
-        """Add a link between logical nodes a and b; rate None leaves it unshaped."""
+                        queue_pkts: int, delay_ms=None, jitter_ms=None, loss_pct=None,
+                        ip1: str | None = None, ip2: str | None = None) -> None:
+        """Add a link between logical nodes a and b; rate None leaves it unshaped.
+
+        ip1/ip2 give the two ends addresses ('10.1.0.1/24') where the topology routes.
+        """
         opts: dict = {}
+        if ip1:
+            opts["params1"] = {"ip": ip1}
+        if ip2:
+            opts["params2"] = {"ip": ip2}
         if rate_mbit is not None:
             _check_positive(f"rate of link {name}", rate_mbit)
-            opts = {"bw": float(rate_mbit), "max_queue_size": int(queue_pkts)}
+            opts.update(bw=float(rate_mbit), max_queue_size=int(queue_pkts))
             if delay_ms is not None:
                 opts["delay"] = delay_ms
             if jitter_ms is not None:

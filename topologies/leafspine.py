@@ -1,16 +1,19 @@
-"""Leaf-spine: `leaves` leaf switches, each joined to every one of `spines` spine switches.
+"""Leaf-spine: `leaves` leaf routers, each joined to every one of `spines` spine routers.
 
     p0     p1          spines (uplinks at uplink_mbit)
     | \\   / |
-    l0     l1          leaves (hosts at access_mbit)
+    l0     l1          leaves (host access links at access_mbit)
    w0 w1  w2 w3
 
 Oversubscription is set by the rates: hosts_per_leaf * access_mbit / (spines * uplink_mbit).
 Named links: "l<i>-p<j>" (uplinks) and "w0".. (host access links).
 
-With more than one spine the L2 fabric has loops, so the bridges run STP (shortest kernel
-timers, a few seconds to converge, see `Emulation.start`) and STP keeps one spine path per
-leaf active: traffic does not spread over spines as it would with L3 ECMP.
+Why routers, not bridges: with more than one spine an L2 fabric has loops, and STP would
+leave one spine per leaf in use, so the spines' capacity would not add up.  Here leaves
+and spines are IPv4 routers (own namespaces, static routes); a leaf reaches other leaves'
+hosts over all spines with ECMP hashed on L4 ports, as a real fabric does.  Addressing:
+worker n is 10.1.n.2/24 behind its leaf's 10.1.n.1; uplink (i, j) is 10.2.(i*spines+j).0/24
+(leaf .1, spine .2).  All interfaces live in the routers' and hosts' namespaces.
 
     mn --custom topologies/leafspine.py --topo leafspine,2,2,2 --switch lxbr --controller none
 """
@@ -18,19 +21,17 @@ leaf active: traffic does not spread over spines as it would with L3 ECMP.
 from __future__ import annotations
 
 try:
-    from topologies._common import NamedTopo, StpBridge, check_count, check_queue
+    from topologies._common import NamedTopo, check_count, check_queue
 except ImportError:  # `mn --custom` from the repository root without the package installed
     import os
     import sys
 
     sys.path.insert(0, os.getcwd())
-    from topologies._common import NamedTopo, StpBridge, check_count, check_queue
-
-from mininet.nodelib import LinuxBridge
+    from topologies._common import NamedTopo, check_count, check_queue
 
 
 class LeafSpineTopo(NamedTopo):
-    """k leaves x s spines, hosts_per_leaf workers per leaf (w0.. numbered leaf by leaf)."""
+    """k leaves x s spines (routers), hosts_per_leaf workers per leaf, numbered leaf by leaf."""
 
     def build(self, leaves=2, spines=2, hosts_per_leaf=2, access_mbit=1000.0,
               uplink_mbit=100.0, queue_pkts=100, prefix="", delay_ms=None, jitter_ms=None,
@@ -40,22 +41,36 @@ class LeafSpineTopo(NamedTopo):
         check_count("spines", spines, 1)
         check_count("hosts_per_leaf", hosts_per_leaf, 1)
         check_queue(queue_pkts)
-        cls = StpBridge if spines > 1 else LinuxBridge
-        self.uses_stp = spines > 1
+        if leaves * spines > 250 or leaves * hosts_per_leaf > 250:
+            raise ValueError("leaves*spines and leaves*hosts_per_leaf must be <= 250 "
+                             "(one /24 per link in 10.1.0.0/16 and 10.2.0.0/16)")
         impair = {"delay_ms": delay_ms, "jitter_ms": jitter_ms, "loss_pct": loss_pct}
         for j in range(spines):
-            self.add_switch(f"p{j}", cls=cls)
+            self.add_router(f"p{j}")
         for i in range(leaves):
-            leaf = self.add_switch(f"l{i}", cls=cls)
+            self.add_router(f"l{i}")
             for j in range(spines):
-                self.add_shaped_link(f"{leaf}-p{j}", leaf, f"p{j}", uplink_mbit, queue_pkts,
-                                     **impair)
-        n = 0
+                net = f"10.2.{i * spines + j}"
+                self.add_shaped_link(f"l{i}-p{j}", f"l{i}", f"p{j}", uplink_mbit, queue_pkts,
+                                     ip1=f"{net}.1/24", ip2=f"{net}.2/24", **impair)
+        leaf_of = {}
         for i in range(leaves):
-            for _ in range(hosts_per_leaf):
-                w = self.add_worker(n)
-                self.add_shaped_link(w, w, f"l{i}", access_mbit, queue_pkts)
-                n += 1
+            for k in range(hosts_per_leaf):
+                n = i * hosts_per_leaf + k
+                w = self.add_worker(n, ip=f"10.1.{n}.2/24", defaultRoute=f"via 10.1.{n}.1")
+                self.add_shaped_link(w, w, f"l{i}", access_mbit, queue_pkts,
+                                     ip1=f"10.1.{n}.2/24", ip2=f"10.1.{n}.1/24")
+                leaf_of[n] = i
+        for i in range(leaves):
+            routes = []
+            for n, leaf in leaf_of.items():
+                if leaf != i:
+                    hops = " ".join(f"nexthop via 10.2.{i * spines + j}.2" for j in range(spines))
+                    routes.append(f"10.1.{n}.0/24 {hops}")
+            self.nodeInfo(self.node_name(f"l{i}"))["routes"] = routes
+        for j in range(spines):
+            self.nodeInfo(self.node_name(f"p{j}"))["routes"] = [
+                f"10.1.{n}.0/24 via 10.2.{leaf * spines + j}.1" for n, leaf in leaf_of.items()]
         self.validate_names()
 
 
