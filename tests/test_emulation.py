@@ -101,14 +101,16 @@ def test_stop_removes_interfaces_processes_and_shells(tmp_path):
     assert len(leftovers.interfaces_with_prefix(emu.prefix)) >= 3  # bridges + switch ends
     emu.popen("w0", ["sleep", "60"])
     emu.popen("x1", ["bash", "-c", "sleep 61 & sleep 62"])  # a child in the same group
+    stubborn = emu.popen("x0", ["bash", "-c", "trap '' TERM; while :; do sleep 0.05; done"])
     time.sleep(0.2)
     registered = json.loads((tmp_path / f"{emu.prefix}.json").read_text())["processes"]
     assert sum(e["role"].startswith("shell:") for e in registered) == 6  # 4 hosts, 2 bridges
     children = _group_members([e["pid"] for e in registered if e["role"].startswith("proc:")])
-    assert len(children) >= 3
+    assert len(children) >= 4
     emu.stop()
     _assert_nothing_left(emu.prefix, registered, tmp_path)
     assert not [p for p in children if leftovers.proc_starttime(p) is not None]
+    assert stubborn.returncode == -signal.SIGKILL  # ignored SIGTERM, so it got SIGKILL
     emu.stop()  # idempotent
 
 
