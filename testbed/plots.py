@@ -238,66 +238,95 @@ def timeline_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return sel
 
 
+#: Order of NetSenseML's levels on the timeline's level axis (least to most reduction);
+#: levels not listed are appended in order of appearance.
+LEVEL_ORDER = ("none", "fp16", "bf16", "int8", "topk")
+
+
+def _first_step_t(s: pd.DataFrame) -> float:
+    s = tables.step_rows(s)
+    return float(s["t"].min()) if not s.empty else 0.0
+
+
 def plot_timeline(runs: pd.DataFrame, steps: pd.DataFrame, root: Path, out: Path) -> list[Path]:
+    """Figure 3. Time axis: seconds since each run's first training step (rank 0).
+
+    Worker start-up (torch import, rendezvous) varies run to run on a shared machine; the
+    timeline scenarios use ``timeline_origin: first_step``, so measured from the first step
+    the events of every run line up with the scenario's ``at`` times.
+    """
     sel = timeline_runs(runs)
     ns = sel[sel["method"] == tables.ADAPTIVE] if not sel.empty else sel
     if ns.empty:
         raise NoData("no finished netsenseml run for the adaptation timeline (kind: timeline)")
     ns_row = ns.sort_values("seed").iloc[0]
-    sel = sel[sel["seed"] == ns_row["seed"]]
+    sel = sel[(sel["seed"] == ns_row["seed"]) & (sel["experiment"] == ns_row["experiment"])]
     colors = _colors(list(sel["method"].unique()))
-    ns_steps = tables.step_rows(steps[steps["run"] == ns_row["run"]])
+    ns_all = steps[steps["run"] == ns_row["run"]]
+    t0 = _first_step_t(ns_all)
+    ns_steps = tables.step_rows(ns_all)
     ns_steps = ns_steps[ns_steps["rank"] == ns_steps["rank"].min()].sort_values("t")
-    t_end = float(steps[steps["run"].isin(sel["run"])]["t"].max())
+    t_end = float(ns_steps["t"].max()) - t0
     cfg = tables._read_json(root / ns_row["run"] / "config.json")
     events = read_events(root / ns_row["run"])
+    if not events.empty:
+        events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce") - t0)
     rate, streams = network_series(cfg, events, t_end)
+    rate["t"] = rate["t"].clip(lower=0)
+    streams["t"] = streams["t"].clip(lower=0)
 
     fig, axes = plt.subplots(3, 1, figsize=(8.5, 8), sharex=True)
     a0 = axes[0]
     a0.step(rate["t"], rate["rate_mbit"], where="post", color="tab:blue", label="configured rate")
-    a0.set_ylabel("rate (Mbit/s)", color="tab:blue")
+    a0.set_ylabel("configured rate (Mbit/s)", color="tab:blue")
+    top = float(np.nanmax(rate["rate_mbit"])) if rate["rate_mbit"].notna().any() else 1.0
+    a0.set_ylim(0, top * 1.15)
     a0b = a0.twinx()
     a0b.step(streams["t"], streams["streams"], where="post", color="tab:red",
              label="cross-traffic streams")
     a0b.set_ylabel("iperf3 streams", color="tab:red")
-    a0.set_title(f"{ns_row['experiment']}: network and NetSenseML's response")
+    a0b.set_ylim(0, max(1.0, float(streams["streams"].max())) * 1.15)
+    a0.set_title(f"{ns_row['experiment']}: network (as applied) and NetSenseML's response")
 
     a1 = axes[1]
+    x = ns_steps["t"] - t0
     if "kept_ratio" in ns_steps.columns:
-        a1.step(ns_steps["t"], ns_steps["kept_ratio"], where="post", color=colors[tables.ADAPTIVE],
+        a1.step(x, ns_steps["kept_ratio"], where="post", color=colors[tables.ADAPTIVE],
                 label="kept ratio")
         a1.set_yscale("log")
-    a1.set_ylabel("kept ratio (log)")
+    a1.set_ylabel("NetSenseML kept ratio (log)", color=colors[tables.ADAPTIVE])
     if "level" in ns_steps.columns:
         a1b = a1.twinx()
         lv = ns_steps["level"]
         if lv.dtype == object:  # textual levels -> ordinal codes, labelled on the axis
-            cats = list(dict.fromkeys(lv.dropna()))
+            seen = list(dict.fromkeys(lv.dropna()))
+            cats = [c for c in LEVEL_ORDER if c in seen] + [c for c in seen if c not in LEVEL_ORDER]
             a1b.set_yticks(range(len(cats)), cats, fontsize=7)
+            a1b.set_ylim(-0.3, len(cats) - 0.7)
             lv = lv.map({c: i for i, c in enumerate(cats)})
-        a1b.step(ns_steps["t"], lv, where="post", color="tab:gray", ls="--", label="level")
-        a1b.set_ylabel("level")
+        a1b.step(x, lv, where="post", color="tab:gray", ls="--", lw=1, label="level")
+        a1b.set_ylabel("level (dashed)")
 
     a2 = axes[2]
     for _, r in sel.sort_values("method").iterrows():
-        s = tables.step_rows(steps[steps["run"] == r["run"]])
+        s_all = steps[steps["run"] == r["run"]]
+        s = tables.step_rows(s_all)
         s = s[s["rank"] == s["rank"].min()].sort_values("t")
-        col = "step_s" if "step_s" in s.columns else None
-        if col is None or s.empty:
+        if "step_s" not in s.columns or s.empty:
             continue
         m = r["method"]
-        a2.plot(s["t"], s[col].rolling(5, min_periods=1).median(), color=colors[m], label=m,
-                lw=2 if m == tables.ADAPTIVE else 1.1)
+        a2.plot(s["t"] - _first_step_t(s_all), s["step_s"].rolling(5, min_periods=1).median(),
+                color=colors[m], label=m, lw=2 if m == tables.ADAPTIVE else 1.1)
     a2.set_yscale("log")
     a2.set_ylabel("step time (s, 5-step median)")
-    a2.set_xlabel("time since start (s)")
+    a2.set_xlabel("time since the run's first training step (s)")
     a2.legend(fontsize=7, ncol=3)
     applied = events.dropna(subset=["t_applied"]) if not events.empty else events
     for ax in axes:
         for t in applied.get("t_applied", []):
             ax.axvline(float(t), color="k", alpha=0.25, lw=0.8)
         ax.grid(True, alpha=0.3)
+    axes[0].set_xlim(left=0)
     return _save(fig, out, "adaptation_timeline")
 
 
@@ -318,12 +347,10 @@ def plot_speedup(sp: pd.DataFrame, out: Path) -> list[Path]:
             piv = e.pivot_table(index="baseline", columns="rate_mbit", values=col,
                                 aggfunc="first", dropna=False)
             vals = piv.to_numpy(dtype=float)
-            finite = vals[np.isfinite(vals) & (vals > 0)]
-            lim = max(2.0, float(np.abs(np.log10(finite)).max()) * 1.05) if finite.size else 1
-            lim = 10 ** lim if finite.size else 10.0
-            im = ax.imshow(np.log10(np.where(np.isfinite(vals) & (vals > 0), vals, np.nan)),
-                           cmap="RdYlGn", vmin=-math.log10(lim), vmax=math.log10(lim),
-                           aspect="auto")
+            ok = np.isfinite(vals) & (vals > 0)
+            logv = np.log10(np.where(ok, vals, np.nan))
+            span = max(0.5, float(np.nanmax(np.abs(logv))) * 1.05) if ok.any() else 1.0
+            im = ax.imshow(logv, cmap="RdYlGn", vmin=-span, vmax=span, aspect="auto")
             ax.set_xticks(range(piv.shape[1]), [f"{c:g}" for c in piv.columns])
             ax.set_yticks(range(piv.shape[0]), list(piv.index), fontsize=8)
             for i in range(piv.shape[0]):
@@ -335,7 +362,8 @@ def plot_speedup(sp: pd.DataFrame, out: Path) -> list[Path]:
             ax.set_title(f"{exp}: NetSenseML {title}", fontsize=9)
             fig.colorbar(im, ax=ax, label="log10 speedup", shrink=0.8)
     fig.suptitle("NetSenseML vs each baseline (>1 = NetSenseML faster; n/a = target not "
-                 "reached by one side)", fontsize=9)
+                 "reached by one side)", fontsize=9, y=1.0)
+    fig.tight_layout()
     return _save(fig, out, "speedup")
 
 

@@ -63,10 +63,11 @@ from pydantic import (
 SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"
 
 #: Seconds each run costs on top of its training time: building the Mininet topology and
-#: shaping (~1 s), starting the workers and torch.distributed rendezvous (python + torch
-#: import, ~3-5 s on 2 cores), evaluation and teardown (~1-2 s). Measured on the 2-core build
-#: machine with 2 workers; used only for the --dry-run estimate.
-PER_RUN_OVERHEAD_S = 8.0
+#: shaping (~1 s), starting the workers up to their first step (python + torch import, data,
+#: rendezvous: 7-20 s), final evaluation and teardown (~1-2 s). Measured on the 2-core build
+#: machine with 2 workers: ~24 s per run at load average ~4 (other jobs running), ~12 s idle;
+#: 20 s is used for the --dry-run estimate and the paper-quick budget.
+PER_RUN_OVERHEAD_S = 20.0
 
 #: Used for the estimate when a scenario states only a step count, not a time limit.
 FALLBACK_STEP_S = 0.25
@@ -456,7 +457,7 @@ def _run_one(r: RunSpec, run_fn: RunFn, console: Any, rep: SweepReport) -> None:
         console.print(f"[green]ok[/green]      {r.label}  {thr_s}  ({dt:.0f} s)")
     else:
         rep.failed.append(r.label)
-        reason = summary.get("reason") or summary.get("error") or ""
+        reason = str(summary.get("reason") or summary.get("error") or "").split(" | ")[-1]
         console.print(f"[red]failed[/red]  {r.label}  {str(reason)[:120]}  ({dt:.0f} s)")
 
 
