@@ -92,6 +92,14 @@ def run_throughput(steps: pd.DataFrame) -> float:
     return float(g["samples"].iloc[1:].sum()) / dt if dt > 0 else math.nan
 
 
+def _rank0_steps(steps: pd.DataFrame) -> int:
+    """Training steps run (rank 0's step rows; all ranks run the same number)."""
+    if steps.empty or "rank" not in steps.columns:
+        return 0
+    s = step_rows(steps)
+    return int((s["rank"] == s["rank"].min()).sum()) if not s.empty else 0
+
+
 def step_rows(steps: pd.DataFrame) -> pd.DataFrame:
     """Training-step rows only (eval rows, if steps.csv interleaves them, have no samples)."""
     s = steps.dropna(subset=["t", "samples"])
@@ -171,8 +179,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "final_accuracy": float(ev["accuracy"].iloc[-1]) if not ev.empty else math.nan,
             "final_loss": float(ev["loss"].iloc[-1])
             if not ev.empty and "loss" in ev.columns else math.nan,
-            "steps": int(steps["step"].max()) + 1
-            if "step" in steps.columns and not steps.empty else 0,
+            "steps": _rank0_steps(steps),
             "bytes_sent_total": summ.get("bytes_sent_total"),
         }
         row["reached_target"] = not math.isnan(row["tta_s"])
