@@ -13,8 +13,9 @@ through ``DistributedSampler`` (set up by the worker).
 - ``digits``: 1797 8x8 grey images, 10 classes; 1437 train / 360 held-out.
 - ``synthetic``: 3x32x32 images, 10 classes (sized for the CNN). Each class has a smooth
   random template; a sample is its template, randomly translated (circular shift up to
-  +-4 px) and scaled, plus Gaussian noise. Learnable (a CNN gets well above chance within
-  a few hundred steps) but not trivial. Samples are generated on demand from
+  +-4 px) and scaled by U(0.5, 1.5), plus Gaussian noise of std 5 (templates have std 1).
+  Learnable but not trivial: measured on one process, ResNet-18 at width 8, batch 64,
+  SGD lr 0.05: held-out accuracy 10 % after 25 steps, 48 % after 50, 80 % after 100. Samples are generated on demand from
   ``(data seed, index)`` so 8 workers do not each hold the set in memory.
   10,000 train / 1,000 held-out.
 - ``text``: the committed character corpus; first 90 % train, last 10 % held-out; a sample
@@ -95,7 +96,7 @@ def load_digits_data() -> Data:
 class SyntheticImages(Dataset):
     """Deterministic, learnable image classification generated per index (see module doc)."""
 
-    def __init__(self, n: int, offset: int, num_classes: int = 10, noise: float = 1.0,
+    def __init__(self, n: int, offset: int, num_classes: int = 10, noise: float = 5.0,
                  seed: int = SPLIT_SEED) -> None:
         self.n, self.offset, self.noise, self.seed = n, offset, noise, seed
         rng = np.random.default_rng(seed)
@@ -116,9 +117,11 @@ class SyntheticImages(Dataset):
         rng = np.random.default_rng((self.seed, idx))
         y = idx % self.num_classes
         dy, dx = rng.integers(-4, 5, size=2)
-        img = np.roll(self.templates[y], (int(dy), int(dx)), axis=(1, 2)) * rng.uniform(0.5, 1.5)
-        img = img + self.noise * rng.standard_normal(img.shape).astype(np.float32)
-        return torch.from_numpy(img.astype(np.float32)), y
+        scale = np.float32(rng.uniform(0.5, 1.5))
+        img = rng.standard_normal((3, 32, 32), dtype=np.float32)  # float32 throughout: speed
+        img *= np.float32(self.noise)
+        img += np.roll(self.templates[y], (int(dy), int(dx)), axis=(1, 2)) * scale
+        return torch.from_numpy(img), y
 
 
 def load_synthetic_data(n_train: int = 10_000, n_test: int = 1_000) -> Data:

@@ -303,7 +303,8 @@ def run(args: argparse.Namespace) -> int:
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.pg_timeout))
     ddp = DDP(model, device_ids=[device.index] if cuda else None)
-    state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback)
+    state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback,
+                           seed=args.seed)  # random-k draws its shared indices from it
     lr = args.lr or DEFAULT_LR[args.model]
     opt = _make_optimizer(ddp, args.model, lr)
 
@@ -407,7 +408,13 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run(args)
+    try:
+        return run(args)
+    except Exception as e:  # setup failed (rendezvous timeout, peer gone before training)
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"workloads.train: FAILED during setup: {type(e).__name__}: {first}",
+              file=sys.stderr, flush=True)
+        os._exit(1)  # a half-built process group can hang in interpreter teardown
 
 
 if __name__ == "__main__":

@@ -1,0 +1,188 @@
+"""The training worker, run for real: 2 processes per run, torch.distributed gloo on loopback.
+
+Every launch costs ~3-5 s of interpreter + torch import per rank, so runs are short and the
+models tiny (the knobs that make them tiny are the same ones the testbed uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# tiny versions of the three models, each with the dataset it is meant for
+TINY = {
+    "mlp": ["--model", "mlp", "--width", "64", "--dataset", "digits"],
+    "resnet18": ["--model", "resnet18", "--width", "4", "--dataset", "synthetic",
+                 "--eval-samples", "64"],
+    "gpt": ["--model", "gpt", "--layers", "1", "--d-model", "32", "--context", "32",
+            "--dataset", "text", "--eval-samples", "64"],
+}
+STEP_KEYS = {"kind", "t", "wall", "step", "samples", "compute_s", "comm_s", "step_s",
+             "bytes_sent", "kept_ratio", "level", "loss"}
+START_KEYS = {"kind", "rank", "world_size", "model", "dataset", "method", "params", "grad_bytes",
+              "batch_size", "seed", "wall", "host", "torch"}
+EVAL_KEYS = {"kind", "t", "wall", "step", "accuracy", "loss"}
+SUMMARY_KEYS = {"kind", "t", "wall", "steps", "samples", "status", "final_accuracy",
+                "train_time_s"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(tmp: Path, args: list[str], world: int = 2) -> list[subprocess.Popen]:
+    """Start ``world`` workers on loopback; stdout+stderr of rank N go to tmp/rankN.out."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        out = open(tmp / f"rank{rank}.out", "w")  # noqa: SIM115 (closed by the child's exit)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "workloads.train", "--log-dir", str(tmp / "logs"), *args],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+        out.close()
+    return procs
+
+
+def run_ranks(tmp: Path, args: list[str], world: int = 2, timeout: float = 120) -> list[int]:
+    """Run workers to completion; returns exit codes. Kills (by PID) whatever overruns."""
+    procs = start_ranks(tmp, args, world)
+    deadline = time.monotonic() + timeout
+    try:
+        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def read_log(tmp: Path, rank: int) -> list[dict]:
+    lines = (tmp / "logs" / f"rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def outputs(tmp: Path, world: int = 2) -> str:
+    return "\n".join((tmp / f"rank{r}.out").read_text() for r in range(world))
+
+
+@pytest.mark.parametrize("method", ["allreduce", "topk:0.01", "netsenseml"])
+@pytest.mark.parametrize("model", ["mlp", "resnet18", "gpt"])
+def test_two_workers_log_every_step(tmp_path: Path, model: str, method: str) -> None:
+    # mlp x netsenseml also covers --time-limit: ranks must still agree on the step count.
+    limit = ["--time-limit", "1.5"] if (model, method) == ("mlp", "netsenseml") else ["--steps", "3"]
+    codes = run_ranks(tmp_path, [*TINY[model], "--method", method, *limit, "--batch-size", "8",
+                                 "--seed", "1", "--eval-every", "2"])
+    assert codes == [0, 0], outputs(tmp_path)
+    logs = [read_log(tmp_path, r) for r in range(2)]
+    for rank, recs in enumerate(logs):
+        start, summary = recs[0], recs[-1]
+        assert START_KEYS <= start.keys() and start["kind"] == "start"
+        assert (start["rank"], start["world_size"], start["method"]) == (rank, 2, method)
+        assert start["grad_bytes"] == 4 * start["params"] > 0
+        steps = [r for r in recs if r["kind"] == "step"]
+        assert [r["step"] for r in steps] == list(range(1, len(steps) + 1))
+        assert len(steps) >= 3
+        for r in steps:
+            assert STEP_KEYS <= r.keys(), STEP_KEYS - r.keys()
+            assert r["samples"] == 16 and r["bytes_sent"] > 0 and 0 < r["kept_ratio"] <= 1
+            assert r["step_s"] >= r["comm_s"] >= 0 and r["compute_s"] >= 0
+            assert r["loss"] > 0 and isinstance(r["level"], str)
+        if method == "allreduce":  # dense fp32: at least the whole gradient leaves each rank
+            assert all(r["bytes_sent"] >= start["grad_bytes"] for r in steps)
+        if method == "topk:0.01":  # 1 % of values (+indices) is far below the dense gradient
+            assert all(r["bytes_sent"] < start["grad_bytes"] / 4 for r in steps)
+        ts = [r["t"] for r in recs[1:]]
+        assert ts == sorted(ts)
+        evals = [r for r in recs if r["kind"] == "eval"]
+        assert evals and all(EVAL_KEYS <= r.keys() and 0 <= r["accuracy"] <= 1 for r in evals)
+        assert [r["step"] for r in evals if r["step"] % 2 == 0] == list(range(2, len(steps) + 1, 2))
+        assert SUMMARY_KEYS <= summary.keys() and summary["kind"] == "summary"
+        assert summary["status"] == "ok" and summary["steps"] == len(steps)
+        assert summary["samples"] == 16 * len(steps)
+    assert logs[0][-1]["steps"] == logs[1][-1]["steps"]
+    # evaluation is global (counts summed over ranks), so both ranks report the same accuracy
+    assert logs[0][-1]["final_accuracy"] == pytest.approx(logs[1][-1]["final_accuracy"])
+    assert f"params={logs[0][0]['params']}" in outputs(tmp_path)
+
+
+def _digits(tmp: Path, method: str, steps: int) -> list[dict]:
+    codes = run_ranks(tmp, ["--model", "mlp", "--width", "256", "--dataset", "digits",
+                            "--method", method, "--steps", str(steps), "--batch-size", "32",
+                            "--seed", "0", "--eval-every", "25", "--target-accuracy", "0.9"])
+    assert codes == [0, 0], outputs(tmp)
+    return [r for r in read_log(tmp, 0) if r["kind"] == "eval"]
+
+
+def test_digits_allreduce_reaches_90_percent(tmp_path: Path) -> None:
+    evals = _digits(tmp_path, "allreduce", 100)
+    reached = [r for r in evals if r["reached_target"]]
+    assert reached, [r["accuracy"] for r in evals]
+    assert all(r["accuracy"] >= 0.9 for r in reached)
+    assert read_log(tmp_path, 0)[-1]["target_reached_t"] == pytest.approx(reached[0]["t"], abs=1)
+
+
+def test_digits_topk_with_error_feedback_learns(tmp_path: Path) -> None:
+    evals = _digits(tmp_path, "topk:0.01", 100)
+    assert max(r["accuracy"] for r in evals) >= 0.85, [r["accuracy"] for r in evals]
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["--model", "vgg"], "--model"),
+    (["--dataset", "imagenet"], "--dataset"),
+    (["--method", "zip:3"], "--method"),
+])
+def test_bad_argument_exits_2_with_one_line(tmp_path: Path, bad: list[str], named: str) -> None:
+    args = ["--model", "mlp", "--dataset", "digits", "--method", "allreduce", "--steps", "1",
+            "--batch-size", "8", "--seed", "0", "--log-dir", str(tmp_path / "logs")]
+    i = args.index(bad[0])
+    args[i + 1] = bad[1]
+    p = subprocess.run([sys.executable, "-m", "workloads.train", *args], cwd=REPO,
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, WORLD_SIZE="1", RANK="0"))
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and bad[1] in lines[0], p.stderr
+    accepted = {"--model": "resnet18", "--dataset": "synthetic", "--method": "topk"}[named]
+    assert accepted in lines[0]
+    assert not (tmp_path / "logs").exists()
+
+
+def test_killed_peer_makes_survivor_exit_nonzero(tmp_path: Path) -> None:
+    pg_timeout = 10.0
+    procs = start_ranks(tmp_path, [*TINY["mlp"], "--method", "allreduce", "--steps", "1000000",
+                                   "--batch-size", "8", "--seed", "0",
+                                   "--pg-timeout", str(pg_timeout)])
+    try:
+        log1 = tmp_path / "logs" / "rank1.jsonl"
+        deadline = time.monotonic() + 60
+        while not (log1.exists() and log1.read_text().count('"step"') >= 5):
+            assert time.monotonic() < deadline and procs[0].poll() is None, outputs(tmp_path)
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        code = procs[0].wait(timeout=pg_timeout + 20)
+        took = time.monotonic() - killed
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert code not in (0, None), outputs(tmp_path)
+    assert took < pg_timeout + 20
+    summary = read_log(tmp_path, 0)[-1]
+    assert summary["kind"] == "summary" and summary["status"] == "failed" and summary["error"]
+    print(f"survivor exited {code} {took:.1f} s after its peer was killed")

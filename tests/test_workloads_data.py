@@ -1,0 +1,102 @@
+"""Datasets and models in-process: determinism, splits, CIFAR reading, size knobs, learnability."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from workloads.datasets import DatasetError, SyntheticImages, load_dataset
+from workloads.models import build_model, mlp_width_for_grad_mb, model_info
+
+torch.set_num_threads(1)  # the machine's cores are shared with the worker processes of other tests
+
+
+def test_digits_split_is_fixed_and_disjoint() -> None:
+    a, b = load_dataset("digits"), load_dataset("digits")
+    assert len(a.train) + len(a.test) == 1797 and len(a.test) == 359
+    assert torch.equal(a.test.tensors[0], b.test.tensors[0])
+    train = {tuple(x.flatten().tolist()) for x in a.train.tensors[0]}
+    overlap = sum(tuple(x.flatten().tolist()) in train for x in a.test.tensors[0])
+    assert overlap < 10  # digits has a few duplicate images, the split itself is disjoint
+    assert sorted(set(a.train.tensors[1].tolist())) == list(range(10))
+
+
+def test_synthetic_is_deterministic_and_splits_differ() -> None:
+    d = load_dataset("synthetic")
+    x1, y1 = d.train[123]
+    x2, y2 = SyntheticImages(10_000, 0)[123]
+    assert torch.equal(x1, x2) and y1 == y2 and x1.shape == (3, 32, 32)
+    assert not torch.equal(d.test[0][0], d.train[0][0])
+
+
+def test_synthetic_is_learnable() -> None:
+    # A small MLP keeps this test at a few seconds; the ResNet figures are in datasets.py.
+    torch.manual_seed(0)
+    d = load_dataset("synthetic")
+    model = build_model("mlp", input_shape=d.input_shape, num_classes=10, width=64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loader = torch.utils.data.DataLoader(d.train, batch_size=64, shuffle=True)
+    for step, (x, y) in enumerate(loader):
+        if step == 40:
+            break
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    xs, ys = zip(*(d.test[i] for i in range(300)), strict=True)
+    with torch.no_grad():
+        acc = (model(torch.stack(xs)).argmax(1) == torch.tensor(ys)).float().mean().item()
+    assert acc > 0.5, acc  # chance is 0.1
+
+
+def test_text_windows_shift_by_one_and_split_at_90_percent() -> None:
+    d = load_dataset("text", context=32)
+    x, y = d.train[5]
+    assert x.shape == y.shape == (32,) and torch.equal(x[1:], y[:-1])
+    assert d.kind == "lm" and 40 < d.num_classes < 100
+    text = (Path(__file__).resolve().parents[1] / "workloads/data/corpus.txt").read_text()
+    assert len(text.encode()) < 2_000_000
+
+
+def _write_cifar10(root: Path, n: int) -> None:
+    """Files in the layout and pickle format of the python CIFAR-10 release."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 b"labels": rng.integers(0, 10, n).tolist()}
+        with open(folder / name, "wb") as fh:
+            pickle.dump(batch, fh)
+
+
+def test_cifar_reads_python_pickles_and_names_missing_files(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="--data-dir"):
+        load_dataset("cifar10")
+    with pytest.raises(DatasetError, match="data_batch_1"):
+        load_dataset("cifar10", data_dir=tmp_path)
+    _write_cifar10(tmp_path, 20)
+    d = load_dataset("cifar10", data_dir=tmp_path)
+    assert len(d.train) == 100 and len(d.test) == 20 and d.num_classes == 10
+    x, y = d.train[0]
+    assert x.shape == (3, 32, 32) and x.dtype == torch.float32 and 0 <= int(y) < 10
+
+
+@pytest.mark.parametrize("mb", [1, 50])
+def test_mlp_width_sets_gradient_size(mb: int) -> None:
+    width = mlp_width_for_grad_mb(mb, 64, 10)
+    grad_mb = model_info(build_model("mlp", input_shape=(1, 8, 8), num_classes=10,
+                                     width=width)).grad_bytes / 1e6
+    assert mb <= grad_mb < mb * 1.05
+
+
+def test_models_accept_their_inputs() -> None:
+    cnn = build_model("resnet18", input_shape=(3, 32, 32), num_classes=100, width=4)
+    assert cnn(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
+    gpt = build_model("gpt", input_shape=(16,), num_classes=50, layers=1, d_model=32, context=16)
+    assert gpt(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 50)
+    full = model_info(build_model("resnet18", input_shape=(3, 32, 32), num_classes=10, width=64))
+    assert 11.0e6 < full.params < 11.3e6  # the real ResNet-18 (CIFAR variant)
