@@ -153,9 +153,10 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
             failed.append(f"{r['method']} seed {r['seed']}: {r['reason']}")
     console = Console(width=max(100, Console().width))
     console.print(table)
-    console.print(f"run folders: {Path(outcomes[0].run_dir).parent}", highlight=False)
+    console.print(f"run folders: {Path(outcomes[0].run_dir).parent}", highlight=False,
+                  markup=False)
     for line in failed:
-        console.print(f"failed: {line}", highlight=False, soft_wrap=True)
+        console.print(f"failed: {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("list")

@@ -170,17 +170,20 @@ class _Progress:
             return
         line = f"{self.label}: {text}"
         if self._live is not None:
-            self._live.update(line)
+            from rich.text import Text
+
+            self._live.update(Text(line))
         elif force or time.monotonic() - self._last_plain >= 10.0:
             self._last_plain = time.monotonic()
-            self.console.print(line, highlight=False, soft_wrap=True)
+            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
     def close(self, final: str | None = None) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
         if self.enabled and final:
-            self.console.print(f"{self.label}: {final}", highlight=False, soft_wrap=True)
+            self.console.print(f"{self.label}: {final}", highlight=False, markup=False,
+                               soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- the run
@@ -361,10 +364,15 @@ class _Run:
             self.timeline.start(self.launch_wall)
         while True:
             codes = [p.poll() for p in self.workers]
-            for rank, code in enumerate(codes):
-                if code not in (None, 0):
-                    tail = _tail(self.workers_dir / f"rank{rank}.log")
-                    raise _RunFailed(f"worker rank {rank} exited with code {code}: {tail}")
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                # Several at once: the one killed by a signal is the cause, the others
+                # (exit 1 on a reset connection) are collateral.
+                rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0]))
+                others = ", ".join(f"rank {r}: {c}" for r, c in failed if r != rank)
+                tail = _tail(self.workers_dir / f"rank{rank}.log")
+                raise _RunFailed(f"worker rank {rank} exited with code {code}"
+                                 + (f" (also {others})" if others else "") + f": {tail}")
             if all(c == 0 for c in codes):
                 return
             if self.timeline.error:
