@@ -34,6 +34,10 @@ Why the choices below:
 - **Target accuracy.** Reaching ``--target-accuracy`` marks that eval record
   ``reached_target: true``; training continues to the step/time limit (the orchestrator
   computes time-to-accuracy from the eval records).
+- **Bytes not in ``bytes_sent``.** ``bytes_sent`` is the hook's count of gradient traffic.
+  Outside the hook go: DDP's per-step broadcast of buffers from rank 0 (BatchNorm running
+  statistics of ``resnet18``, ~20 KB at width 32; kept on so that ranks evaluate the same
+  model), the 4-byte stop flag of ``--time-limit``, and the evaluation count all_reduce.
 - **Evaluation** runs on all ranks at the same steps: each evaluates a disjoint shard of the
   first ``--eval-samples`` held-out samples and the counts are summed with one all_reduce,
   so the accuracy is global. A final evaluation always runs at the end.
