@@ -5,10 +5,10 @@
 * Payloads that must be decoded per rank (int8 codes with their own scale, top-k values
   and indices) are **all-gathered** as byte buffers. Ranks may send different amounts
   (DGC's threshold selects a rank-dependent count; the adaptive policy changes k between
-  steps), so a variable-size gather runs in two phases: an all-gather of each rank's byte
-  count (8 bytes), then an all-gather of buffers padded to the largest count. Nothing is
-  truncated; the padding is counted as sent because it is handed to torch.distributed.
-  Fixed-size payloads (int8) skip the first phase.
+  steps), so buffers are padded to a capacity every rank knows (``k`` of the agreed kept
+  fraction for top-k: a rank may select fewer, never more) or, without such a bound, the
+  byte counts are all-gathered first (8 bytes) and buffers padded to the largest. Nothing
+  is truncated; the padding is counted as sent because it is handed to torch.distributed.
 
 Each rank's byte buffer is ``[int64 length per wire tensor][float32 extras][tensor bytes]``;
 ``extras`` are a few float32 values piggy-backed on the collective (the adaptive policy's
@@ -127,40 +127,43 @@ def unpack(
 
 
 def allgather_bytes(
-    buf: torch.Tensor, group: Any, recorder: CommRecorder, fixed_size: bool
+    buf: torch.Tensor, group: Any, recorder: CommRecorder, capacity: int | None = None
 ) -> torch.futures.Future[list[torch.Tensor]]:
     """All-gathers 1-D uint8 buffers of possibly different lengths; no truncation.
 
-    The future holds one buffer per rank, in rank order, each of its true length.
+    With ``capacity`` (a bound every rank knows, e.g. the byte size of ``k`` values and
+    indices for the agreed kept fraction; larger buffers are refused) each buffer is padded
+    to it and one all-gather runs; the receivers find the true lengths in the header of
+    :func:`pack`. Without it the byte counts are exchanged first. Either way every
+    collective is *launched from the calling thread*: gloo needs all ranks to issue
+    collectives in the same order, which launching from completion callbacks (whose
+    timing differs per rank) would not guarantee. The future holds one buffer per rank,
+    in rank order.
     """
     world = dist.get_world_size(group)
     n = buf.numel()
-
-    def gather_data(sizes: list[int]) -> torch.futures.Future[list[torch.Tensor]]:
+    if capacity is None:
+        size_t = torch.tensor([n], dtype=torch.int64)
+        size_outs = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
+        token = recorder.launch(_nbytes(size_t))
+        dist.all_gather(size_outs, size_t, group=group, async_op=True).wait()
+        recorder.done(token)
+        sizes = [int(s.item()) for s in size_outs]
         cap = max(sizes)
-        padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
-        outs = [torch.empty(cap, dtype=torch.uint8) for _ in range(world)]
-        token = recorder.launch(_nbytes(padded))
-        work = dist.all_gather(outs, padded, group=group, async_op=True)
+    else:
+        if n > capacity:
+            raise ValueError(f"payload of {n} bytes exceeds the agreed capacity {capacity}")
+        sizes, cap = None, capacity
+    padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
+    outs = [torch.empty(cap, dtype=torch.uint8) for _ in range(world)]
+    token = recorder.launch(_nbytes(padded))
+    work = dist.all_gather(outs, padded, group=group, async_op=True)
 
-        def finish(f: torch.futures.Future) -> list[torch.Tensor]:
-            f.wait()
-            recorder.done(token)
-            return [o[:s] for o, s in zip(outs, sizes, strict=True)]
-
-        return work.get_future().then(finish)
-
-    if fixed_size:
-        return gather_data([n] * world)
-
-    size_t = torch.tensor([n], dtype=torch.int64)
-    size_outs = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
-    token = recorder.launch(_nbytes(size_t))
-    fut0 = dist.all_gather(size_outs, size_t, group=group, async_op=True).get_future()
-
-    def phase_two(f: torch.futures.Future) -> list[torch.Tensor]:
+    def finish(f: torch.futures.Future) -> list[torch.Tensor]:
         f.wait()
         recorder.done(token)
-        return gather_data([int(s.item()) for s in size_outs]).wait()
+        if sizes is None:
+            return outs
+        return [o[:s] for o, s in zip(outs, sizes, strict=True)]
 
-    return fut0.then(phase_two)
+    return work.get_future().then(finish)

@@ -40,7 +40,9 @@ MB units; their precision then is that of the dtype, still identical on all rank
 
 ``powersgd:RANK`` runs torch's own ``powerSGD_hook`` on a ``PowerSGDState``; this module
 only wraps it to count bytes (P, Q and the uncompressed 1-D tensors, taken from the state's
-``total_numel_after_compression``) and time.
+``total_numel_after_compression``) and time, and to let a bucket start only after the
+previous bucket finished: torch's hook launches collectives from completion callbacks, and
+with several buckets in flight gloo could see them in a different order on different ranks.
 
 World size 1 works (collectives of one rank): a single-process DDP job runs unchanged.
 """
@@ -193,6 +195,7 @@ class NetSenseState:
         level = method.level if method.name != "powersgd" else "powersgd"
         self.decision = Decision(level, method.ratio or 1.0)
         self._pending: Decision | None = None
+        self._powersgd_prev: torch.futures.Future | None = None
         self._lock = threading.Lock()
         # Per-step bookkeeping of the previous step (for the policy's observation).
         self._step_start: float | None = None
@@ -295,8 +298,8 @@ class NetSenseState:
         params = bucket.parameters()
         layout = tuple(id(p) for p in params)
         if self._layouts.get(idx) != layout:
-            if self._layouts and self.memory is not None:
-                self._dissolve()
+            if idx in self._layouts and self.memory is not None:
+                self._dissolve()  # DDP rebuilt its buckets: residuals back to parameters
             self._layouts[idx] = layout
             for p in params:
                 self._params[id(p)] = p
@@ -344,6 +347,9 @@ class NetSenseState:
         if self.memory is None:
             return {}
         out = {}
+        for (name, pid), piece in self._pool.items():
+            if name == "residual":
+                out[self._params[pid]] = piece.view_as(self._params[pid])
         for idx, flat in self.memory.residuals.items():
             for pid, piece in self._split(idx, flat):
                 p = self._params[pid]
@@ -404,7 +410,7 @@ def _reduce_bucket(
 
     dtypes = [t.dtype for t in payload.tensors]
     buf = pack(payload.tensors, extras)
-    fixed = bool(getattr(compressor, "fixed_size", False))
+    capacity = _capacity(compressor, n, len(dtypes), 0 if extras is None else extras.numel())
     n_extras = 0 if extras is None else extras.numel()
 
     def finish_gather(fut: torch.futures.Future) -> torch.Tensor:
@@ -427,7 +433,19 @@ def _reduce_bucket(
         state._count(0, 0, 0, time.perf_counter() - t1)
         return buffer
 
-    return allgather_bytes(buf, group, state.recorder, fixed).then(finish_gather)
+    return allgather_bytes(buf, group, state.recorder, capacity).then(finish_gather)
+
+
+def _capacity(compressor: compress.Compressor, numel: int, n_tensors: int, n_extras: int) -> int | None:
+    """Byte bound of a packed payload that all ranks know (same compressor and ratio)."""
+    header = 8 * n_tensors + 4 * n_extras
+    if isinstance(compressor, compress.Int8Compressor):
+        return header + numel + 4
+    if isinstance(compressor, compress.TopKCompressor):
+        # Both variants keep at most k elements: fp32 value + int32/int64 index each.
+        k = compress.ratio_to_k(compressor.ratio, numel)
+        return header + k * (4 + torch.empty((), dtype=compress.index_dtype(numel)).element_size())
+    return None
 
 
 def compression_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -454,6 +472,11 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
 def powersgd_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """torch's ``powerSGD_hook`` on ``state.powersgd``, with bytes and time accounted."""
     state.begin_bucket(bucket)
+    # torch's hook launches its P and Q allreduces from completion callbacks. Two buckets
+    # in flight at once could then issue collectives in a different order on different
+    # ranks, which gloo cannot match; so a bucket starts after the previous one finished.
+    if state._powersgd_prev is not None and bucket.index() != 0:
+        state._powersgd_prev.wait()
     ps = state.powersgd
     buffer = bucket.buffer()
     n = buffer.numel()
@@ -474,7 +497,8 @@ def powersgd_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.future
         state.recorder.done(token)
         return out
 
-    return fut.then(finish)
+    state._powersgd_prev = fut.then(finish)
+    return state._powersgd_prev
 
 
 def register(

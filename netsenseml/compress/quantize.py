@@ -20,7 +20,6 @@ class Int8Compressor:
     lossy = True
     reduction = "allgather"
     levels = 127
-    fixed_size = True  # numel + 4 bytes on every rank: the gather needs no size exchange
 
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
