@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 ADAPTIVE = "netsenseml"
+SPEEDUP_KINDS = ("throughput", "tta")
 RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
 
 
@@ -160,12 +161,13 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         target = find_key(cfg, "target_accuracy")
         target = float(target) if isinstance(target, int | float) else None
         ev = _evals(steps)
-        scen_name = find_key(cfg, "name") if isinstance(cfg.get("scenario"), dict) else None
         row: dict[str, Any] = {
             "run": rel,
             "sweep": meta.get("sweep", ""),
-            "experiment": meta.get("experiment") or cfg.get("scenario_name")
-            or (cfg.get("scenario", {}) or {}).get("name") or scen_name or d.parent.name,
+            # "<sweep>/<experiment>": two sweeps may both have an experiment called "rate"
+            "experiment": f"{meta['sweep']}/{meta['experiment']}"
+            if meta.get("sweep") and meta.get("experiment") else
+            (cfg.get("scenario") or {}).get("name") or d.parent.name,
             "kind": meta.get("kind", "other"),
             "method": summ.get("method") or cfg.get("method") or meta.get("method", ""),
             "seed": cfg.get("seed", meta.get("seed")),
@@ -229,8 +231,14 @@ def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """NetSenseML relative to every other method, per experiment and rate (see module doc)."""
+    """NetSenseML relative to every other method, per experiment and rate (see module doc).
+
+    Only experiments of kind throughput/tta count when there are any (a congestion-ramp run
+    is a different condition, and stray single runs in the results folder are not a sweep).
+    """
     r = ok_runs(runs)
+    if not r.empty and r["kind"].isin(SPEEDUP_KINDS).any():
+        r = r[r["kind"].isin(SPEEDUP_KINDS)]
     cols = ["experiment", "rate_mbit", "baseline", "throughput_speedup", "tta_speedup",
             "netsenseml_throughput", "baseline_throughput", "netsenseml_tta_s", "baseline_tta_s",
             "netsenseml_reached", "baseline_reached", "netsenseml_final_accuracy",
