@@ -305,6 +305,7 @@ def resolve_scenarios(runs: list[RunSpec], base_dir: Path | None = None) -> list
     from testbed import scenario as scn  # the orchestrator's module
 
     cache: dict[str, Any] = {}
+    resolved_cache: dict[tuple[str, str], Any] = {}
     out = []
     for r in runs:
         ref = r.scenario_ref
@@ -312,9 +313,12 @@ def resolve_scenarios(runs: list[RunSpec], base_dir: Path | None = None) -> list
         label = ref if isinstance(ref, str) else "inline scenario"
         try:
             if key not in cache:
-                cache[key] = (scn.load_scenario(ref) if isinstance(ref, str)
+                cache[key] = (scn.load_scenario(_near(ref, base_dir)) if isinstance(ref, str)
                               else scn.validate_scenario(ref, base_dir=base_dir))
-            resolved = scn.apply_overrides(cache[key], r.overrides)
+            okey = (key, json.dumps(r.overrides, sort_keys=True, default=str))
+            if okey not in resolved_cache:  # methods x seeds share one resolved scenario
+                resolved_cache[okey] = scn.apply_overrides(cache[key], r.overrides)
+            resolved = resolved_cache[okey]
         except SystemExit:
             raise
         except Exception as exc:  # noqa: BLE001 - any validation error becomes one line
@@ -322,6 +326,16 @@ def resolve_scenarios(runs: list[RunSpec], base_dir: Path | None = None) -> list
             raise SweepError(f"experiment {r.experiment!r} ({label}): {first}") from None
         out.append(_with_scenario(r, resolved))
     return out
+
+
+def _near(ref: str, base_dir: Path | None) -> str:
+    """A relative scenario *path* in a sweep file means: next to the sweep file (if there)."""
+    p = Path(ref)
+    if base_dir is not None and not p.is_absolute() and ("/" in ref or p.suffix in (".yaml", ".yml")):
+        cand = base_dir / p
+        if cand.is_file():
+            return str(cand)
+    return ref
 
 
 def _with_scenario(r: RunSpec, scenario: Any) -> RunSpec:
