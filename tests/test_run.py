@@ -123,16 +123,20 @@ def _windows(run_dir: Path) -> tuple[pd.DataFrame, float, float]:
 COMM_FACTOR = 2.0  # measured ~4x on this machine (50 Mbit/s, 8 competing streams)
 
 
-def test_cross_traffic_raises_comm_time_and_netsenseml_backs_off(tmp_path):
+@pytest.fixture(scope="module")
+def cross(tmp_path_factory):
+    """star-crosstraffic (8 iperf3 streams x0 -> w1 for 8 s) once per method."""
     scn = load_scenario("star-crosstraffic")
-    out = {}
-    for method in ("allreduce", "netsenseml"):
-        outcome = run_scenario(scn, method, 0, tmp_path / method, progress=False)
-        assert outcome.status == "ok", outcome.summary
-        assert_nothing_left(outcome.run_dir)
-        out[method] = outcome.run_dir
+    root = tmp_path_factory.mktemp("cross")
+    return {m: run_scenario(scn, m, 0, root / m, progress=False)
+            for m in ("allreduce", "netsenseml")}
 
-    r0, start, stop = _windows(out["allreduce"])
+
+def test_cross_traffic_raises_allreduce_comm_time(cross):
+    outcome = cross["allreduce"]
+    assert outcome.status == "ok", outcome.summary
+    assert_nothing_left(outcome.run_dir)
+    r0, start, stop = _windows(outcome.run_dir)
     before = r0[(r0["t"] < start) & (r0["step"] > 2)]["comm_s"]
     during = r0[(r0["t"] > start + 0.5) & (r0["t"] <= stop)]["comm_s"]
     assert len(before) >= 5 and len(during) >= 3, (len(before), len(during))
@@ -141,13 +145,18 @@ def test_cross_traffic_raises_comm_time_and_netsenseml_backs_off(tmp_path):
           f"{during.mean():.3f} s, factor {factor:.1f}")
     assert factor >= COMM_FACTOR
 
-    r0, start, stop = _windows(out["netsenseml"])
+
+def test_cross_traffic_lowers_netsenseml_kept_ratio(cross):
+    outcome = cross["netsenseml"]
+    assert outcome.status == "ok", outcome.summary
+    assert_nothing_left(outcome.run_dir)
+    r0, start, stop = _windows(outcome.run_dir)
     before = r0[(r0["t"] < start)].tail(5)["kept_ratio"]
-    mid = start + (stop - start) / 2
-    during = r0[(r0["t"] > mid) & (r0["t"] <= stop)]["kept_ratio"]
-    print(f"netsenseml kept_ratio: before {before.mean():.4f}, late in congestion "
-          f"{during.mean():.4f}")
+    during = r0[(r0["t"] > start + 0.5) & (r0["t"] <= stop)]["kept_ratio"]
+    print(f"netsenseml kept_ratio: last 5 steps before {before.mean():.4f}, during "
+          f"congestion mean {during.mean():.4f} min {during.min():.4f}")
     assert len(before) >= 3 and len(during) >= 2
+    # The policy must send less while the link is congested than just before it.
     assert during.mean() < before.mean()
 
 
