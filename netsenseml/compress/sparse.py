@@ -53,8 +53,8 @@ class TopKCompressor(_SparseBase):
         ratio: float,
         method: str = "exact",
         sample_fraction: float = 0.005,
-        min_samples: int = 1024,
-        oversample: float = 1.05,
+        min_samples: int = 16384,
+        oversample: float = 1.1,
         exact_above_ratio: float = 0.2,
     ) -> None:
         super().__init__(ratio)
