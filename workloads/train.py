@@ -90,6 +90,8 @@ DEFAULT_LR = {"mlp": 0.05, "resnet18": 0.05, "gpt": 1e-3}
 IMAGE_DATASETS = ("digits", "synthetic", "cifar10", "cifar100")
 # which datasets each model accepts: the LM needs text, the classifiers need images
 PAIRINGS = {"mlp": IMAGE_DATASETS, "resnet18": IMAGE_DATASETS, "gpt": ("text",)}
+# step-record keys the worker owns; a hook stat of the same name is logged as hook_<name>
+_RESERVED = {"kind", "t", "wall", "step", "samples", "compute_s", "step_s", "loss"}
 
 
 # --------------------------------------------------------------------------- arguments
@@ -384,6 +386,7 @@ def run(args: argparse.Namespace) -> int:
             progress["steps"] = step
             progress["samples"] += args.batch_size * world
             comm_s = float(stats.pop("comm_s", 0.0))
+            stats = {(f"hook_{k}" if k in _RESERVED else k): v for k, v in stats.items()}
             log.write("step", step=step, samples=args.batch_size * world,
                       compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
                       bytes_sent=stats.pop("bytes_sent", 0),
