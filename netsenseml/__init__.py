@@ -1,0 +1,7 @@
+"""NetSenseML: network-adaptive gradient compression for any PyTorch DDP job.
+
+Modules: ``compress`` (compressors, one module per family), ``memory`` (error feedback),
+``comm`` (allreduce / all-gather with byte and time accounting), ``sense`` (BBR-style
+network monitor), ``policy`` (the adaptive data-reduction policy), ``hooks`` (DDP comm
+hooks: ``hooks.register(ddp_model, "netsenseml")``). No Mininet or testbed import here.
+"""

@@ -99,10 +99,11 @@ def allreduce(
 
 def pack(tensors: Sequence[torch.Tensor], extras: torch.Tensor | None) -> torch.Tensor:
     """Byte buffer ``[int64 lengths][float32 extras][tensor bytes...]`` (see module docstring)."""
-    header = torch.tensor([t.numel() for t in tensors], dtype=torch.int64)
+    device = tensors[0].device if tensors else torch.device("cpu")
+    header = torch.tensor([t.numel() for t in tensors], dtype=torch.int64, device=device)
     parts = [header.view(torch.uint8)]
     if extras is not None:
-        parts.append(extras.to(torch.float32).reshape(-1).view(torch.uint8))
+        parts.append(extras.to(device=device, dtype=torch.float32).reshape(-1).view(torch.uint8))
     parts += [t.contiguous().reshape(-1).view(torch.uint8) for t in tensors]
     return torch.cat(parts)
 
@@ -143,8 +144,8 @@ def allgather_bytes(
     world = dist.get_world_size(group)
     n = buf.numel()
     if capacity is None:
-        size_t = torch.tensor([n], dtype=torch.int64)
-        size_outs = [torch.empty(1, dtype=torch.int64) for _ in range(world)]
+        size_t = torch.tensor([n], dtype=torch.int64, device=buf.device)
+        size_outs = [torch.empty(1, dtype=torch.int64, device=buf.device) for _ in range(world)]
         token = recorder.launch(_nbytes(size_t))
         dist.all_gather(size_outs, size_t, group=group, async_op=True).wait()
         recorder.done(token)
@@ -155,7 +156,7 @@ def allgather_bytes(
             raise ValueError(f"payload of {n} bytes exceeds the agreed capacity {capacity}")
         sizes, cap = None, capacity
     padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
-    outs = [torch.empty(cap, dtype=torch.uint8) for _ in range(world)]
+    outs = [torch.empty(cap, dtype=torch.uint8, device=buf.device) for _ in range(world)]
     token = recorder.launch(_nbytes(padded))
     work = dist.all_gather(outs, padded, group=group, async_op=True)
 

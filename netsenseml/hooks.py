@@ -337,7 +337,7 @@ class NetSenseState:
             pieces = [
                 self._pool.pop((name, pid), None)
                 if (name, pid) in self._pool
-                else torch.zeros(self._params[pid].numel(), dtype=self._params[pid].dtype)
+                else torch.zeros_like(self._params[pid]).reshape(-1)
                 for pid in layout
             ]
             store[idx] = torch.cat([p.reshape(-1) for p in pieces])
@@ -387,7 +387,7 @@ def _reduce_bucket(
         wire = payload.tensors[0]
         wire.div_(world)  # before the sum, as torch's hooks do (no fp16 overflow)
         if extras is not None:
-            wire = torch.cat([wire, (extras / world).to(wire.dtype)])
+            wire = torch.cat([wire, (extras / world).to(device=wire.device, dtype=wire.dtype)])
         dense = isinstance(compressor, compress.NoCompression | compress.CastCompressor)
         k = payload.tensors[0].numel()
 
@@ -522,7 +522,10 @@ def register(
     policy = None
     ps_state = None
     if spec.name == "netsenseml":
-        policy = NetSensePolicy(**options)
+        try:
+            policy = NetSensePolicy(**options)
+        except TypeError as exc:  # an unknown keyword: say which, as a ValueError
+            raise ValueError(f"invalid options for method {method!r}: {exc}") from None
     elif spec.name == "powersgd":
         ps_opts = {"start_powerSGD_iter": 2, **options}
         ps_state = torch_powersgd.PowerSGDState(

@@ -23,7 +23,7 @@ class Int8Compressor:
 
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
-        amax = flat.abs().max() if flat.numel() else torch.zeros((), dtype=flat.dtype)
+        amax = flat.abs().max() if flat.numel() else torch.zeros((), dtype=flat.dtype, device=flat.device)
         scale = (amax.float() / self.levels).clamp_min(torch.finfo(torch.float32).tiny)
         codes = torch.round(flat.float() / scale).clamp_(-self.levels, self.levels).to(torch.int8)
         return Payload((codes, scale.reshape(1)), tensor.shape, tensor.dtype, kept=flat.numel())

@@ -33,7 +33,7 @@ class _SparseBase:
         self.ratio = float(ratio)
 
     def decompress(self, payload: Payload) -> torch.Tensor:
-        out = torch.zeros(payload.numel, dtype=payload.dtype)
+        out = torch.zeros(payload.numel, dtype=payload.dtype, device=payload.tensors[0].device)
         self.accumulate(payload, out)
         return out.view(payload.shape)
 
@@ -76,9 +76,10 @@ class TopKCompressor(_SparseBase):
         if self.method == "sampled" and n > 4 * self.min_samples:
             # Reused work buffers: on CPUs a fresh 40 MB tensor costs more page faults than
             # the arithmetic on it, which would eat the sampled method's advantage.
-            if self._abs_buf is None or self._abs_buf.numel() != n or self._abs_buf.dtype != flat.dtype:
-                self._abs_buf = torch.empty(n, dtype=flat.dtype)
-                self._mask_buf = torch.empty(n, dtype=torch.bool)
+            buf = self._abs_buf
+            if buf is None or (buf.numel(), buf.dtype, buf.device) != (n, flat.dtype, flat.device):
+                self._abs_buf = torch.empty(n, dtype=flat.dtype, device=flat.device)
+                self._mask_buf = torch.empty(n, dtype=torch.bool, device=flat.device)
             absx = torch.abs(flat, out=self._abs_buf)
         else:
             absx = flat.abs()
@@ -89,7 +90,7 @@ class TopKCompressor(_SparseBase):
         ):
             return torch.topk(absx, k, sorted=False).indices
         s = min(n, max(self.min_samples, int(n * self.sample_fraction)))
-        sample = absx[torch.randint(n, (s,), generator=self._gen)]
+        sample = absx[torch.randint(n, (s,), generator=self._gen).to(flat.device)]
         ks = min(s, max(1, math.ceil(s * (k / n) * self.oversample)))
         thr = torch.topk(sample, ks, sorted=False).values.min()
         idx = torch.nonzero(torch.ge(absx, thr, out=self._mask_buf)).view(-1)
@@ -102,7 +103,7 @@ class TopKCompressor(_SparseBase):
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
         k = ratio_to_k(self.ratio, flat.numel())
-        idx = self.select(flat, k) if k else torch.zeros(0, dtype=torch.long)
+        idx = self.select(flat, k) if k else torch.zeros(0, dtype=torch.long, device=flat.device)
         values = flat[idx]
         return Payload(
             (values, idx.to(index_dtype(flat.numel()))), tensor.shape, tensor.dtype, kept=idx.numel()
@@ -135,7 +136,7 @@ class RandomKCompressor(_SparseBase):
             seed = self.seed * 1_000_003 + self._calls
             self._calls += 1
         flat = tensor.reshape(-1)
-        idx = self.indices(flat.numel(), seed)
+        idx = self.indices(flat.numel(), seed).to(flat.device)
         return Payload((flat[idx],), tensor.shape, tensor.dtype, kept=idx.numel(), meta={"indices": idx})
 
     def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
