@@ -3,7 +3,7 @@
 Every number drawn here comes from testbed.tables (config.json / summary.json / steps.csv /
 events.csv / sweep.json); nothing is typed in. ``make_figures`` writes PNG + PDF of:
 
-1. ``throughput_vs_rate``   samples/s vs bottleneck rate (log x), one line per method, error
+1. ``throughput_vs_rate``   samples/s vs bottleneck rate (log-log), one line per method, error
    bars = std over seeds; runs of experiments of kind ``throughput`` (else any experiment
    with two or more rates).
 2. ``accuracy_vs_time``     test accuracy (LM loss when no accuracy was recorded) vs wall-clock
@@ -28,6 +28,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -93,11 +94,20 @@ def plot_throughput(runs: pd.DataFrame, out: Path) -> list[Path]:
             ax.errorbar(g["rate_mbit"], g["throughput_mean"], yerr=g["throughput_std"].fillna(0),
                         marker="o", ms=4, capsize=3, label=m, color=colors[m],
                         lw=2.2 if m == tables.ADAPTIVE else 1.3)
+        # log-log: rates span two decades and throughput an order of magnitude or more
         ax.set_xscale("log")
+        ax.set_yscale("log")
+        rates = sorted(t["rate_mbit"].dropna().unique())
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(_rate_label(sel))
-        ax.set_ylabel("training throughput (samples/s)")
+        ax.set_ylabel("training throughput (samples/s, log)")
         seeds = int(t["seeds"].max())
-        ax.set_title(f"{exp}  (mean ± std over {seeds} seed{'s' * (seeds > 1)})")
+        ax.set_title(f"{exp}  (mean ± std over {seeds} seeds)" if seeds > 1
+                     else f"{exp}  (1 seed)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
     return _save(fig, out, "throughput_vs_rate")
