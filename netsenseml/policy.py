@@ -15,9 +15,14 @@ The policy compresses only when communication, not compute, holds the step back:
 
 * Below top-k: ``up_patience`` comm-bound steps in a row move one level up (top-k starts
   at ``topk_start_ratio``).
-* At top-k the kept fraction follows the BDP rule, gated by the compute comparison: it
-  shrinks when the step is comm-bound *and* the payload exceeds ``bdp_gain`` x BDP; it
-  grows by ``increase`` when the step is not comm-bound; otherwise it holds.
+* At top-k the kept fraction is steered by both signals: it shrinks (x ``decrease``)
+  whenever the step is comm-bound; it grows by ``increase`` only when the step is not
+  comm-bound *and* the BDP rule sees no queue (payload <= ``bdp_gain`` x BDP); otherwise
+  it holds. The BDP check is not a condition for shrinking: the monitor's min RTT comes
+  from the collectives themselves, and with one equally sized collective per step (top-k
+  at an agreed k sends no small probe) min RTT and max rate come from the same samples,
+  so the BDP tracks the payload and the rule would never see congestion -- the measured
+  comm time does.
 * Any level moves one level down after ``down_patience`` steps in a row in which the
   comm time predicted for the lower level (measured comm time scaled by the bytes ratio,
   an over-estimate because latency does not scale) stays below ``release_factor`` x
@@ -154,9 +159,9 @@ class NetSensePolicy:
         level = self.ladder[self.level_index]
 
         if level == "topk":
-            if comm_bound and congested:
+            if comm_bound:
                 self.rule.shrink()
-            elif not comm_bound:
+            elif not congested:
                 self.rule.grow()
         else:
             self._up_count = self._up_count + 1 if comm_bound else 0

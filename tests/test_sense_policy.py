@@ -20,17 +20,25 @@ class Link:
         self.t = 0.0
 
 
-def simulate(policy, rates, *, compute=0.1, grad=40e6, latency=1e-3, buckets=4, link=None):
-    """Runs ``policy`` over one step per entry of ``rates``; returns per-step records."""
+def simulate(
+    policy, rates, *, compute=0.1, grad=40e6, latency=1e-3, buckets=4, link=None, probe=True
+):
+    """Runs ``policy`` over one step per entry of ``rates``; returns per-step records.
+
+    ``probe=False`` leaves out the 8-byte probe: the monitor then sees only the gradient's
+    own collectives, as with the netsenseml hook at an agreed top-k size.
+    """
     link = link or Link()
     mon, t = link.mon, link.t
     out = []
     for rate in rates:
         d = policy.decision
         b = grad * bytes_ratio(d.level, d.ratio)
-        t += latency
-        mon.add(8, latency, t)
-        comm = latency
+        comm = 0.0
+        if probe:
+            t += latency
+            mon.add(8, latency, t)
+            comm = latency
         for _ in range(buckets):
             s = latency + (b / buckets) / rate
             t += s
@@ -175,6 +183,31 @@ def test_policy_ladder_rate_drop_and_recovery():
     rec = simulate(policy, [1e9] * 200, link=link)
     back = min(i for i, r in enumerate(rec) if r["level"] == "none")
     assert back <= 15
+    assert all(r["level"] == "none" for r in rec[back:])
+
+
+def test_policy_ladder_congestion_at_topk_without_probes():
+    """Cross-traffic arrives while the policy already sends top-k, and no small collective
+    probes the base latency and the gradient goes in one bucket (the monitor's BDP then
+    follows the payload: min RTT and max rate come from the same samples).
+
+    Bounds: at 50 MB/s the ratio settles (comm <= compute); a further 5x drop cuts the
+    kept fraction below half its settled value within 20 steps (0.95^14 < 0.5) and keeps
+    it there; when the rate returns the level is back to no compression within 300 steps.
+    """
+    policy, link = NetSensePolicy(), Link()
+    simulate(policy, [1e9] * 50, link=link, probe=False, buckets=1)
+    settled = simulate(policy, [5e7] * 300, link=link, probe=False, buckets=1)
+    assert settled[-1]["level"] == "topk"
+    before = settled[-1]["ratio"]
+    congested = simulate(policy, [1e7] * 100, link=link, probe=False, buckets=1)
+    first = min(i for i, r in enumerate(congested) if r["ratio"] < before / 2)
+    assert first <= 20
+    assert all(r["ratio"] < before / 2 for r in congested[first:])
+    assert all(r["level"] == "topk" for r in congested)
+    rec = simulate(policy, [1e9] * 300, link=link, probe=False, buckets=1)
+    back = min(i for i, r in enumerate(rec) if r["level"] == "none")
+    assert back <= 300
     assert all(r["level"] == "none" for r in rec[back:])
 
 
