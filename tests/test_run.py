@@ -125,7 +125,7 @@ COMM_FACTOR = 2.0  # measured ~4x on this machine (50 Mbit/s, 8 competing stream
 
 @pytest.fixture(scope="module")
 def cross(tmp_path_factory):
-    """star-crosstraffic (8 iperf3 streams x0 -> w1 for 6 s) once per method."""
+    """star-crosstraffic (8 iperf3 streams x0 -> w1 for 8 s) once per method."""
     scn = load_scenario("star-crosstraffic")
     root = tmp_path_factory.mktemp("cross")
     return {m: run_scenario(scn, m, 0, root / m, progress=False)
@@ -149,10 +149,9 @@ def test_cross_traffic_raises_allreduce_comm_time(cross):
 def test_cross_traffic_lowers_netsenseml_kept_ratio(cross):
     """The issue's claim: with netsenseml, the kept ratio falls during congestion.
 
-    Observed at the time of writing: it does not (the policy holds its top-k ratio).
-    With one collective per step the monitor's min RTT and max rate come from the same
-    kind of sample, so BDP = payload / min_transfer_fraction > payload and the BDP rule
-    never calls the link congested. A library matter; this test stays strict.
+    This failed while the policy required the BDP rule to see congestion before it cut the
+    top-k fraction (with one collective per step the monitor's BDP follows the payload);
+    the policy now cuts whenever the step is comm-bound (tests/test_sense_policy.py).
     """
     outcome = cross["netsenseml"]
     assert outcome.status == "ok", outcome.summary
