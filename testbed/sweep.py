@@ -56,17 +56,18 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
     model_validator,
 )
+
+from netsenseml.hooks import parse_method
 
 SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"
 
 #: Seconds each run costs on top of its training time: building the Mininet topology and
 #: shaping (~1 s), starting the workers up to their first step (python + torch import, data,
 #: rendezvous: 7-20 s), final evaluation and teardown (~1-2 s). Measured on the 2-core build
-#: machine with 2 workers: ~24 s per run at load average ~4 (other jobs running), ~12 s idle;
-#: 20 s is used for the --dry-run estimate and the paper-quick budget.
+#: machine with 2 workers: ~24 s per run at load average ~4 (other jobs running), ~19 s in the
+#: paper-quick sweep on an otherwise idle machine; 20 s is used for the --dry-run estimate and the paper-quick budget.
 PER_RUN_OVERHEAD_S = 20.0
 
 #: Used for the estimate when a scenario states only a step count, not a time limit.
@@ -74,9 +75,6 @@ FALLBACK_STEP_S = 0.25
 
 Kind = Literal["throughput", "tta", "timeline", "other"]
 
-_METHOD_RE = re.compile(
-    r"^(allreduce|fp16|bf16|int8|netsenseml|(topk|randomk|dgc):[0-9.eE+-]+|powersgd:[0-9]+)$"
-)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -92,11 +90,7 @@ def _check_methods(v: list[str]) -> list[str]:
     if not v:
         raise ValueError("must list at least one method")
     for m in v:
-        if not _METHOD_RE.match(m):
-            raise ValueError(
-                f"unknown method {m!r}; allowed: allreduce, fp16, bf16, int8, topk:R, "
-                "randomk:R, dgc:R, powersgd:RANK, netsenseml"
-            )
+        parse_method(m)  # its ValueError names the spec and the accepted forms
     if len(set(v)) != len(v):
         raise ValueError("methods repeat")
     return v
@@ -129,10 +123,19 @@ Seeds = Annotated[list[int], AfterValidator(_check_seeds)]
 Grid = Annotated[dict[str, list[Any]], AfterValidator(_check_grid)]
 
 
+def _check_name(v: str) -> str:
+    if not _NAME_RE.match(v):
+        raise ValueError("must be letters, digits, '_', '-', '.' (it names a folder)")
+    return v
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+
+
 class ExperimentSpec(_Strict):
     """One base scenario, a grid over some of its fields, and the methods/seeds to run."""
 
-    name: str
+    name: Name
     kind: Kind = "other"
     scenario: str | dict[str, Any]
     grid: Grid = Field(default_factory=dict)
@@ -140,18 +143,11 @@ class ExperimentSpec(_Strict):
     methods: Methods | None = None
     seeds: Seeds | None = None
 
-    @field_validator("name")
-    @classmethod
-    def _name_ok(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("must be letters, digits, '_', '-', '.' (it names a folder)")
-        return v
-
 
 class SweepSpec(_Strict):
     """A whole sweep file; see the module docstring for the layout."""
 
-    name: str
+    name: Name
     description: str = ""
     methods: Methods | None = None
     seeds: Seeds = Field(default_factory=lambda: [0])
@@ -161,13 +157,6 @@ class SweepSpec(_Strict):
     kind: Kind = "other"
     grid: Grid = Field(default_factory=dict)
     experiments: list[ExperimentSpec] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name_ok(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("must be letters, digits, '_', '-', '.' (it names a folder)")
-        return v
 
     @model_validator(mode="after")
     def _one_form(self) -> SweepSpec:
