@@ -13,12 +13,20 @@ observation, so every rank takes the same decision):
 The policy compresses only when communication, not compute, holds the step back: a step is
 *comm-bound* when its measured comm time exceeds ``comm_bound_factor`` x its compute time.
 
-* Below top-k: ``up_patience`` comm-bound steps in a row move one level up (top-k starts
-  at ``topk_start_ratio``).
-* At top-k the kept fraction is steered by both signals: it shrinks (x ``decrease``)
-  whenever the step is comm-bound; it grows by ``increase`` only when the step is not
-  comm-bound *and* the BDP rule sees no queue (payload <= ``bdp_gain`` x BDP); otherwise
-  it holds. The BDP check is not a condition for shrinking: the monitor's min RTT comes
+* Below top-k: after ``up_patience`` comm-bound steps in a row the policy moves up. With
+  ``jump`` (default) it goes straight to the first level whose predicted comm time fits
+  (``comm_bound_factor`` x compute; prediction = measured comm time x the bytes ratio of
+  the two levels), or to top-k with the fraction predicted the same way (clamped to
+  [``floor``, ``topk_start_ratio``]) when no dense level fits; without ``jump`` it climbs
+  one level per step and top-k starts at ``topk_start_ratio``. The prediction ignores the
+  latency, which does not shrink with the bytes, so a jump errs on the side of too little
+  compression and the next comm-bound step finishes the move.
+* At top-k the kept fraction is steered by both signals: it shrinks whenever the step is
+  comm-bound -- by the paper's x ``decrease`` near the target and, with ``jump``, by up to
+  x ``max_cut`` per step in proportion to compute / comm when the comm time is far above
+  it (a 10x rate drop then costs two or three slow steps, not the ~45 steps that x0.95
+  needs) -- and grows by ``increase`` only when the step is not comm-bound *and* the BDP
+  rule sees no queue (payload <= ``bdp_gain`` x BDP); otherwise it holds. The BDP check is not a condition for shrinking: the monitor's min RTT comes
   from the collectives themselves, and with one equally sized collective per step (top-k
   at an agreed k sends no small probe) min RTT and max rate come from the same samples,
   so the BDP tracks the payload and the rule would never see congestion -- the measured
@@ -115,6 +123,8 @@ class NetSensePolicy:
         up_patience: int = 1,
         down_patience: int = 3,
         half_level: str = "fp16",
+        jump: bool = True,
+        max_cut: float = 0.25,
     ) -> None:
         if mode not in ("ladder", "bdp"):
             raise ValueError(f"policy mode must be 'ladder' or 'bdp', got {mode!r}")
@@ -122,6 +132,8 @@ class NetSensePolicy:
             raise ValueError("need 0 < floor <= topk_start_ratio <= 1")
         if not 0 < release_factor <= comm_bound_factor:
             raise ValueError("need 0 < release_factor <= comm_bound_factor (hysteresis)")
+        if not 0 < max_cut <= decrease:
+            raise ValueError("need 0 < max_cut <= decrease")
         if half_level not in ("fp16", "bf16"):
             raise ValueError(f"half_level must be 'fp16' or 'bf16', got {half_level!r}")
         self.mode = mode
@@ -131,6 +143,8 @@ class NetSensePolicy:
         self.topk_start_ratio = topk_start_ratio
         self.up_patience = up_patience
         self.down_patience = down_patience
+        self.jump = jump
+        self.max_cut = max_cut
         self.ladder = ("none", half_level, "int8", "topk")
         self.level_index = 0
         self._up_count = 0
@@ -158,15 +172,22 @@ class NetSensePolicy:
         congested = obs.bdp is None or self.rule.congested(obs.inflight_bytes, obs.bdp)
         level = self.ladder[self.level_index]
 
+        budget = self.comm_bound_factor * obs.compute_s
         if level == "topk":
-            if comm_bound:
+            if comm_bound and self.jump:
+                cut = min(self.rule.decrease, max(self.max_cut, budget / obs.comm_s))
+                self.rule.ratio = max(self.rule.floor, self.rule.ratio * cut)
+            elif comm_bound:
                 self.rule.shrink()
             elif not congested:
                 self.rule.grow()
         else:
             self._up_count = self._up_count + 1 if comm_bound else 0
             if self._up_count >= self.up_patience:
-                self._move(+1)
+                if self.jump:
+                    self._jump_up(obs.comm_s, budget)
+                else:
+                    self._move(+1)
                 return self.decision
 
         if self.level_index > 0:
@@ -178,6 +199,17 @@ class NetSensePolicy:
             if self._down_count >= self.down_patience:
                 self._move(-1)
         return self.decision
+
+    def _jump_up(self, comm_s: float, budget: float) -> None:
+        """Moves to the least-compressing level whose predicted comm time fits ``budget``."""
+        dense_comm = comm_s / bytes_ratio(self.ladder[self.level_index], 1.0)
+        for i in range(self.level_index + 1, len(self.ladder) - 1):
+            if dense_comm * bytes_ratio(self.ladder[i], 1.0) <= budget:
+                self._move(i - self.level_index)
+                return
+        self._move(len(self.ladder) - 1 - self.level_index)
+        fit = budget / (dense_comm * bytes_ratio("topk", 1.0))
+        self.rule.ratio = min(self.topk_start_ratio, max(self.rule.floor, fit))
 
     def _move(self, direction: int) -> None:
         self.level_index = max(0, min(len(self.ladder) - 1, self.level_index + direction))

@@ -211,6 +211,30 @@ def test_policy_ladder_congestion_at_topk_without_probes():
     assert all(r["level"] == "none" for r in rec[back:])
 
 
+def test_policy_ladder_jumps_to_the_level_that_fits():
+    """With ``jump`` the policy compresses as much as the measurement says, at once.
+
+    A 10x drop (comm 4x compute at fp32) goes to top-k on the first observed step; a
+    1.5x overload (fp16's predicted comm fits) goes to fp16 and stays there: it does not
+    compress more than needed. Without ``jump`` the same 10x drop climbs one level per step.
+    """
+    policy, link = NetSensePolicy(), Link()
+    simulate(policy, [1e9] * 100, link=link)
+    rec = simulate(policy, [1e8] * 20, link=link)
+    assert rec[0]["level"] == "none" and rec[1]["level"] == "topk"
+    assert all(r["level"] == "topk" for r in rec[1:])
+
+    rate = 40e6 / 0.145  # ~0.15 s comm at fp32 vs 0.1 s compute
+    rec = simulate(NetSensePolicy(), [rate] * 200)
+    assert [r["level"] for r in rec[:2]] == ["none", "fp16"]
+    assert all(r["level"] == "fp16" for r in rec[1:])
+
+    policy, link = NetSensePolicy(jump=False), Link()
+    simulate(policy, [1e9] * 100, link=link)
+    rec = simulate(policy, [1e8] * 20, link=link)
+    assert [r["level"] for r in rec[:4]] == ["none", "fp16", "int8", "topk"]
+
+
 def test_policy_ladder_compute_bound_slow_link_stays_uncompressed():
     """A slow link does not trigger compression when compute dominates the step."""
     rec = simulate(NetSensePolicy(), [1e8] * 200, compute=1.0)
@@ -222,3 +246,5 @@ def test_policy_rejects_bad_parameters():
         NetSensePolicy(mode="fast")
     with pytest.raises(ValueError, match="hysteresis"):
         NetSensePolicy(release_factor=1.5)
+    with pytest.raises(ValueError, match="max_cut"):
+        NetSensePolicy(max_cut=0.99)
