@@ -308,7 +308,7 @@ def plot_timeline(runs: pd.DataFrame, steps: pd.DataFrame, root: Path, out: Path
     if "level" in ns_steps.columns:
         a1b = a1.twinx()
         lv = ns_steps["level"]
-        if lv.dtype == object:  # textual levels -> ordinal codes, labelled on the axis
+        if not pd.api.types.is_numeric_dtype(lv):  # textual levels -> ordinal codes on the axis
             seen = list(dict.fromkeys(lv.dropna()))
             cats = [c for c in LEVEL_ORDER if c in seen] + [c for c in seen if c not in LEVEL_ORDER]
             a1b.set_yticks(range(len(cats)), cats, fontsize=7)
