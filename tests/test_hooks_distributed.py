@@ -91,20 +91,25 @@ class _Spy:
 
 
 # ------------------------------------------------------------------ scenarios
+def _assert_same_gradients(ref, hooked, rank, message):
+    """Trains both models in lock-step (plain SGD) and requires bit-identical gradients."""
+    for step in range(STEPS):
+        _backward(ref, rank, step)
+        _backward(hooked, rank, step)
+        for a, b in zip(_grads(ref), _grads(hooked), strict=True):
+            assert torch.equal(a, b), message
+        for m in (ref, hooked):
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= 0.1 * p.grad
+
+
 def _allreduce_equals_no_hook(rank, world):
     from netsenseml import hooks
 
     ref, hooked = DDP(_model()), DDP(_model())
     hooks.register(hooked, "allreduce")
-    for step in range(STEPS):
-        _backward(ref, rank, step)
-        _backward(hooked, rank, step)
-        for a, b in zip(_grads(ref), _grads(hooked), strict=True):
-            assert torch.equal(a, b), "allreduce hook differs from DDP without a hook"
-        for m in (ref, hooked):
-            with torch.no_grad():
-                for p in m.parameters():
-                    p -= 0.1 * p.grad
+    _assert_same_gradients(ref, hooked, rank, "allreduce hook differs from DDP without a hook")
 
 
 def _fp16_bit_identical_to_torch(rank, world):
@@ -113,15 +118,7 @@ def _fp16_bit_identical_to_torch(rank, world):
     ref, hooked = DDP(_model()), DDP(_model())
     ref.register_comm_hook(None, default_hooks.fp16_compress_hook)
     hooks.register(hooked, "fp16")
-    for step in range(STEPS):
-        _backward(ref, rank, step)
-        _backward(hooked, rank, step)
-        for a, b in zip(_grads(ref), _grads(hooked), strict=True):
-            assert torch.equal(a, b), "fp16 hook differs from torch's fp16_compress_hook"
-        for m in (ref, hooked):
-            with torch.no_grad():
-                for p in m.parameters():
-                    p -= 0.1 * p.grad
+    _assert_same_gradients(ref, hooked, rank, "fp16 hook differs from torch's fp16_compress_hook")
 
 
 def _topk_error_feedback_invariant(rank, world):
