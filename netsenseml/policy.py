@@ -12,6 +12,12 @@ observation, so every rank takes the same decision):
 **(b) The level ladder** (:class:`NetSensePolicy`): ``none -> fp16 -> int8 -> topk(r)``.
 The policy compresses only when communication, not compute, holds the step back: a step is
 *comm-bound* when its measured comm time exceeds ``comm_bound_factor`` x its compute time.
+The compute time is the minimum over the last ``compute_window`` observations (like BBR's
+min RTT): the hook can only measure it as step period minus exposed comm, which also counts
+whatever else the job does between steps -- its own collectives (metrics, evaluation, a
+time-limit check), data-loading stalls. Those only ever add time and, on a congested link,
+a small collective waits behind the queue, so a plain per-step value would call a
+congested step compute-bound.
 
 * Below top-k: after ``up_patience`` comm-bound steps in a row the policy moves up. With
   ``jump`` (default) it goes straight to the first level whose predicted comm time fits
@@ -43,6 +49,7 @@ values + int32 indices).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 LADDER: tuple[str, ...] = ("none", "fp16", "int8", "topk")
@@ -125,6 +132,7 @@ class NetSensePolicy:
         half_level: str = "fp16",
         jump: bool = True,
         max_cut: float = 0.25,
+        compute_window: int = 20,
     ) -> None:
         if mode not in ("ladder", "bdp"):
             raise ValueError(f"policy mode must be 'ladder' or 'bdp', got {mode!r}")
@@ -132,6 +140,8 @@ class NetSensePolicy:
             raise ValueError("need 0 < floor <= topk_start_ratio <= 1")
         if not 0 < release_factor <= comm_bound_factor:
             raise ValueError("need 0 < release_factor <= comm_bound_factor (hysteresis)")
+        if compute_window < 1:
+            raise ValueError("need compute_window >= 1")
         if not 0 < max_cut <= decrease:
             raise ValueError("need 0 < max_cut <= decrease")
         if half_level not in ("fp16", "bf16"):
@@ -145,6 +155,7 @@ class NetSensePolicy:
         self.down_patience = down_patience
         self.jump = jump
         self.max_cut = max_cut
+        self._computes: deque[float] = deque(maxlen=compute_window)
         self.ladder = ("none", half_level, "int8", "topk")
         self.level_index = 0
         self._up_count = 0
@@ -168,11 +179,13 @@ class NetSensePolicy:
                 self.rule.update(obs.inflight_bytes, obs.bdp)
             return self.decision
 
-        comm_bound = obs.comm_s > self.comm_bound_factor * obs.compute_s
+        self._computes.append(obs.compute_s)
+        compute = min(self._computes)
+        budget = self.comm_bound_factor * compute
+        comm_bound = obs.comm_s > budget
         congested = obs.bdp is None or self.rule.congested(obs.inflight_bytes, obs.bdp)
         level = self.ladder[self.level_index]
 
-        budget = self.comm_bound_factor * obs.compute_s
         if level == "topk":
             if comm_bound and self.jump:
                 cut = min(self.rule.decrease, max(self.max_cut, budget / obs.comm_s))
@@ -194,7 +207,7 @@ class NetSensePolicy:
             cur = bytes_ratio(level, self.rule.ratio)
             lower = self.ladder[self.level_index - 1]
             predicted = obs.comm_s * bytes_ratio(lower, self.topk_start_ratio) / max(cur, 1e-12)
-            release = predicted < self.release_factor * obs.compute_s
+            release = predicted < self.release_factor * compute
             self._down_count = self._down_count + 1 if release else 0
             if self._down_count >= self.down_patience:
                 self._move(-1)

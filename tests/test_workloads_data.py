@@ -100,3 +100,23 @@ def test_models_accept_their_inputs() -> None:
     assert gpt(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 50)
     full = model_info(build_model("resnet18", input_shape=(3, 32, 32), num_classes=10, width=64))
     assert 11.0e6 < full.params < 11.3e6  # the real ResNet-18 (CIFAR variant)
+
+
+def test_stop_check_schedule_is_sparse_and_lands_near_the_limit():
+    """--time-limit: ranks compare clocks rarely, more often near the end, never late by much."""
+    from workloads.train import STOP_CHECK_MAX_STEPS, next_stop_check
+
+    assert next_stop_check(10, 10.0, 10.0) is None
+    assert next_stop_check(1, 0.01, 10.0) == 1 + STOP_CHECK_MAX_STEPS  # far from the end: capped
+    assert next_stop_check(100, 9.95, 10.0) == 101  # a quarter of ~0.5 step left: next step
+    # Simulated run at 20 ms per step: few checks, and it stops within a step of the limit.
+    step, check, checks = 0, 1, 0
+    while True:
+        step += 1
+        if step >= check:
+            checks += 1
+            check = next_stop_check(step, step * 0.02, 10.0)
+            if check is None:
+                break
+    assert 10.0 <= step * 0.02 <= 10.0 + 0.02
+    assert checks < step / 10

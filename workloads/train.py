@@ -14,10 +14,15 @@ plain ``allreduce`` included, so bytes and comm time are measured the same way f
 Why the choices below:
 
 - **Step count agreement.** With ``--steps N`` every rank runs exactly N steps. With
-  ``--time-limit S`` each rank, after each step, contributes "my clock says stop" to a
-  one-element MAX all_reduce (4 bytes; milliseconds on gloo, negligible against a gradient)
-  so all ranks stop after the same step. The flag exchange is outside ``step_s``. When both
-  are given, whichever comes first ends the run.
+  ``--time-limit S`` the ranks exchange their elapsed time in a one-element MAX all_reduce
+  and stop when it reaches S, so all ranks stop after the same step. Not after every step:
+  on a congested link even a 4-byte collective waits behind the queue (and behind TCP's
+  retransmission timeout when the queue drops it), which would slow every method and
+  pollute the hook's compute estimate. The next check comes after a quarter of the
+  estimated remaining steps (at least 1, at most ``STOP_CHECK_MAX_STEPS``), computed from
+  the exchanged values, so every rank picks the same next step; the run overshoots S by
+  about a step. The exchange is outside ``step_s``. When both are given, whichever comes
+  first ends the run.
 - **compute_s.** DDP overlaps gradient communication with the backward pass, so compute and
   communication cannot be separated by timestamps in one step. We define
   ``compute_s = max(step_s - comm_s, 0)`` where ``step_s`` is the wall time of the whole step
@@ -226,6 +231,22 @@ class Watchdog(threading.Thread):
 # --------------------------------------------------------------------------- training
 
 
+STOP_CHECK_MAX_STEPS = 16
+
+
+def next_stop_check(step: int, elapsed: float, limit: float) -> int | None:
+    """The step after which the ranks next compare clocks, or None to stop now.
+
+    A pure function of values every rank holds identically (the step count and the
+    all-reduced elapsed time), so every rank schedules the same check.
+    """
+    if elapsed >= limit:
+        return None
+    per_step = elapsed / step
+    ahead = int(0.25 * (limit - elapsed) / per_step) if per_step > 0 else STOP_CHECK_MAX_STEPS
+    return step + max(1, min(ahead, STOP_CHECK_MAX_STEPS))
+
+
 def _loss_and_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                       kind: str) -> tuple[torch.Tensor, int, int]:
     out = model(x)
@@ -370,7 +391,8 @@ def run(args: argparse.Namespace) -> int:
         ddp.train()
         batches = _batches(loader, sampler)
         step = 0
-        stop_flag = torch.zeros(1, device=device)
+        elapsed_max = torch.zeros(1, device=device)
+        next_check = 1
         while args.steps is None or step < args.steps:
             t0 = time.perf_counter()
             x, y = next(batches)
@@ -395,10 +417,11 @@ def run(args: argparse.Namespace) -> int:
             watchdog.beat()
             if args.eval_every and step % args.eval_every == 0:
                 accuracy = do_eval(step)
-            if args.time_limit is not None:
-                stop_flag.fill_(float(time.perf_counter() - origin >= args.time_limit))
-                dist.all_reduce(stop_flag, op=dist.ReduceOp.MAX)
-                if stop_flag.item() > 0:
+            if args.time_limit is not None and step >= next_check:
+                elapsed_max.fill_(time.perf_counter() - origin)
+                dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
+                next_check = next_stop_check(step, elapsed_max.item(), args.time_limit)
+                if next_check is None:
                     break
         train_time = time.perf_counter() - origin
         if not (args.eval_every and step % args.eval_every == 0):
