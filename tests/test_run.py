@@ -120,7 +120,7 @@ def _windows(run_dir: Path) -> tuple[pd.DataFrame, float, float]:
     return r0, start, stop
 
 
-COMM_FACTOR = 2.0  # measured ~4x on this machine (50 Mbit/s, 8 competing streams)
+COMM_FACTOR = 2.0  # measured 5-7x on this machine (50 Mbit/s, 8 competing streams)
 
 
 @pytest.fixture(scope="module")
