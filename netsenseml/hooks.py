@@ -410,8 +410,9 @@ def _reduce_bucket(
 
     dtypes = [t.dtype for t in payload.tensors]
     buf = pack(payload.tensors, extras)
-    capacity = _capacity(compressor, n, len(dtypes), 0 if extras is None else extras.numel())
     n_extras = 0 if extras is None else extras.numel()
+    capacity = _capacity(compressor, n, len(dtypes), n_extras)
+    accumulate = getattr(compressor, "accumulate", None)
 
     def finish_gather(fut: torch.futures.Future) -> torch.Tensor:
         t1 = time.perf_counter()
@@ -420,7 +421,6 @@ def _reduce_bucket(
         for b in fut.value():
             tensors, ex = unpack(b, dtypes, n_extras)
             p = Payload(tuple(tensors), payload.shape, payload.dtype, tensors[0].numel(), payload.meta)
-            accumulate = getattr(compressor, "accumulate", None)
             if accumulate is not None:
                 accumulate(p, buffer)
             else:

@@ -74,8 +74,9 @@ class BDPRule:
     def congested(self, inflight_bytes: float, bdp: float) -> bool:
         return inflight_bytes > self.bdp_gain * bdp
 
-    def shrink(self) -> float:
-        self.ratio = max(self.floor, self.ratio * self.decrease)
+    def shrink(self, factor: float | None = None) -> float:
+        """Multiplies the fraction by ``factor`` (default ``decrease``), floored at ``floor``."""
+        self.ratio = max(self.floor, self.ratio * (self.decrease if factor is None else factor))
         return self.ratio
 
     def grow(self) -> float:
@@ -187,11 +188,11 @@ class NetSensePolicy:
         level = self.ladder[self.level_index]
 
         if level == "topk":
-            if comm_bound and self.jump:
+            if comm_bound:
+                # With jumps: in proportion to how far comm is above budget, within
+                # [max_cut, decrease]; without: the paper's fixed x decrease.
                 cut = min(self.rule.decrease, max(self.max_cut, budget / obs.comm_s))
-                self.rule.ratio = max(self.rule.floor, self.rule.ratio * cut)
-            elif comm_bound:
-                self.rule.shrink()
+                self.rule.shrink(cut if self.jump else None)
             elif not congested:
                 self.rule.grow()
         else:
