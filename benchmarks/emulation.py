@@ -17,8 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed import leftovers  # noqa: E402
-from testbed.emulation import Emulation  # noqa: E402
+from testbed.emulation import (
+    Emulation,  # noqa: E402
+    leftovers,  # noqa: E402
+)
 
 CASES = [
     ("star-8", "star", {"n_workers": 8, "rate_mbit": 100.0}, "w3"),

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed import leftovers
-from testbed.run import run_scenario
-from testbed.scenario import load_scenario
+from testbed.config.scenario import load_scenario
+from testbed.emulation import leftovers
+from testbed.orchestration.run import run_scenario
 
 
 def main() -> int:

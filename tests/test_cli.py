@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import kernel
+from testbed.emulation import kernel
 
 NETSENSE = Path(sys.executable).parent / "netsense"
 GOOD = {

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import kernel, leftovers
-from testbed.emulation import Emulation, EmulationError
+from testbed.emulation import Emulation, EmulationError, kernel, leftovers
 
 pytestmark = [
     pytest.mark.emulation,
@@ -206,7 +205,7 @@ def test_leafspine_uplink_rate_and_ecmp_over_spines(tmp_path):
 
 def test_failure_while_links_are_built_cleans_up(tmp_path, monkeypatch):
     """tc failing on the 3rd shaped interface (hosts, veths, bridge shells exist by then)."""
-    from testbed import shaping
+    from topologies import shaping
 
     real = shaping.shape_lines
     calls = []

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import emulation, shaping
+from testbed import emulation
+from topologies import shaping
 from topologies.dumbbell import DumbbellTopo
 from topologies.leafspine import LeafSpineTopo
 from topologies.star import StarTopo

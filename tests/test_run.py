@@ -25,9 +25,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed import leftovers
-from testbed.run import run_scenario
-from testbed.scenario import load_scenario
+from testbed.config.scenario import load_scenario
+from testbed.emulation import leftovers
+from testbed.orchestration.run import run_scenario
 
 NETSENSE = Path(sys.executable).parent / "netsense"
 

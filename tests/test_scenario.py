@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import results
-from testbed.scenario import (
+from testbed.common import files
+from testbed.config.scenario import (
     ScenarioError,
     apply_overrides,
     build_params,
@@ -22,8 +22,9 @@ from testbed.scenario import (
     list_scenarios,
     load_scenario,
 )
-from testbed.timeline import Action, Timeline, expand
-from testbed.traffic import TraceError, parse_trace, trace_rate_changes
+from testbed.config.traces import TraceError, parse_trace, trace_rate_changes
+from testbed.orchestration import records
+from testbed.orchestration.timeline import Action, Timeline, expand
 
 BASE = {
     "name": "t",
@@ -108,7 +109,7 @@ def test_yaml_syntax_error_missing_file_and_unknown_name(tmp_path):
 
 
 def test_netem_fields_follow_the_kernel_probe(tmp_path):
-    from testbed import kernel
+    from testbed.emulation import kernel
 
     path = write(tmp_path, with_("topology.delay_ms", 10))
     if kernel.has_netem():
@@ -232,14 +233,14 @@ def _records(rank: int, walls: list[float], samples: int = 16) -> list[dict]:
 def test_metrics_and_steps_csv(tmp_path):
     walls = [100.0, 101.0, 102.0, 103.0, 104.0]
     recs = {0: _records(0, walls), 1: _records(1, [w + 0.01 for w in walls])}
-    m = results.metrics(recs, target_accuracy=0.8)
+    m = records.metrics(recs, target_accuracy=0.8)
     # steps 2..5 of rank 0: 4 x 16 global samples over 4 s (wall 100 -> 104)
     assert m["throughput_samples_per_s"] == pytest.approx(16.0)
     assert m["time_to_accuracy_s"] == 3.5 and m["final_accuracy"] == 0.9
     assert m["bytes_sent_total"] == 2 * 5 * 1000
-    assert results.metrics(recs, target_accuracy=0.95)["time_to_accuracy_s"] is None
-    rows, cols = results.step_rows(recs, launch_wall=99.0)
-    results.write_csv(tmp_path / "steps.csv", cols, rows)
+    assert records.metrics(recs, target_accuracy=0.95)["time_to_accuracy_s"] is None
+    rows, cols = records.step_rows(recs, launch_wall=99.0)
+    files.write_csv(tmp_path / "steps.csv", cols, rows)
     with open(tmp_path / "steps.csv") as fh:
         got = list(csv.DictReader(fh))
     assert len(got) == 10 and "extra_stat" in got[0] and "t_worker" in got[0]
@@ -251,5 +252,5 @@ def test_metrics_and_steps_csv(tmp_path):
 def test_jsonl_reader_skips_a_torn_last_line(tmp_path):
     p = tmp_path / "rank0.jsonl"
     p.write_text('{"kind": "step", "step": 1}\n{"kind": "st')
-    assert results.read_jsonl(p) == [{"kind": "step", "step": 1}]
-    assert results.last_step(p) == {"kind": "step", "step": 1}
+    assert files.read_jsonl(p) == [{"kind": "step", "step": 1}]
+    assert records.last_step(p) == {"kind": "step", "step": 1}

@@ -19,8 +19,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from testbed import tables
-from testbed.analysis_cli import register
+from testbed.analysis import tables
+from testbed.cli.analysis import register
 
 pytestmark = [
     pytest.mark.emulation,

@@ -12,8 +12,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from testbed import sweep as sw
-from testbed.analysis_cli import register
+from testbed.cli.analysis import register
+from testbed.config import sweep as sw
+from testbed.orchestration.sweep import dry_run_rows, is_done
 
 BASE = {
     "name": "t",
@@ -99,20 +100,20 @@ def test_bundled_sweeps_validate_and_expand(tmp_path: Path) -> None:
 def test_paper_quick_estimate_fits_twenty_minutes(tmp_path: Path) -> None:
     runs = sw.resolve_scenarios(sw.expand(sw.load_sweep("paper-quick"), tmp_path),
                                 base_dir=sw.SWEEPS_DIR)
-    _, total = sw.dry_run_rows(runs)
+    _, total = dry_run_rows(runs)
     assert total < 20 * 60
 
 
 def test_resume_status_reads_summary(tmp_path: Path) -> None:
     d = tmp_path / "run"
-    assert not sw.is_done(d)
+    assert not is_done(d)
     d.mkdir()
     (d / "summary.json").write_text('{"status": "failed"}')
-    assert not sw.is_done(d)
+    assert not is_done(d)
     (d / "summary.json").write_text('{"status": "ok"')  # torn file: not done
-    assert not sw.is_done(d)
+    assert not is_done(d)
     (d / "summary.json").write_text('{"status": "ok"}')
-    assert sw.is_done(d)
+    assert is_done(d)
 
 
 def _cli() -> typer.Typer:

@@ -3,7 +3,7 @@
 Why this exists: Mininet's own ``TCLink``/``TCIntf`` always puts the queue size (and delay,
 loss) into a *netem* qdisc.  The kernels we build on have no ``sch_netem``, so a TCLink with
 ``max_queue_size`` fails there.  ``ShapedLink`` is a plain veth pair whose two ends are
-shaped by our own tc tree (``testbed.shaping``): HTB root, one class at the link rate, a
+shaped by our own tc tree (``topologies.shaping``): HTB root, one class at the link rate, a
 pfifo leaf holding ``max_queue_size`` packets, and netem below the class only when delay,
 jitter or loss are asked for and the kernel has it.  Both ends are shaped, so both
 directions of a link see the same rate and queue.
@@ -26,10 +26,10 @@ from mininet.nodelib import LinuxBridge
 from mininet.topo import Topo
 
 try:  # the package is installed editable; `mn --custom` runs from the repository root
-    from testbed import shaping
+    from topologies import shaping
 except ImportError:  # pragma: no cover - only when mn runs outside an installed checkout
     sys.path.insert(0, os.getcwd())
-    from testbed import shaping
+    from topologies import shaping
 
 IFNAMSIZ = 15  # Linux limit on interface name length (16 bytes including the NUL)
 
@@ -46,7 +46,7 @@ class LinkInfo:
 
 
 class ShapedIntf(Intf):
-    """Interface shaped by ``testbed.shaping`` (HTB + pfifo, netem only if requested)."""
+    """Interface shaped by ``topologies.shaping`` (HTB + pfifo, netem only if requested)."""
 
     def config(self, bw=None, max_queue_size=None, delay=None, jitter=None, loss=None,
                **params):

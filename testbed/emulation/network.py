@@ -5,9 +5,9 @@ Life cycle (what the orchestrator relies on):
 * ``Emulation(topology, params)`` validates the topology name and its build() kwargs and
   builds the Topo object (pure Python: names, links, validation), so ``worker_hosts`` etc.
   are known before anything is created.
-* ``start()`` writes the run's registry (``testbed.leftovers``) *before* creating anything,
+* ``start()`` writes the run's registry (``testbed.emulation.leftovers``) *before* creating anything,
   then builds Mininet (Linux bridges, no controller, veth links shaped by our own HTB tree,
-  see ``testbed.shaping``), registering every host/switch shell PID as it is created.  Any
+  see ``topologies.shaping``), registering every host/switch shell PID as it is created.  Any
   failure inside start() tears down what exists and re-raises.
 * ``popen()`` starts a process inside a host's network namespace (``mnexec -a <shell pid>``)
   in its own session/process group and registers its PID + start time.
@@ -37,7 +37,8 @@ import time
 import warnings
 from pathlib import Path
 
-from testbed import kernel, leftovers, shaping
+from testbed.emulation import kernel, leftovers
+from topologies import shaping
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 Why self-contained (PNG figures inlined as base64, no external CSS/JS): the page is the thing
 people mail around or attach to an issue; it must open anywhere, offline, without the
-results folder beside it. Everything on it is read from the run folders (via testbed.tables
-and testbed.plots); the figures are (re)drawn first so the page and results/figures agree.
+results folder beside it. Everything on it is read from the run folders (via testbed.analysis.tables
+and testbed.analysis.plots); the figures are (re)drawn first so the page and results/figures agree.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from testbed import plots, tables
-from testbed.sweep import SWEEPS_DIR
+from testbed.analysis import plots, tables
+from testbed.config.sweep import SWEEPS_DIR
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import kernel
+from testbed.emulation import kernel
 
 
 @dataclass(frozen=True)

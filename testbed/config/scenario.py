@@ -47,7 +47,7 @@ from pydantic import (
     model_validator,
 )
 
-SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NETEM_FIELDS = ("delay_ms", "jitter_ms", "loss_pct")
 
@@ -280,7 +280,7 @@ class Trace(_Event):
 
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> Trace:
-        from testbed.traffic import TraceError, parse_trace
+        from testbed.config.traces import TraceError, parse_trace
 
         base = (info.context or {}).get("base_dir") or Path.cwd()
         path = Path(self.file).expanduser()
@@ -379,7 +379,7 @@ class Scenario(_Strict):
                     raise ValueError(f"{where}: no earlier cross_start/ramp with id {ev.id!r}")
         impaired = [f for f in NETEM_FIELDS if getattr(topo, f) > 0]
         if impaired and not (info.context or {}).get("skip_kernel_checks"):
-            from testbed import kernel
+            from testbed.emulation import kernel
 
             if not kernel.has_netem():
                 raise ValueError(f"topology.{impaired[0]}: {kernel.NETEM_MISSING_MSG}")

@@ -1,4 +1,4 @@
-"""The run folder: atomic writers and the metrics in summary.json.
+"""The run folder's records: worker JSONL -> steps.csv rows and the metrics in summary.json.
 
 Layout (see DESIGN.md)::
 
@@ -9,9 +9,7 @@ Layout (see DESIGN.md)::
     <run_dir>/summary.json  status ("running" -> "ok" | "failed" + reason) and metrics
     <run_dir>/workers/      rank<N>.log (stdout+stderr) and rank<N>.jsonl (raw records)
 
-Every file is written to a temporary name in the same folder and renamed into place
-(``os.replace``), so a reader — a sweep resuming, a plot — never sees half a file, and a
-run killed halfway leaves the previous state of each file, not a torn one.
+Files are written atomically (``testbed.common.files``).
 
 Metric definitions (all from the workers' own records):
 
@@ -30,92 +28,18 @@ Metric definitions (all from the workers' own records):
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import os
-import tempfile
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from testbed.common.files import read_jsonl
 
 STEP_COLUMNS = [
     "rank", "t", "wall", "step", "samples", "compute_s", "comm_s", "step_s", "bytes_sent",
     "kept_ratio", "level", "loss", "accuracy", "t_worker",
 ]
 LINK_COLUMNS = ["link", "src", "dst", "configured_mbit", "measured_mbit", "seconds"]
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and os.replace (atomic on POSIX)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, tuples -> lists, Paths -> str."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    atomic_write_text(path, buf.getvalue())
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a worker's JSONL; a torn last line (worker killed mid-write) is skipped."""
-    out: list[dict[str, Any]] = []
-    try:
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict):
-                    out.append(rec)
-    except OSError:
-        pass
-    return out
 
 
 def load_worker_records(workers_dir: Path, world_size: int) -> dict[int, list[dict[str, Any]]]:

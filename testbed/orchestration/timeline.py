@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.scenario import CrossStart, CrossStop, Ramp, SetRate, Trace
-from testbed.traffic import parse_trace, trace_rate_changes
+from testbed.config.scenario import CrossStart, CrossStop, Ramp, SetRate, Trace
+from testbed.config.traces import parse_trace, trace_rate_changes
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ def sweep_cmd(
         "--only", help="run only this experiment (repeatable)")] = None,
 ) -> None:
     """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped."""
-    from testbed import sweep as sw
+    from testbed.config import sweep as sw
+    from testbed.orchestration.sweep import dry_run_rows, run_sweep
 
     console = Console()
     try:
@@ -51,7 +52,7 @@ def sweep_cmd(
         _fail(str(exc))
         return
     if dry_run:
-        rows, total = sw.dry_run_rows(runs)
+        rows, total = dry_run_rows(runs)
         t = Table(title=f"sweep {spec.name}: {len(rows)} runs")
         for c in ("experiment", "params", "method", "seed", "state", "est_s"):
             t.add_column(c, justify="right" if c in ("seed", "est_s") else "left")
@@ -65,7 +66,7 @@ def sweep_cmd(
                       f"{sw.FALLBACK_STEP_S} s, + {sw.PER_RUN_OVERHEAD_S:.0f} s per run for "
                       "build, worker start-up and teardown)")
         return
-    rep = sw.run_sweep(runs, console=console)
+    rep = run_sweep(runs, console=console)
     console.print(f"sweep {spec.name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
                   f"skipped (already ok) in {rep.seconds / 60:.1f} min; results in "
                   f"{results / spec.name}")
@@ -84,7 +85,7 @@ def plot_cmd(
         "--out", "-o", help="figures folder (default RESULTS/figures)")] = None,
 ) -> None:
     """Tables (CSV) and figures (PNG + PDF) from the run folders under RESULTS."""
-    from testbed import plots
+    from testbed.analysis import plots
 
     if not results.is_dir():
         _fail(f"results: no such folder {str(results)!r}")
@@ -106,7 +107,7 @@ def report_cmd(
         "--figures", help="figures folder (default RESULTS/figures)")] = None,
 ) -> None:
     """One self-contained HTML page: figures, tables, scenarios and software versions."""
-    from testbed import plots, report
+    from testbed.analysis import plots, report
 
     if not results.is_dir():
         _fail(f"results: no such folder {str(results)!r}")

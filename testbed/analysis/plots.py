@@ -1,6 +1,6 @@
 """The paper's figures, drawn with matplotlib (Agg) from run folders only.
 
-Every number drawn here comes from testbed.tables (config.json / summary.json / steps.csv /
+Every number drawn here comes from testbed.analysis.tables (config.json / summary.json / steps.csv /
 events.csv / sweep.json); nothing is typed in. ``make_figures`` writes PNG + PDF of:
 
 1. ``throughput_vs_rate``   samples/s vs bottleneck rate (log-log), one line per method, error
@@ -32,7 +32,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from testbed import tables  # noqa: E402
+from testbed.analysis import tables  # noqa: E402
 
 FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
 

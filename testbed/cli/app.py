@@ -69,7 +69,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
 ) -> None:
     """Run a scenario: every method x seed (or those given), one run folder each."""
-    from testbed.scenario import ScenarioError, apply_overrides, check_method, load_scenario
+    from testbed.config.scenario import ScenarioError, apply_overrides, check_method, load_scenario
 
     try:
         scn = load_scenario(scenario)
@@ -86,7 +86,7 @@ def run(
         fail(str(exc))
     _preflight()
 
-    from testbed.run import RunInterrupted, make_run_id, run_scenario
+    from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario
 
     root = out / scn.name
     outcomes = []
@@ -136,7 +136,7 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from testbed.run import summary_table_rows
+    from testbed.orchestration.run import summary_table_rows
 
     table = Table(title=f"{name}: results", title_justify="left")
     for col, just in (("method", "left"), ("seed", "right"), ("status", "left"),
@@ -162,7 +162,7 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
 @app.command("list")
 def list_() -> None:
     """Bundled scenarios with one-line descriptions."""
-    from testbed.scenario import list_scenarios
+    from testbed.config.scenario import list_scenarios
 
     rows = list_scenarios()
     width = max((len(n) for n, _ in rows), default=0)
@@ -176,7 +176,7 @@ def doctor() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from testbed.doctor import checks
+    from testbed.cli.doctor import checks
 
     table = Table(title="netsense doctor", title_justify="left")
     table.add_column("check")
@@ -200,7 +200,7 @@ def clean(
     ] = False,
 ) -> None:
     """Remove leftovers of this testbed's own runs (found by prefix and recorded PIDs)."""
-    from testbed import leftovers
+    from testbed.emulation import leftovers
 
     report = leftovers.clean(force=force)
     for key in ("interfaces_removed", "pids_killed", "registries_removed", "skipped_active",
@@ -218,8 +218,8 @@ def _register_analysis() -> None:
     find_spec rather than try/except ImportError: a real import error inside the module
     must surface, not silently hide three commands.
     """
-    if importlib.util.find_spec("testbed.analysis_cli") is not None:
-        importlib.import_module("testbed.analysis_cli").register(app)
+    if importlib.util.find_spec("testbed.cli.analysis") is not None:
+        importlib.import_module("testbed.cli.analysis").register(app)
 
 
 _register_analysis()

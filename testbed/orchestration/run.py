@@ -41,12 +41,19 @@ from pathlib import Path
 from subprocess import Popen
 from typing import IO, Any
 
-from testbed import results
-from testbed.scenario import DumbbellTopology, LeafSpineTopology, Scenario, build_params, link_names
-from testbed.timeline import EVENT_COLUMNS, Action, Timeline, expand
-from testbed.traffic import CrossTraffic
+from testbed.common import files
+from testbed.config.scenario import (
+    DumbbellTopology,
+    LeafSpineTopology,
+    Scenario,
+    build_params,
+    link_names,
+)
+from testbed.emulation.traffic import CrossTraffic
+from testbed.orchestration import records
+from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.2
 
 
@@ -266,7 +273,7 @@ class _Run:
 
     # files ----------------------------------------------------------------------
     def _prepare_dir(self) -> None:
-        old = results.read_json(self.run_dir / "summary.json")
+        old = files.read_json(self.run_dir / "summary.json")
         if old and old.get("status") == "ok":
             raise ValueError(f"{self.run_dir} holds a finished run (status ok); not overwriting")
         if self.run_dir.exists():
@@ -280,7 +287,7 @@ class _Run:
             "workers": [p.pid for p in self.workers],
             "iperf3": self.traffic.pids if self.traffic else [],
         }
-        results.write_json(self.run_dir / "pids.json", data)
+        files.write_json(self.run_dir / "pids.json", data)
 
     # phases ---------------------------------------------------------------------
     def _build(self) -> None:
@@ -290,7 +297,7 @@ class _Run:
         self.progress.update("building network", force=True)
         self.emu = Emulation(self.scn.topology.kind, build_params(self.scn.topology))
         self.config["prefix"] = self.emu.prefix
-        results.write_json(self.run_dir / "config.json", self.config)
+        files.write_json(self.run_dir / "config.json", self.config)
         self.emu.start()
         self.timing["build_s"] = round(time.monotonic() - t, 3)
         expected = set(link_names(self.scn.topology))
@@ -316,7 +323,7 @@ class _Run:
                 "link": link, "src": pair[0], "dst": pair[1], "configured_mbit": configured,
                 "measured_mbit": round(measured, 3), "seconds": self.scn.probe_seconds,
             })
-        results.write_csv(self.run_dir / "link.csv", results.LINK_COLUMNS, rows)
+        files.write_csv(self.run_dir / "link.csv", records.LINK_COLUMNS, rows)
 
     def _apply(self, action: Action) -> str:
         assert self.traffic is not None
@@ -380,7 +387,7 @@ class _Run:
             if time.monotonic() > deadline:
                 raise _RunFailed(f"timeout: workers still running after "
                                  f"{self.scn.deadline_s():.0f} s")
-            rec = results.last_step(rank0)
+            rec = records.last_step(rank0)
             if rec is not None and not self.timeline.started:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
             self.progress.update(self._status_text(rec))
@@ -438,13 +445,13 @@ class _Run:
 
     def _collect(self) -> None:
         ws = self.scn.world_size
-        records = results.load_worker_records(self.workers_dir, ws)
+        recs = records.load_worker_records(self.workers_dir, ws)
         origin = self.launch_wall or time.time()
-        rows, columns = results.step_rows(records, origin)
-        results.write_csv(self.run_dir / "steps.csv", columns, rows)
+        rows, columns = records.step_rows(recs, origin)
+        files.write_csv(self.run_dir / "steps.csv", columns, rows)
         events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
-        results.write_csv(self.run_dir / "events.csv", EVENT_COLUMNS, events)
-        self.summary.update(results.metrics(records, self.scn.workload.target_accuracy))
+        files.write_csv(self.run_dir / "events.csv", EVENT_COLUMNS, events)
+        self.summary.update(records.metrics(recs, self.scn.workload.target_accuracy))
         self.summary["events_applied"] = len(events)
         self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
@@ -465,13 +472,13 @@ class _Run:
             "started_at": started.isoformat(timespec="seconds"),
             "orchestrator_pid": os.getpid(),
         }
-        results.write_json(self.run_dir / "config.json", self.config)
+        files.write_json(self.run_dir / "config.json", self.config)
         self.summary = {
             "scenario": self.scn.name, "method": self.method, "seed": self.seed,
             "run_id": self.run_dir.name, "status": "running",
             "started_at": self.config["started_at"],
         }
-        results.write_json(self.run_dir / "summary.json", self.summary)
+        files.write_json(self.run_dir / "summary.json", self.summary)
 
         interrupted: RunInterrupted | None = None
         status, reason = "failed", None
@@ -528,7 +535,7 @@ class _Run:
                 )
                 if self.summary.get("reason") is None:
                     self.summary.pop("reason")
-                results.write_json(self.run_dir / "summary.json", self.summary)
+                files.write_json(self.run_dir / "summary.json", self.summary)
             finally:
                 self._restore_signals()
                 self.progress.close(_final_line(self.summary))
@@ -560,7 +567,7 @@ def run_scenario(
     """
     if method not in scenario.methods:
         # allowed (the CLI may run any valid method), but validate it the same way
-        from testbed.scenario import check_method
+        from testbed.config.scenario import check_method
 
         check_method(method)
     return _Run(scenario, method, seed, Path(run_dir), progress).execute()

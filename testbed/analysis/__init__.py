@@ -1,0 +1,1 @@
+"""Analysis: tables, figures and the HTML report, made from run folders only."""

@@ -1,0 +1,1 @@
+"""Helpers every layer of the testbed shares: atomic files, names. Imports nothing heavy."""

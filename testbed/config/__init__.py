@@ -1,0 +1,5 @@
+"""Configuration: scenario and sweep files, their schema and validation, bandwidth traces.
+
+Everything a user writes is checked here, before anything is built. Torch-free and
+Mininet-free, so that refusing bad input is fast.
+"""
