@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,14 +19,9 @@ import pytest
 
 from testbed.emulation import Emulation, EmulationError, kernel, leftovers
 
-pytestmark = [
-    pytest.mark.emulation,
-    pytest.mark.skipif(os.geteuid() != 0, reason="emulation tests need root (netns, tc)"),
-    pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec (mininet) not installed"),
-    pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed"),
-]
+pytestmark = pytest.mark.emulation
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _assert_nothing_left(prefix: str, pids: list[dict], state_dir: Path) -> None:

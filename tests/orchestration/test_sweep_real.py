@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,11 +20,7 @@ from typer.testing import CliRunner
 from testbed.analysis import tables
 from testbed.cli.analysis import register
 
-pytestmark = [
-    pytest.mark.emulation,
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mnexec") is None,
-                       reason="needs root and mnexec (Mininet) to build the emulated network"),
-]
+pytestmark = pytest.mark.emulation
 
 
 def _cli() -> typer.Typer:

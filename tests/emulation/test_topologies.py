@@ -81,7 +81,7 @@ def test_loadable_like_mn_custom(name):
     """`mn --custom topologies/<name>.py --topo <name>,...` execs the file and reads `topos`."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "topologies" / f"{name}.py"
+    path = Path(__file__).resolve().parents[2] / "topologies" / f"{name}.py"
     customs: dict = {}
     exec(compile(path.read_text(), str(path), "exec"), customs, customs)  # as mn does
     topo = customs["topos"][name](2)  # mn passes --topo arguments positionally

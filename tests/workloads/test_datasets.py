@@ -57,7 +57,7 @@ def test_text_windows_shift_by_one_and_split_at_90_percent() -> None:
     x, y = d.train[5]
     assert x.shape == y.shape == (32,) and torch.equal(x[1:], y[:-1])
     assert d.kind == "lm" and 40 < d.num_classes < 100
-    text = (Path(__file__).resolve().parents[1] / "workloads/data/corpus.txt").read_text()
+    text = (Path(__file__).resolve().parents[2] / "workloads/data/corpus.txt").read_text()
     assert len(text.encode()) < 2_000_000
 
 
