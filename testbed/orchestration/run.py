@@ -16,44 +16,43 @@ Order of a run (DESIGN.md, "Data flow of one run"):
 
 Failures never raise out of ``run_scenario``: they end up in summary.json. The one thing
 that does propagate is an interruption (SIGINT/SIGTERM), *after* teardown, as
-``RunInterrupted`` (a KeyboardInterrupt carrying the signal number), so that a sweep stops
-and the CLI exits 130/143. A second signal during teardown is recorded and ignored:
-teardown must finish, or the machine keeps our interfaces and processes.
+``RunInterrupted`` (``testbed.orchestration.interrupts``), so that a sweep stops and the CLI
+exits 130/143.
+
+Who does what: this module holds the phases and their order; the run folder's files are
+``rundir``'s, the worker processes ``workers``', signals ``interrupts``', the status line
+``progress``'.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import random
 import re
-import shutil
 import signal
-import subprocess
-import sys
-import threading
 import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
-from subprocess import Popen
-from typing import IO, Any
+from typing import Any
 
-from testbed.common import files
 from testbed.config.scenario import (
     DumbbellTopology,
     LeafSpineTopology,
     Scenario,
     build_params,
+    check_method,
     link_names,
 )
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import records
+from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
+from testbed.orchestration.progress import RunProgress
+from testbed.orchestration.rundir import RunFolder, host_facts, versions
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
+from testbed.orchestration.workers import WorkerGroup, worker_argv
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.2
 
 
@@ -62,18 +61,6 @@ class RunOutcome:
     run_dir: Path
     status: str  # "ok" | "failed"
     summary: dict[str, Any]
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """SIGINT/SIGTERM during a run, re-raised after teardown; exit code 128 + signum."""
-
-    def __init__(self, signum: int = signal.SIGINT) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 class _RunFailed(Exception):
@@ -88,34 +75,6 @@ def sanitize_method(method: str) -> str:
 def make_run_id(method: str, seed: int, now: datetime | None = None) -> str:
     now = now or datetime.now(timezone.utc)
     return f"{now:%Y%m%d-%H%M%S}-{sanitize_method(method)}-s{seed}"
-
-
-def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path) -> list[str]:
-    """``python -m workloads.train`` command line for this scenario/method/seed."""
-    wl = scenario.workload
-    argv = [
-        sys.executable, "-m", "workloads.train", "--model", wl.model, "--dataset", wl.dataset,
-        "--method", method, "--batch-size", str(wl.batch_size), "--seed", str(seed),
-        "--log-dir", str(log_dir), "--threads", str(wl.threads),
-    ]
-    if wl.steps is not None:
-        argv += ["--steps", str(wl.steps)]
-    if wl.time_limit_s is not None:
-        argv += ["--time-limit", f"{wl.time_limit_s:g}"]
-    for flag, value in (
-        ("--eval-every", wl.eval_every), ("--target-accuracy", wl.target_accuracy),
-        ("--lr", wl.lr), ("--data-dir", wl.data_dir), ("--pg-timeout", wl.pg_timeout_s),
-    ):
-        if value is not None:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    for key, value in wl.args.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                argv.append(flag)
-        else:
-            argv += [flag, str(value)]
-    return argv
 
 
 def probe_pairs(scenario: Scenario) -> dict[str, tuple[str, str]]:
@@ -150,144 +109,34 @@ def probe_pairs(scenario: Scenario) -> dict[str, tuple[str, str]]:
     return pairs
 
 
-# --------------------------------------------------------------------------- progress
-
-
-class _Progress:
-    """One status line per run: rich Live on a terminal, a plain line every 10 s otherwise."""
-
-    def __init__(self, enabled: bool, label: str) -> None:
-        self.enabled = enabled
-        self.label = label
-        self._live: Any = None
-        self._last_plain = 0.0
-        if enabled:
-            from rich.console import Console
-
-            self.console = Console(stderr=True)
-            if self.console.is_terminal:
-                from rich.live import Live
-
-                self._live = Live("", console=self.console, refresh_per_second=4,
-                                  transient=True)
-                self._live.start()
-
-    def update(self, text: str, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        line = f"{self.label}: {text}"
-        if self._live is not None:
-            from rich.text import Text
-
-            self._live.update(Text(line))
-        elif force or time.monotonic() - self._last_plain >= 10.0:
-            self._last_plain = time.monotonic()
-            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
-
-    def close(self, final: str | None = None) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-        if self.enabled and final:
-            self.console.print(f"{self.label}: {final}", highlight=False, markup=False,
-                               soft_wrap=True)
-
-
-# --------------------------------------------------------------------------- the run
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for pkg in ("netsense", "torch", "mininet", "pydantic"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "?"
-    try:
-        out["iperf3"] = subprocess.run(
-            ["iperf3", "--version"], capture_output=True, text=True, check=False, timeout=5
-        ).stdout.split("\n")[0].strip()
-    except (OSError, subprocess.TimeoutExpired):
-        out["iperf3"] = "missing"
-    return out
-
-
-def _host_facts() -> dict[str, Any]:
-    return {
-        "hostname": platform.node(),
-        "kernel": platform.release(),
-        "cpus": os.cpu_count(),
-        "euid": os.geteuid(),
-    }
-
-
-def _tail(path: Path, n: int = 3) -> str:
-    try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return " | ".join(ln.strip()[:200] for ln in lines[-n:])
-
-
 class _Run:
+    """One run's phases; every resource it creates is torn down in ``execute``'s finally."""
+
     def __init__(
         self, scenario: Scenario, method: str, seed: int, run_dir: Path, progress: bool
     ) -> None:
         self.scn = scenario
         self.method = method
         self.seed = seed
-        self.run_dir = Path(run_dir)
-        self.workers_dir = self.run_dir / "workers"
-        self.progress = _Progress(progress, f"[{scenario.name}] {method} seed {seed}")
+        self.folder = RunFolder(run_dir)
+        self.progress = RunProgress(progress, f"[{scenario.name}] {method} seed {seed}")
+        self.signals = SignalGuard()
         self.emu: Any = None
         self.traffic: CrossTraffic | None = None
         self.timeline: Timeline | None = None
-        self.workers: list[Popen] = []
-        self.logs: list[IO[bytes]] = []
+        self.workers: WorkerGroup | None = None
         self.launch_wall: float | None = None
         self.timing: dict[str, float] = {}
         self.config: dict[str, Any] = {}
         self.summary: dict[str, Any] = {}
-        self._teardown = False
-        self._pending_signal: int | None = None
-        self._old_handlers: dict[int, Any] = {}
-
-    # signals --------------------------------------------------------------------
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self._teardown or self._pending_signal is not None:
-            self._pending_signal = self._pending_signal or signum
-            return  # never interrupt teardown
-        self._pending_signal = signum
-        raise RunInterrupted(signum)
-
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _restore_signals(self) -> None:
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        self._old_handlers.clear()
-
-    # files ----------------------------------------------------------------------
-    def _prepare_dir(self) -> None:
-        old = files.read_json(self.run_dir / "summary.json")
-        if old and old.get("status") == "ok":
-            raise ValueError(f"{self.run_dir} holds a finished run (status ok); not overwriting")
-        if self.run_dir.exists():
-            shutil.rmtree(self.run_dir)  # an earlier failed attempt of this same run
-        self.workers_dir.mkdir(parents=True)
 
     def _write_pids(self) -> None:
-        data = {
+        self.folder.write_pids({
             "orchestrator": os.getpid(),
             "prefix": getattr(self.emu, "prefix", None),
-            "workers": [p.pid for p in self.workers],
+            "workers": self.workers.pids if self.workers else [],
             "iperf3": self.traffic.pids if self.traffic else [],
-        }
-        files.write_json(self.run_dir / "pids.json", data)
+        })
 
     # phases ---------------------------------------------------------------------
     def _build(self) -> None:
@@ -297,7 +146,7 @@ class _Run:
         self.progress.update("building network", force=True)
         self.emu = Emulation(self.scn.topology.kind, build_params(self.scn.topology))
         self.config["prefix"] = self.emu.prefix
-        files.write_json(self.run_dir / "config.json", self.config)
+        self.folder.write_config(self.config)
         self.emu.start()
         self.timing["build_s"] = round(time.monotonic() - t, 3)
         expected = set(link_names(self.scn.topology))
@@ -323,7 +172,13 @@ class _Run:
                 "link": link, "src": pair[0], "dst": pair[1], "configured_mbit": configured,
                 "measured_mbit": round(measured, 3), "seconds": self.scn.probe_seconds,
             })
-        files.write_csv(self.run_dir / "link.csv", records.LINK_COLUMNS, rows)
+        self.folder.write_links(rows)
+
+    def _start_traffic(self, plans: list[Any]) -> None:
+        self.traffic = CrossTraffic(self.emu, self.folder.path / "cross")
+        for plan in plans:
+            self.traffic.plan(plan.id, plan.src, plan.dst, plan.streams, plan.bitrate_mbit)
+        self.traffic.start_servers()
 
     def _apply(self, action: Action) -> str:
         assert self.traffic is not None
@@ -340,46 +195,27 @@ class _Run:
 
     def _launch(self) -> None:
         hosts = list(self.emu.worker_hosts)
-        world = len(hosts)
-        if world != self.scn.world_size:
-            raise _RunFailed(f"emulation has {world} worker hosts, scenario wants "
+        if len(hosts) != self.scn.world_size:
+            raise _RunFailed(f"emulation has {len(hosts)} worker hosts, scenario wants "
                              f"{self.scn.world_size}")
-        argv = worker_argv(self.scn, self.method, self.seed, self.workers_dir)
-        base_env = dict(os.environ)
-        base_env.update(
-            WORLD_SIZE=str(world), MASTER_ADDR=self.emu.ip(hosts[0]),
-            MASTER_PORT=str(self.config["master_port"]), OMP_NUM_THREADS="1",
-            MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-        )
-        base_env.pop("LOCAL_RANK", None)
+        self.workers = WorkerGroup(self.emu, self.folder.workers)
         self.launch_wall = time.time()
         self.timing["launch_wall"] = self.launch_wall
-        for rank, host in enumerate(hosts):
-            env = dict(base_env, RANK=str(rank), GLOO_SOCKET_IFNAME=self.emu.intf(host))
-            log = open(self.workers_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
-            self.logs.append(log)
-            proc = self.emu.popen(host, argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  cwd=str(REPO_ROOT))
-            self.workers.append(proc)
+        self.workers.launch(hosts, self.config["worker_argv"], self.config["master_port"])
         self._write_pids()
 
     def _monitor(self) -> None:
         assert self.timeline is not None and self.launch_wall is not None
+        assert self.workers is not None
         deadline = time.monotonic() + self.scn.deadline_s()
-        rank0 = self.workers_dir / "rank0.jsonl"
+        rank0 = self.folder.rank0_log()
         if self.scn.timeline_origin == "launch":
             self.timeline.start(self.launch_wall)
         while True:
-            codes = [p.poll() for p in self.workers]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                # Several at once: the one killed by a signal is the cause, the others
-                # (exit 1 on a reset connection) are collateral.
-                rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0]))
-                others = ", ".join(f"rank {r}: {c}" for r, c in failed if r != rank)
-                tail = _tail(self.workers_dir / f"rank{rank}.log")
-                raise _RunFailed(f"worker rank {rank} exited with code {code}"
-                                 + (f" (also {others})" if others else "") + f": {tail}")
+            codes = self.workers.exit_codes()
+            failure = self.workers.failure(codes)
+            if failure:
+                raise _RunFailed(failure)
             if all(c == 0 for c in codes):
                 return
             if self.timeline.error:
@@ -408,94 +244,105 @@ class _Run:
         return "  ".join(parts)
 
     def _teardown_all(self) -> None:
-        self._teardown = True
         t = time.monotonic()
         errors: list[str] = []
         if self.timeline is not None:
             self.timeline.stop()
         for step, fn in (
             ("cross-traffic", lambda: self.traffic and self.traffic.close()),
-            ("workers", self._kill_workers),
+            ("workers", lambda: self.workers and self.workers.kill()),
             ("emulation", lambda: self.emu and self.emu.stop()),
         ):
             try:
                 fn()
             except Exception as exc:  # noqa: BLE001 - every teardown step must get its turn
                 errors.append(f"{step}: {type(exc).__name__}: {exc}")
-        for fh in self.logs:
-            fh.close()
+        if self.workers is not None:
+            self.workers.close_logs()
         self.timing["teardown_s"] = round(time.monotonic() - t, 3)
         if errors:
             self.summary["teardown_errors"] = errors
 
-    def _kill_workers(self) -> None:
-        for p in self.workers:
-            if p.poll() is None:
-                try:
-                    self.emu.kill(p)
-                except Exception:  # noqa: BLE001 - fall back to our own PID kill
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-
     def _collect(self) -> None:
-        ws = self.scn.world_size
-        recs = records.load_worker_records(self.workers_dir, ws)
-        origin = self.launch_wall or time.time()
-        rows, columns = records.step_rows(recs, origin)
-        files.write_csv(self.run_dir / "steps.csv", columns, rows)
+        self.summary.update(self.folder.collect_steps(
+            self.scn.world_size, self.launch_wall or time.time(),
+            self.scn.workload.target_accuracy))
         events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
-        files.write_csv(self.run_dir / "events.csv", EVENT_COLUMNS, events)
-        self.summary.update(records.metrics(recs, self.scn.workload.target_accuracy))
+        self.folder.write_events(EVENT_COLUMNS, events)
         self.summary["events_applied"] = len(events)
         self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
     # main -----------------------------------------------------------------------
-    def execute(self) -> RunOutcome:
-        self._prepare_dir()
-        started = datetime.now(timezone.utc)
+    def _begin(self) -> None:
+        self.folder.prepare()
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.config = {
             "scenario": self.scn.model_dump(mode="json"),
             "method": self.method,
             "seed": self.seed,
-            "run_id": self.run_dir.name,
+            "run_id": self.folder.path.name,
             "world_size": self.scn.world_size,
             "master_port": 29500 + random.randrange(1000),
-            "worker_argv": worker_argv(self.scn, self.method, self.seed, self.workers_dir),
-            "versions": _versions(),
-            "host": _host_facts(),
-            "started_at": started.isoformat(timespec="seconds"),
+            "worker_argv": worker_argv(self.scn, self.method, self.seed, self.folder.workers),
+            "versions": versions(),
+            "host": host_facts(),
+            "started_at": started,
             "orchestrator_pid": os.getpid(),
         }
-        files.write_json(self.run_dir / "config.json", self.config)
+        self.folder.write_config(self.config)
         self.summary = {
             "scenario": self.scn.name, "method": self.method, "seed": self.seed,
-            "run_id": self.run_dir.name, "status": "running",
-            "started_at": self.config["started_at"],
+            "run_id": self.folder.path.name, "status": "running", "started_at": started,
         }
-        files.write_json(self.run_dir / "summary.json", self.summary)
+        self.folder.write_summary(self.summary)
 
+    def _work(self) -> None:
+        actions, plans = expand(self.scn.timeline)
+        self._build()
+        if self.scn.probe_links:
+            self._probe()
+        self._start_traffic(plans)
+        self.timeline = Timeline(actions, self._apply)
+        self._launch()
+        self._monitor()
+
+    def _finish(self, status: str, reason: str | None, t_start: float) -> None:
+        """Teardown, results and the final summary; signals wait until this is done."""
+        self.progress.update("tearing down", force=True)
+        self._teardown_all()
+        if self.traffic is not None or self.workers is not None:
+            self._write_pids()
+        try:
+            self._collect()
+        except Exception as exc:  # noqa: BLE001
+            status = "failed"
+            reason = reason or f"collecting results: {type(exc).__name__}: {exc}"
+        if status == "ok" and self.summary.get("worker_status") not in ("ok", None):
+            status, reason = "failed", "a worker reported failure"
+        if status == "ok" and not self.summary.get("steps"):
+            status, reason = "failed", "no step records"
+        self.summary.update(
+            status=status,
+            reason=reason,
+            world_size=self.scn.world_size,
+            prefix=getattr(self.emu, "prefix", None),
+            build_s=self.timing.get("build_s"),
+            teardown_s=self.timing.get("teardown_s"),
+            wall_s=round(time.monotonic() - t_start, 3),
+            finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+        if self.summary.get("reason") is None:
+            self.summary.pop("reason")
+        self.folder.write_summary(self.summary)
+
+    def execute(self) -> RunOutcome:
+        self._begin()
         interrupted: RunInterrupted | None = None
         status, reason = "failed", None
         t_start = time.monotonic()
-        self._install_signals()
+        self.signals.install()
         try:
-            actions, plans = expand(self.scn.timeline)
-            self._build()
-            if self.scn.probe_links:
-                self._probe()
-            self.traffic = CrossTraffic(self.emu, self.run_dir / "cross")
-            for plan in plans:
-                self.traffic.plan(plan.id, plan.src, plan.dst, plan.streams, plan.bitrate_mbit)
-            self.traffic.start_servers()
-            self.timeline = Timeline(actions, self._apply)
-            self._launch()
-            self._monitor()
+            self._work()
             status = "ok"
         except RunInterrupted as exc:
             interrupted, reason = exc, f"interrupted by {signal.Signals(exc.signum).name}"
@@ -505,45 +352,19 @@ class _Run:
             reason = str(exc)
         except Exception as exc:  # noqa: BLE001 - recorded, the run is failed, the sweep goes on
             reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
-            (self.run_dir / "orchestrator-error.txt").write_text(traceback.format_exc())
+            (self.folder.path / "orchestrator-error.txt").write_text(traceback.format_exc())
         finally:
-            # Signals from here on are remembered but do not interrupt the teardown.
-            self._teardown = True
+            self.signals.protect()  # from here on signals are remembered, never raised
             try:
-                self.progress.update("tearing down", force=True)
-                self._teardown_all()
-                if self.traffic is not None or self.workers:
-                    self._write_pids()
-                try:
-                    self._collect()
-                except Exception as exc:  # noqa: BLE001
-                    status = "failed"
-                    reason = reason or f"collecting results: {type(exc).__name__}: {exc}"
-                if status == "ok" and self.summary.get("worker_status") not in ("ok", None):
-                    status, reason = "failed", "a worker reported failure"
-                if status == "ok" and not self.summary.get("steps"):
-                    status, reason = "failed", "no step records"
-                self.summary.update(
-                    status=status,
-                    reason=reason,
-                    world_size=self.scn.world_size,
-                    prefix=getattr(self.emu, "prefix", None),
-                    build_s=self.timing.get("build_s"),
-                    teardown_s=self.timing.get("teardown_s"),
-                    wall_s=round(time.monotonic() - t_start, 3),
-                    finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                )
-                if self.summary.get("reason") is None:
-                    self.summary.pop("reason")
-                files.write_json(self.run_dir / "summary.json", self.summary)
+                self._finish(status, reason, t_start)
             finally:
-                self._restore_signals()
+                self.signals.restore()
                 self.progress.close(_final_line(self.summary))
-        if interrupted is None and self._pending_signal is not None:
-            interrupted = RunInterrupted(self._pending_signal)
+        if interrupted is None and self.signals.pending is not None:
+            interrupted = RunInterrupted(self.signals.pending)
         if interrupted is not None:
             raise interrupted
-        return RunOutcome(self.run_dir, status, self.summary)
+        return RunOutcome(self.folder.path, self.summary["status"], self.summary)
 
 
 def _final_line(s: dict[str, Any]) -> str:
@@ -566,10 +387,7 @@ def run_scenario(
     ``run_dir`` already holds a finished (ok) run, which a caller must never overwrite.
     """
     if method not in scenario.methods:
-        # allowed (the CLI may run any valid method), but validate it the same way
-        from testbed.config.scenario import check_method
-
-        check_method(method)
+        check_method(method)  # allowed (the CLI may run any valid method), validated the same way
     return _Run(scenario, method, seed, Path(run_dir), progress).execute()
 
 

@@ -1,0 +1,127 @@
+"""The training workers of one run: their command line, their launch inside the emulated
+hosts, failure detection and their end.
+
+One worker per worker host, started in that host's network namespace
+(``Emulation.popen``: ``mnexec``, own process group, PID registered for teardown) with
+torch.distributed's ``env://`` variables and ``GLOO_SOCKET_IFNAME`` set to the host's
+emulated interface (without it gloo binds to 127.0.0.1 and the ranks never meet).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from subprocess import Popen
+from typing import IO, Any
+
+from testbed.config.scenario import Scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path) -> list[str]:
+    """``python -m workloads.train`` command line for this scenario/method/seed."""
+    wl = scenario.workload
+    argv = [
+        sys.executable, "-m", "workloads.train", "--model", wl.model, "--dataset", wl.dataset,
+        "--method", method, "--batch-size", str(wl.batch_size), "--seed", str(seed),
+        "--log-dir", str(log_dir), "--threads", str(wl.threads),
+    ]
+    if wl.steps is not None:
+        argv += ["--steps", str(wl.steps)]
+    if wl.time_limit_s is not None:
+        argv += ["--time-limit", f"{wl.time_limit_s:g}"]
+    for flag, value in (
+        ("--eval-every", wl.eval_every), ("--target-accuracy", wl.target_accuracy),
+        ("--lr", wl.lr), ("--data-dir", wl.data_dir), ("--pg-timeout", wl.pg_timeout_s),
+    ):
+        if value is not None:
+            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    for key, value in wl.args.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                argv.append(flag)
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def tail(path: Path, n: int = 3) -> str:
+    """The last ``n`` non-empty lines of a log, joined on one line (for a failure reason)."""
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(ln.strip()[:200] for ln in lines[-n:])
+
+
+class WorkerGroup:
+    """The worker processes of one run, one per worker host, rank = host order."""
+
+    def __init__(self, emu: Any, workers_dir: Path) -> None:
+        self.emu = emu
+        self.workers_dir = workers_dir
+        self.procs: list[Popen] = []
+        self._logs: list[IO[bytes]] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def launch(self, hosts: list[str], argv: list[str], master_port: int) -> None:
+        """Starts rank r on ``hosts[r]``; rank 0's host is the rendezvous master."""
+        base_env = dict(os.environ)
+        base_env.update(
+            WORLD_SIZE=str(len(hosts)), MASTER_ADDR=self.emu.ip(hosts[0]),
+            MASTER_PORT=str(master_port), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+            PYTHONUNBUFFERED="1",
+        )
+        base_env.pop("LOCAL_RANK", None)
+        for rank, host in enumerate(hosts):
+            env = dict(base_env, RANK=str(rank), GLOO_SOCKET_IFNAME=self.emu.intf(host))
+            log = open(self.workers_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
+            self._logs.append(log)
+            self.procs.append(self.emu.popen(host, argv, env=env, stdout=log,
+                                             stderr=subprocess.STDOUT, cwd=str(REPO_ROOT)))
+
+    def exit_codes(self) -> list[int | None]:
+        return [p.poll() for p in self.procs]
+
+    def failure(self, codes: list[int | None]) -> str | None:
+        """A one-line reason when a worker exited non-zero, else None.
+
+        Several at once: the one killed by a signal is the cause, the others (exit 1 on a
+        reset connection) are collateral.
+        """
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if not failed:
+            return None
+        rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0]))
+        others = ", ".join(f"rank {r}: {c}" for r, c in failed if r != rank)
+        return (f"worker rank {rank} exited with code {code}"
+                + (f" (also {others})" if others else "")
+                + f": {tail(self.workers_dir / f'rank{rank}.log')}")
+
+    def kill(self) -> None:
+        """Kills every worker still running (through the emulation, else by its PID)."""
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    self.emu.kill(p)
+                except Exception:  # noqa: BLE001 - fall back to our own PID kill
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def close_logs(self) -> None:
+        for fh in self._logs:
+            fh.close()
