@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from subprocess import Popen
 from typing import IO, Any
 
 from testbed.common import files
@@ -50,7 +49,7 @@ from testbed.config.scenario import (
     link_names,
 )
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import records
+from testbed.orchestration import launcher, records
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -242,7 +241,8 @@ class _Run:
         self.emu: Any = None
         self.traffic: CrossTraffic | None = None
         self.timeline: Timeline | None = None
-        self.workers: list[Popen] = []
+        self.workers: list[Any] = []  # Popen, or launcher.ForkedWorker
+        self._own_zygote: launcher.Zygote | None = None
         self.logs: list[IO[bytes]] = []
         self.launch_wall: float | None = None
         self.timing: dict[str, float] = {}
@@ -352,16 +352,47 @@ class _Run:
             MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
         )
         base_env.pop("LOCAL_RANK", None)
+        envs = [dict(base_env, RANK=str(r), GLOO_SOCKET_IFNAME=self.emu.intf(h))
+                for r, h in enumerate(hosts)]
+        zygote = self._ready_zygote()
         self.launch_wall = time.time()
         self.timing["launch_wall"] = self.launch_wall
         for rank, host in enumerate(hosts):
-            env = dict(base_env, RANK=str(rank), GLOO_SOCKET_IFNAME=self.emu.intf(host))
-            log = open(self.workers_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
-            self.logs.append(log)
-            proc = self.emu.popen(host, argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  cwd=str(REPO_ROOT))
+            log_path = self.workers_dir / f"rank{rank}.log"
+            if zygote is not None:
+                proc: Any = zygote.spawn(argv[3:], env=envs[rank], cwd=str(REPO_ROOT),
+                                         log=log_path, netns_pid=self.emu.host_pid(host))
+                self.emu.adopt(proc, host, "workloads.train")
+            else:
+                log = open(log_path, "wb")  # noqa: SIM115
+                self.logs.append(log)
+                proc = self.emu.popen(host, argv, env=envs[rank], stdout=log,
+                                      stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
             self.workers.append(proc)
         self._write_pids()
+
+    def _start_zygote(self) -> None:
+        """A zygote for this run alone, when no shared one exists (imports overlap the build)."""
+        if not launcher.enabled() or launcher.current() is not None:
+            return
+        try:
+            self._own_zygote = launcher.Zygote()
+        except OSError as exc:
+            self.summary["launcher_note"] = f"zygote did not start: {exc}"
+
+    def _ready_zygote(self) -> launcher.Zygote | None:
+        """The zygote to fork workers from, or None for fresh processes (noted why)."""
+        zygote = launcher.current() or self._own_zygote
+        if zygote is None:
+            self.summary["launcher"] = "process"
+            return None
+        try:
+            zygote.wait_ready()
+        except launcher.ZygoteError as exc:
+            self.summary.update(launcher="process", launcher_note=str(exc))
+            return None
+        self.summary["launcher"] = "fork"
+        return zygote
 
     def _monitor(self) -> None:
         assert self.timeline is not None and self.launch_wall is not None
@@ -371,7 +402,8 @@ class _Run:
             self.timeline.start(self.launch_wall)
         while True:
             codes = [p.poll() for p in self.workers]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            failed = [(r, c) for r, c in enumerate(codes)
+                      if c not in (None, 0) and not self._finished_ok(r, c)]
             if failed:
                 # Several at once: the one killed by a signal is the cause, the others
                 # (exit 1 on a reset connection) are collateral.
@@ -380,7 +412,8 @@ class _Run:
                 tail = _tail(self.workers_dir / f"rank{rank}.log")
                 raise _RunFailed(f"worker rank {rank} exited with code {code}"
                                  + (f" (also {others})" if others else "") + f": {tail}")
-            if all(c == 0 for c in codes):
+            if all(c is not None for c in codes):
+                self.timing["workers_done_wall"] = time.time()
                 return
             if self.timeline.error:
                 raise _RunFailed(f"timeline event failed: {self.timeline.error}")
@@ -392,6 +425,23 @@ class _Run:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
             self.progress.update(self._status_text(rec))
             time.sleep(POLL_S)
+
+    def _finished_ok(self, rank: int, code: int) -> bool:
+        """A rank that exited non-zero *after* writing an ``ok`` summary finished its run.
+
+        Its records are complete and agree with its peers' (they passed the same final
+        collectives), so the run is judged on them; the exit code is kept in summary.json
+        (``worker_exit_codes``, ``exit_anomalies``) because it still says something broke.
+        """
+        summ = records.last_summary(self.workers_dir / f"rank{rank}.jsonl")
+        if summ is None or summ.get("status") != "ok":
+            return False
+        note = f"rank {rank} exited with code {code} after its ok summary"
+        tail = _tail(self.workers_dir / f"rank{rank}.log", 1)
+        anomalies = self.summary.setdefault("exit_anomalies", [])
+        if not any(a.startswith(note) for a in anomalies):
+            anomalies.append(note + (f": {tail}" if tail else ""))
+        return True
 
     def _status_text(self, rec: dict[str, Any] | None) -> str:
         elapsed = time.time() - (self.launch_wall or time.time())
@@ -417,6 +467,7 @@ class _Run:
             ("cross-traffic", lambda: self.traffic and self.traffic.close()),
             ("workers", self._kill_workers),
             ("emulation", lambda: self.emu and self.emu.stop()),
+            ("zygote", lambda: self._own_zygote and self._own_zygote.close()),
         ):
             try:
                 fn()
@@ -452,8 +503,20 @@ class _Run:
         events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
         files.write_csv(self.run_dir / "events.csv", EVENT_COLUMNS, events)
         self.summary.update(records.metrics(recs, self.scn.workload.target_accuracy))
+        self.summary["worker_exit_codes"] = [p.poll() for p in self.workers]
         self.summary["events_applied"] = len(events)
         self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
+
+    def _record_phases(self) -> None:
+        """``phases_s`` and ``overhead_s`` (records.phase_breakdown); never fails the run."""
+        try:
+            recs = records.load_worker_records(self.workers_dir, self.scn.world_size)
+            self.summary.update(records.phase_breakdown(
+                recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
+                build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
+                workers_done_wall=self.timing.get("workers_done_wall")))
+        except Exception as exc:  # noqa: BLE001 - timing is information, not the result
+            self.summary["phases_error"] = f"{type(exc).__name__}: {exc}"
 
     # main -----------------------------------------------------------------------
     def execute(self) -> RunOutcome:
@@ -486,6 +549,7 @@ class _Run:
         self._install_signals()
         try:
             actions, plans = expand(self.scn.timeline)
+            self._start_zygote()
             self._build()
             if self.scn.probe_links:
                 self._probe()
@@ -533,6 +597,7 @@ class _Run:
                     wall_s=round(time.monotonic() - t_start, 3),
                     finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 )
+                self._record_phases()
                 if self.summary.get("reason") is None:
                     self.summary.pop("reason")
                 files.write_json(self.run_dir / "summary.json", self.summary)
