@@ -58,8 +58,6 @@ from pydantic import (
     model_validator,
 )
 
-from netsenseml.hooks import parse_method
-
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
 #: Seconds each run costs on top of its training time: building the Mininet topology and
@@ -88,8 +86,10 @@ class _Strict(BaseModel):
 def _check_methods(v: list[str]) -> list[str]:
     if not v:
         raise ValueError("must list at least one method")
+    from testbed.config.scenario import check_method  # lazy: refusing a sweep name needs no torch
+
     for m in v:
-        parse_method(m)  # its ValueError names the spec and the accepted forms
+        check_method(m)  # its ValueError names the spec and the accepted forms
     if len(set(v)) != len(v):
         raise ValueError("methods repeat")
     return v
