@@ -53,7 +53,7 @@ from testbed.orchestration import launcher, records
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-POLL_S = 0.2
+POLL_S = 0.1
 
 
 @dataclass
