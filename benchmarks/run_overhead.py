@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PAPER_QUICK_BEFORE_S = 14.5 * 60
 PAPER_QUICK_RUNS, PAPER_QUICK_TRAIN_S = 32, 30 * 10 + 2 * 30
-PHASES = ["build", "launch", "imports", "data_model", "rendezvous", "ddp", "barrier",
+PHASES = ["build", "zygote_wait", "launch", "imports", "data_model", "rendezvous", "ddp", "barrier",
           "first_step", "training", "final_eval", "exit", "teardown", "other"]
 
 
@@ -63,8 +63,8 @@ def refusal() -> None:
         print(f"{'netsense ' + ' '.join(argv):44} {code:4d} {s:6.2f} {s / help_s:7.2f}")
 
 
-def _rank0(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    recs = [json.loads(ln) for ln in (run_dir / "workers" / "rank0.jsonl").read_text()
+def _rank0(log_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    recs = [json.loads(ln) for ln in (log_dir / "rank0.jsonl").read_text()
             .splitlines() if ln.strip()]
     start = next(r for r in recs if r["kind"] == "start")
     summ = next(r for r in reversed(recs) if r["kind"] == "summary")
@@ -81,7 +81,7 @@ def _one_run(scenario: str, method: str, run_dir: Path) -> dict[str, Any]:
                            "phases": s.get("phases_s") or {}, "reason": s.get("reason"),
                            "launcher": s.get("launcher", "process")}
     try:
-        start, summ = _rank0(run_dir)
+        start, summ = _rank0(run_dir / "workers")
         row["train_s"] = summ["train_time_s"]
         row["overhead_s"] = s["wall_s"] - summ["train_time_s"]
         row["setup_s"] = start["setup_s"]

@@ -29,6 +29,8 @@ Where a run's time goes (``phases_s`` in summary.json, ``phase_breakdown``), on 
 (wall time) and along rank 0's path, which after the first barrier is every rank's path:
 
 * ``build``: the emulated network (and link probes / iperf3 servers, when any);
+* ``zygote_wait``: waiting for the pre-imported worker to finish its imports (the first
+  run of a sweep or ``netsense run``; 0 afterwards; absent with fresh processes);
 * ``launch``: from starting the worker processes to rank 0's interpreter reaching the
   worker module (process creation, namespace entry, interpreter start);
 * ``imports``: torch and the worker's other modules (near 0 for a pre-imported worker);
@@ -204,7 +206,8 @@ def last_summary(path: Path) -> dict[str, Any] | None:
 
 def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: float | None,
                     wall_s: float, build_s: float | None, teardown_s: float | None,
-                    workers_done_wall: float | None) -> dict[str, Any]:
+                    workers_done_wall: float | None,
+                    zygote_wait_s: float | None = None) -> dict[str, Any]:
     """``phases_s`` and ``overhead_s`` of summary.json (definitions in the module doc).
 
     Phases a run did not reach (a worker that died in set-up) are left out rather than
@@ -217,6 +220,8 @@ def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: fl
     phases: dict[str, float] = {}
     if build_s is not None:
         phases["build"] = build_s
+    if zygote_wait_s is not None:
+        phases["zygote_wait"] = zygote_wait_s
     if start is not None and launch_wall is not None:
         proc_wall, imports = _num(start.get("proc_wall")), _num(start.get("imports_s"))
         if proc_wall is not None and imports is not None:

@@ -386,11 +386,13 @@ class _Run:
         if zygote is None:
             self.summary["launcher"] = "process"
             return None
+        t = time.monotonic()
         try:
             zygote.wait_ready()
         except launcher.ZygoteError as exc:
             self.summary.update(launcher="process", launcher_note=str(exc))
             return None
+        self.timing["zygote_wait_s"] = round(time.monotonic() - t, 3)
         self.summary["launcher"] = "fork"
         return zygote
 
@@ -514,7 +516,8 @@ class _Run:
             self.summary.update(records.phase_breakdown(
                 recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
                 build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
-                workers_done_wall=self.timing.get("workers_done_wall")))
+                workers_done_wall=self.timing.get("workers_done_wall"),
+                zygote_wait_s=self.timing.get("zygote_wait_s")))
         except Exception as exc:  # noqa: BLE001 - timing is information, not the result
             self.summary["phases_error"] = f"{type(exc).__name__}: {exc}"
 
