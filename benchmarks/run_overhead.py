@@ -10,7 +10,8 @@ Prints, measured in this one invocation (needs root for the emulation parts):
    ``smoke`` runs (allreduce) as a sweep runs them (one launcher for all), the first run
    apart (it waits for the pre-imported worker's imports) and the median of the others,
    with the per-phase breakdown from summary.json;
-3. the same for one 8-worker ``scale-star8`` run;
+3. the same for one 8-worker ``scale-star8`` run, and for one 2-worker run with fresh
+   worker processes (``NETSENSE_ZYGOTE=0``, the fallback path);
 4. the worker's ``setup_s`` (its imports excluded) inside the emulation against the same
    worker under ``torchrun --standalone --nproc-per-node 2`` on loopback, back to back;
 5. the paper-quick sweep's wall time estimated from (2) as training time + 32 x overhead,
@@ -146,10 +147,14 @@ def main() -> int:
     with _launcher():
         two = [_one_run("smoke", "allreduce", out / f"two-{i}") for i in range(args.runs)]
         eight = [] if args.no_8 else [_one_run("scale-star8", "allreduce", out / "eight")]
+    os.environ["NETSENSE_ZYGOTE"] = "0"  # the fallback: fresh worker processes
+    fresh = _one_run("smoke", "allreduce", out / "two-fresh")
+    del os.environ["NETSENSE_ZYGOTE"]
     t_setup = torchrun_setup_s(out)  # right after the emulated runs: back to back
     _print_runs(f"{args.runs} consecutive 2-worker smoke runs (allreduce, 4 s training)", two)
     if eight:
         _print_runs("8-worker scale-star8 run (5 steps)", eight)
+    _print_runs("2-worker smoke run with fresh worker processes (NETSENSE_ZYGOTE=0)", [fresh])
 
     ok = [r for r in two if r["overhead_s"] is not None]
     steady = statistics.median(r["overhead_s"] for r in ok[1:]) if len(ok) > 1 else None
@@ -165,6 +170,9 @@ def main() -> int:
     if emu_setup is not None and t_setup:
         print(f"setup_s emulation {emu_setup:.2f} s / torchrun loopback {t_setup:.2f} s = "
               f"{emu_setup / t_setup:.2f}   target <= 1.5")
+    if fresh["setup_s"] is not None and t_setup:
+        print(f"setup_s emulation, fresh processes {fresh['setup_s']:.2f} s / torchrun "
+              f"{t_setup:.2f} s = {fresh['setup_s'] / t_setup:.2f}")
     if steady is not None:
         est = PAPER_QUICK_TRAIN_S + PAPER_QUICK_RUNS * steady
         print(f"paper-quick estimate {PAPER_QUICK_TRAIN_S} s training + {PAPER_QUICK_RUNS} x "
