@@ -50,12 +50,14 @@ report: setup
 	$(VENV)/bin/netsense report $(RESULTS)
 
 # Speed figures (printed, not asserted): compressors (exits 1 when its target is missed),
-# per-model step times, network build/teardown, and the 8-worker / 4+4 scale runs.
+# per-model step times, network build/teardown, the 8-worker / 4+4 scale runs, and the
+# per-run overhead by phase (issue 8).
 bench: setup
 	-$(PY) benchmarks/compressors.py
 	$(PY) benchmarks/workloads.py
 	$(PY) benchmarks/emulation.py
 	$(PY) benchmarks/run_scale.py
+	$(PY) benchmarks/run_overhead.py
 
 doctor: setup
 	$(VENV)/bin/netsense doctor

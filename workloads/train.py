@@ -36,6 +36,16 @@ Why the choices below:
   exits 1. A watchdog thread is the last resort: if no step or eval batch completes for
   ``2 * pg_timeout + 10`` s, it writes the same failure summary and exits 1, so a worker never
   hangs. Long steps on slow links need a ``--pg-timeout`` above the longest expected step.
+- **Exit.** A finished worker (summary written, ``ok`` or ``failed``) leaves with
+  ``os._exit`` after ``destroy_process_group``, skipping interpreter finalization. Why: gloo's
+  worker threads (``ProcessGroupGloo::runLoop``) drop their reference to a finished work item
+  *after* the main thread's ``wait()`` has returned; when that is the last reference to a
+  tensor owned by Python, the thread takes the GIL to free it. If the main thread has begun
+  finalizing by then, CPython ends that thread with ``pthread_exit``, whose forced unwind
+  crosses a ``noexcept`` C++ frame: ``terminate called without an active exception``,
+  SIGABRT, after a complete ``ok`` summary (seen in 4 of 8 runs of the tiny sweep inside the
+  emulation; backtrace in ``tests/workloads/test_exit.py``). Nothing is left to finalize:
+  the record file is closed and stdout/stderr are flushed first.
 - **Target accuracy.** Reaching ``--target-accuracy`` marks that eval record
   ``reached_target: true``; training continues to the step/time limit (the orchestrator
   computes time-to-accuracy from the eval records).
@@ -50,13 +60,19 @@ Why the choices below:
 JSONL records (DIR/rank<N>.jsonl, one per line, flushed when written):
 
 - ``start``: kind, rank, world_size, model, dataset, method, params, grad_bytes, batch_size,
-  seed, wall, host, torch, backend, lr, pg_timeout_s, setup_s, t (=0), plus model knobs
+  seed, wall, host, torch, backend, lr, pg_timeout_s, setup_s, t (=0), plus model knobs;
+  ``proc_wall`` (wall clock when the interpreter reached this module, before ``import torch``),
+  ``imports_s`` (from there to ``run()``) and ``phases`` (seconds of each set-up phase:
+  data_model, rendezvous = ``init_process_group``, ddp = DDP + hook + optimizer + loader,
+  barrier = the first barrier, i.e. waiting for the slowest rank). ``setup_s`` is their sum.
 - ``step``: kind, t, wall, step (1-based), samples (global), compute_s, comm_s, step_s,
   bytes_sent, kept_ratio, level, loss (this rank's), plus every other hook stat
 - ``eval``: kind, t, wall, step, accuracy (LM: next-character accuracy), loss, and
   reached_target when --target-accuracy is set
 - ``summary``: kind, t, wall, steps, samples, status ("ok" | "failed"), final_accuracy,
-  train_time_s, target_reached_t (null if not reached), error (when failed)
+  train_time_s, target_reached_t (null if not reached), final_eval_s (the closing
+  evaluation's seconds; 0 when the last step's periodic evaluation stands for it), error
+  (when failed)
 
 ``t`` is seconds since the worker's origin, taken right after the process group is up and a
 barrier has passed, so all ranks share it (to within the barrier's skew).
@@ -76,20 +92,25 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+# Taken before the heavy imports, so the start record can say how long they took.
+PROC_WALL = time.time()
+PROC_T0 = time.perf_counter()
 
-from netsenseml import hooks
-from workloads.datasets import DATASETS, Data, DatasetError, load_dataset
-from workloads.models import DEFAULT_WIDTH, MODELS, build_model, model_info
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
+
+from netsenseml import hooks  # noqa: E402
+from workloads.datasets import DATASETS, Data, DatasetError, load_dataset  # noqa: E402
+from workloads.models import DEFAULT_WIDTH, MODELS, build_model, model_info  # noqa: E402
 
 DEFAULT_LR = {"mlp": 0.05, "resnet18": 0.05, "gpt": 1e-3}
 IMAGE_DATASETS = ("digits", "synthetic", "cifar10", "cifar100")
@@ -217,13 +238,17 @@ class Watchdog(threading.Thread):
         super().__init__(daemon=True, name="watchdog")
         self.limit_s, self.on_stall = limit_s, on_stall
         self.last = time.monotonic()
+        self._stopped = threading.Event()
 
     def beat(self) -> None:
         self.last = time.monotonic()
 
+    def stop(self) -> None:
+        """Once the summary is written a stall must not append a second, failed one."""
+        self._stopped.set()
+
     def run(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.limit_s / 4))
+        while not self._stopped.wait(min(1.0, self.limit_s / 4)):
             if time.monotonic() - self.last > self.limit_s:
                 self.on_stall(f"no progress for {self.limit_s:.0f} s (watchdog)")
 
@@ -298,8 +323,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(args: argparse.Namespace) -> int:
-    t_launch = time.perf_counter()
+@dataclass
+class Setup:
+    """What set-up hands to training; ``phases`` holds the seconds of each set-up phase."""
+
+    rank: int
+    world: int
+    data: Data
+    ddp: DDP
+    state: Any
+    opt: torch.optim.Optimizer
+    sampler: DistributedSampler
+    loader: DataLoader
+    device: torch.device
+    backend: str
+    info: Any
+    lr: float
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def setup(args: argparse.Namespace) -> Setup:
+    """Data and model, then rendezvous, DDP and the first barrier, each phase timed.
+
+    Everything that can refuse a bad argument (dataset, batch size against the shard) comes
+    before the rendezvous, so a refused rank exits 2 without a process group to tear down.
+    """
+    phases: dict[str, float] = {}
+    t = time.perf_counter()
     torch.set_num_threads(args.threads)
     if "WORLD_SIZE" not in os.environ:  # alone: rendezvous with ourselves on loopback
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
@@ -310,13 +360,19 @@ def run(args: argparse.Namespace) -> int:
         data = load_dataset(args.dataset, data_dir=args.data_dir, context=args.context)
     except DatasetError as e:
         bad_args(f"argument --dataset/--data-dir: {e}")
+    sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True,
+                                 seed=args.seed, drop_last=True)
+    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    if len(loader) == 0:
+        bad_args(f"argument --batch-size: {args.batch_size} exceeds this rank's shard of "
+                 f"{len(sampler)} samples")
+    Path(args.log_dir).mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(args.seed)
     model = build_model(args.model, input_shape=data.input_shape, num_classes=data.num_classes,
                         width=args.width, layers=args.layers, d_model=args.d_model,
                         context=args.context)
     info = model_info(model)
-
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
     if cuda:
@@ -326,126 +382,174 @@ def run(args: argparse.Namespace) -> int:
     else:
         device = torch.device("cpu")
     model.to(device)
+    phases["data_model"] = time.perf_counter() - t
 
+    t = time.perf_counter()
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.pg_timeout))
+    phases["rendezvous"] = time.perf_counter() - t
+
+    t = time.perf_counter()
     ddp = DDP(model, device_ids=[device.index] if cuda else None)
     state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback,
                            seed=args.seed)  # random-k draws its shared indices from it
     lr = args.lr or DEFAULT_LR[args.model]
     opt = _make_optimizer(ddp, args.model, lr)
+    phases["ddp"] = time.perf_counter() - t
 
-    sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True,
-                                 seed=args.seed, drop_last=True)
-    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    if len(loader) == 0:
-        bad_args(f"argument --batch-size: {args.batch_size} exceeds this rank's shard of "
-                 f"{len(sampler)} samples")
-
-    log_dir = Path(args.log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
     dist.barrier()
+    phases["barrier"] = time.perf_counter() - t
+    return Setup(rank, world, data, ddp, state, opt, sampler, loader, device, backend, info,
+                 lr, {k: round(v, 4) for k, v in phases.items()})
+
+
+@dataclass
+class Outcome:
+    """How training ended (the fields of the ``ok`` summary record)."""
+
+    steps: int = 0
+    samples: int = 0
+    accuracy: float | None = None
+    target_t: float | None = None
+    train_time_s: float = 0.0
+    final_eval_s: float = 0.0
+
+
+def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog,
+          origin: float, out: Outcome) -> None:
+    """The step loop, the periodic evaluations and the closing one; fills ``out``."""
+
+    def do_eval(step: int) -> None:
+        acc, loss = evaluate(s.ddp.module, s.data, args.eval_samples, args.batch_size, s.rank,
+                             s.world, s.device, watchdog.beat)
+        extra: dict[str, Any] = {}
+        if args.target_accuracy is not None:
+            extra["reached_target"] = acc >= args.target_accuracy
+            if acc >= args.target_accuracy and out.target_t is None:
+                out.target_t = time.perf_counter() - origin
+        log.write("eval", step=step, accuracy=acc, loss=loss, **extra)
+        out.accuracy = acc
+
+    s.ddp.train()
+    batches = _batches(s.loader, s.sampler)
+    step = 0
+    elapsed_max = torch.zeros(1, device=s.device)
+    next_check: int | None = 1
+    while args.steps is None or step < args.steps:
+        t0 = time.perf_counter()
+        x, y = next(batches)
+        x, y = x.to(s.device), y.to(s.device)
+        s.opt.zero_grad(set_to_none=True)
+        loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
+        loss.backward()
+        s.opt.step()
+        stats = dict(s.state.pop_step_stats())
+        loss_v = loss.item()
+        step_s = time.perf_counter() - t0
+        step += 1
+        out.steps = step
+        out.samples += args.batch_size * s.world
+        comm_s = float(stats.pop("comm_s", 0.0))
+        stats = {(f"hook_{k}" if k in _RESERVED else k): v for k, v in stats.items()}
+        log.write("step", step=step, samples=args.batch_size * s.world,
+                  compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
+                  bytes_sent=stats.pop("bytes_sent", 0),
+                  kept_ratio=stats.pop("kept_ratio", 1.0),
+                  level=stats.pop("level", "none"), loss=loss_v, **stats)
+        watchdog.beat()
+        if args.eval_every and step % args.eval_every == 0:
+            do_eval(step)
+        if args.time_limit is not None and step >= next_check:
+            elapsed_max.fill_(time.perf_counter() - origin)
+            dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
+            next_check = next_stop_check(step, elapsed_max.item(), args.time_limit)
+            if next_check is None:
+                break
+    out.train_time_s = time.perf_counter() - origin
+    if not (args.eval_every and step % args.eval_every == 0):
+        t = time.perf_counter()
+        do_eval(step)
+        out.final_eval_s = time.perf_counter() - t
+
+
+def run(args: argparse.Namespace) -> int:
+    """Set up, train, write the summary; returns the exit code (the caller leaves with it)."""
+    t_launch = time.perf_counter()
+    s = setup(args)
     origin = time.perf_counter()
-    log = RecordLog(log_dir / f"rank{rank}.jsonl", origin)
-    progress = {"steps": 0, "samples": 0}
+    log = RecordLog(Path(args.log_dir) / f"rank{s.rank}.jsonl", origin)
+    out = Outcome()
 
     def fail(reason: str) -> NoReturn:
-        log.write("summary", steps=progress["steps"], samples=progress["samples"],
-                  status="failed", final_accuracy=None, train_time_s=time.perf_counter() - origin,
+        log.write("summary", steps=out.steps, samples=out.samples, status="failed",
+                  final_accuracy=None, train_time_s=time.perf_counter() - origin,
                   target_reached_t=None, error=reason)
         log.close()
-        print(f"rank {rank}: FAILED: {reason}", file=sys.stderr, flush=True)
+        print(f"rank {s.rank}: FAILED: {reason}", file=sys.stderr, flush=True)
         os._exit(1)  # a broken process group can hang in teardown; leave now
 
     watchdog = Watchdog(2 * args.pg_timeout + 10, fail)
     watchdog.start()
 
-    log.write("start", rank=rank, world_size=world, model=args.model, dataset=args.dataset,
-              method=args.method, params=info.params, grad_bytes=info.grad_bytes,
+    log.write("start", rank=s.rank, world_size=s.world, model=args.model, dataset=args.dataset,
+              method=args.method, params=s.info.params, grad_bytes=s.info.grad_bytes,
               batch_size=args.batch_size, seed=args.seed, host=socket.gethostname(),
-              torch=torch.__version__, backend=backend, lr=lr, pg_timeout_s=args.pg_timeout,
-              setup_s=origin - t_launch, width=args.width or DEFAULT_WIDTH.get(args.model),
-              layers=args.layers,
-              d_model=args.d_model, context=args.context, error_feedback=not
-              args.no_error_feedback)
-    print(f"rank {rank}/{world} model={args.model} params={info.params} "
-          f"grad_bytes={info.grad_bytes} grad_MB={info.grad_bytes / 1e6:.2f} "
-          f"dataset={args.dataset} method={args.method} backend={backend}", flush=True)
-
-    target_t: float | None = None
-    accuracy: float | None = None
-
-    def do_eval(step: int) -> float:
-        nonlocal target_t
-        acc, loss = evaluate(ddp.module, data, args.eval_samples, args.batch_size, rank, world,
-                             device, watchdog.beat)
-        extra: dict[str, Any] = {}
-        if args.target_accuracy is not None:
-            extra["reached_target"] = acc >= args.target_accuracy
-            if acc >= args.target_accuracy and target_t is None:
-                target_t = time.perf_counter() - origin
-        log.write("eval", step=step, accuracy=acc, loss=loss, **extra)
-        return acc
+              torch=torch.__version__, backend=s.backend, lr=s.lr, pg_timeout_s=args.pg_timeout,
+              setup_s=origin - t_launch, proc_wall=PROC_WALL, imports_s=t_launch - PROC_T0,
+              phases=s.phases, width=args.width or DEFAULT_WIDTH.get(args.model),
+              layers=args.layers, d_model=args.d_model, context=args.context,
+              error_feedback=not args.no_error_feedback)
+    print(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
+          f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "
+          f"dataset={args.dataset} method={args.method} backend={s.backend}", flush=True)
 
     try:
-        ddp.train()
-        batches = _batches(loader, sampler)
-        step = 0
-        elapsed_max = torch.zeros(1, device=device)
-        next_check = 1
-        while args.steps is None or step < args.steps:
-            t0 = time.perf_counter()
-            x, y = next(batches)
-            x, y = x.to(device), y.to(device)
-            opt.zero_grad(set_to_none=True)
-            loss, _, _ = _loss_and_correct(ddp, x, y, data.kind)
-            loss.backward()
-            opt.step()
-            stats = dict(state.pop_step_stats())
-            loss_v = loss.item()
-            step_s = time.perf_counter() - t0
-            step += 1
-            progress["steps"] = step
-            progress["samples"] += args.batch_size * world
-            comm_s = float(stats.pop("comm_s", 0.0))
-            stats = {(f"hook_{k}" if k in _RESERVED else k): v for k, v in stats.items()}
-            log.write("step", step=step, samples=args.batch_size * world,
-                      compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
-                      bytes_sent=stats.pop("bytes_sent", 0),
-                      kept_ratio=stats.pop("kept_ratio", 1.0),
-                      level=stats.pop("level", "none"), loss=loss_v, **stats)
-            watchdog.beat()
-            if args.eval_every and step % args.eval_every == 0:
-                accuracy = do_eval(step)
-            if args.time_limit is not None and step >= next_check:
-                elapsed_max.fill_(time.perf_counter() - origin)
-                dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
-                next_check = next_stop_check(step, elapsed_max.item(), args.time_limit)
-                if next_check is None:
-                    break
-        train_time = time.perf_counter() - origin
-        if not (args.eval_every and step % args.eval_every == 0):
-            accuracy = do_eval(step)
-        log.write("summary", steps=step, samples=progress["samples"], status="ok",
-                  final_accuracy=accuracy, train_time_s=train_time, target_reached_t=target_t)
+        train(args, s, log, watchdog, origin, out)
     except Exception as e:  # a dead peer or timed-out collective surfaces here
         fail(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    watchdog.stop()
+    log.write("summary", steps=out.steps, samples=out.samples, status="ok",
+              final_accuracy=out.accuracy, train_time_s=out.train_time_s,
+              target_reached_t=out.target_t, final_eval_s=out.final_eval_s)
     log.close()
-    print(f"rank {rank}: done steps={step} final_accuracy={accuracy}", flush=True)
-    dist.destroy_process_group()
+    print(f"rank {s.rank}: done steps={out.steps} final_accuracy={out.accuracy}", flush=True)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def leave(code: int) -> NoReturn:
+    """Exit the process without interpreter finalization (module docstring, "Exit").
+
+    After a finished run the process group is destroyed first, while the interpreter is
+    whole; a failure there (a peer that already left) changes nothing: the summary is
+    written. After a failed set-up it is not touched: a half-built group can hang.
+    """
+    try:
+        if code == 0 and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001 - reported, not fatal: the run's record is complete
+        print(f"workloads.train: note: destroy_process_group: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Parse, run and leave: never returns (it ends the process, see ``leave``)."""
     args = parse_args(argv)
     try:
-        return run(args)
+        code = run(args)
     except Exception as e:  # setup failed (rendezvous timeout, peer gone before training)
         first = str(e).splitlines()[0] if str(e) else ""
         print(f"workloads.train: FAILED during setup: {type(e).__name__}: {first}",
               file=sys.stderr, flush=True)
-        os._exit(1)  # a half-built process group can hang in interpreter teardown
+        code = 1
+    leave(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

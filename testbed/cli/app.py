@@ -86,15 +86,17 @@ def run(
         fail(str(exc))
     _preflight()
 
+    from testbed.orchestration import launcher
     from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario
 
     root = out / scn.name
     outcomes = []
     try:
-        for s in seeds:
-            for m in methods:
-                run_dir = _unique(root / make_run_id(m, s))
-                outcomes.append(run_scenario(scn, m, s, run_dir, progress=not quiet))
+        with launcher.shared():  # one pre-imported worker for every run of this command
+            for s in seeds:
+                for m in methods:
+                    run_dir = _unique(root / make_run_id(m, s))
+                    outcomes.append(run_scenario(scn, m, s, run_dir, progress=not quiet))
     except RunInterrupted as exc:
         _print_table(scn.name, outcomes)
         typer.echo(f"interrupted ({exc}); torn down, run marked failed", err=True)

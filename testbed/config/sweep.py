@@ -58,16 +58,15 @@ from pydantic import (
     model_validator,
 )
 
-from netsenseml.hooks import parse_method
-
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
-#: Seconds each run costs on top of its training time: building the Mininet topology and
-#: shaping (~1 s), starting the workers up to their first step (python + torch import, data,
-#: rendezvous: 7-20 s), final evaluation and teardown (~1-2 s). Measured on the 2-core build
-#: machine with 2 workers: ~24 s per run at load average ~4 (other jobs running), ~19 s in the
-#: paper-quick sweep on an otherwise idle machine; 20 s is used for the --dry-run estimate and the paper-quick budget.
-PER_RUN_OVERHEAD_S = 20.0
+#: Seconds each run costs on top of its training time (build, workers forked from the
+#: pre-imported zygote up to their first step, final evaluation, exit, teardown): measured
+#: with benchmarks/run_overhead.py on the idle 2-core machine, 0.4-0.5 s per 2-worker run
+#: after the first (which waits ~1.5 s more for the zygote's imports), 1.1 s for 8 workers;
+#: 19-24 s before the zygote and the name-server routes. 3 s leaves room for a loaded machine
+#: and cross-traffic servers.
+PER_RUN_OVERHEAD_S = 3.0
 
 #: Used for the estimate when a scenario states only a step count, not a time limit.
 FALLBACK_STEP_S = 0.25
@@ -88,8 +87,10 @@ class _Strict(BaseModel):
 def _check_methods(v: list[str]) -> list[str]:
     if not v:
         raise ValueError("must list at least one method")
+    from testbed.config.scenario import check_method  # lazy: refusing a sweep name needs no torch
+
     for m in v:
-        parse_method(m)  # its ValueError names the spec and the accepted forms
+        check_method(m)  # its ValueError names the spec and the accepted forms
     if len(set(v)) != len(v):
         raise ValueError("methods repeat")
     return v

@@ -17,6 +17,15 @@ Life cycle (what the orchestrator relies on):
   carries this run's prefix.  Only when nothing is left is the registry removed, so
   ``netsense clean`` can finish the job after a crash.
 
+Name resolution: the hosts share the machine's /etc/resolv.conf, but no name server is
+reachable from inside the emulated network. Where the server's address falls inside an
+emulated subnet (here 10.255.255.53 inside the hosts' 10.0.0.0/8) every lookup ARPs for it on
+the emulated link and times out: 6.1 s per ``getnameinfo``, and torch's TCPStore formats
+each socket's peer with one (on connect and on accept, server side one after another), which
+was most of a 2-worker run's 8 s rendezvous. ``start()`` therefore gives every host an
+``unreachable`` route to each IPv4 name server: a lookup fails in microseconds, as it would
+on a host without DNS, and no DNS or ARP packet enters the emulated links.
+
 Names: every node is ``<prefix><logical>`` with prefix ``nst`` + 4 base36 chars, so a
 worker's interface is ``<prefix>w0-eth0`` (what GLOO_SOCKET_IFNAME needs, see ``intf()``).
 Nothing here ever calls ``mn -c`` or kills by name.
@@ -25,6 +34,7 @@ Nothing here ever calls ``mn -c`` or kills by name.
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import json
 import logging
 import math
@@ -158,11 +168,25 @@ class Emulation:
             self._net.build()
             self._net.start()
             self._index_links()
+            self._isolate_resolver()
             self._after_build()
         except BaseException:
             self.stop()
             raise
         self.timings["start_s"] = time.monotonic() - t0
+
+    def _isolate_resolver(self) -> None:
+        """An unreachable route to each name server in every host (module doc)."""
+        hosts = [h for h in self._net.hosts if h.inNamespace]  # never the root namespace
+        used = {h.IP() for h in hosts if h.IP()}
+        for server in name_servers():
+            if server in used:  # an emulated host's own address: leave its traffic alone
+                continue
+            for host in hosts:
+                out = host.cmd(f"ip route replace unreachable {server}/32")
+                if out.strip():
+                    raise EmulationError(f"route to name server {server} on {host.name}: "
+                                         f"{out.strip()}")
 
     def _after_build(self) -> None:
         """Hook run after the network is up (tests use it to inject a late failure)."""
@@ -327,6 +351,20 @@ class Emulation:
             self._registry.add(proc.pid, f"proc:{host}:{Path(argv[0]).name}")
         return proc
 
+    def adopt(self, proc, host: str, label: str) -> None:
+        """Track a process that something else started in ``host``'s namespace.
+
+        For workers forked by ``workloads.zygote``: ``proc`` needs ``pid`` (its own process
+        group), ``poll()`` and ``wait(timeout)``; from here on it is killed and registered
+        exactly like a process from ``popen()``.
+        """
+        self._node(host)  # a known host of a running emulation
+        with self._lock:
+            if self.stopped:
+                raise EmulationError("emulation is stopped")
+            self._procs.append(proc)
+            self._registry.add(proc.pid, f"proc:{host}:{label}")
+
     def kill(self, proc: subprocess.Popen, grace_s: float = 1.0) -> None:
         """Terminate a tracked process's group: SIGTERM, wait grace_s, SIGKILL; reap it."""
         _kill_groups([proc], grace_s)
@@ -377,6 +415,25 @@ class Emulation:
             if client is not None:
                 self.kill(client)
             self.kill(server)
+
+
+def name_servers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
+    """IPv4 name servers of resolv.conf, loopback excluded (a namespace's own lo answers)."""
+    try:
+        lines = resolv_conf.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            try:
+                addr = ipaddress.ip_address(parts[1])
+            except ValueError:
+                continue
+            if addr.version == 4 and not addr.is_loopback and str(addr) not in out:
+                out.append(str(addr))
+    return out
 
 
 def _kill_groups(procs: list[subprocess.Popen], grace_s: float) -> None:

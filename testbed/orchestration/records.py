@@ -24,6 +24,25 @@ Metric definitions (all from the workers' own records):
   record with accuracy >= target; null if never reached or no target.
 * ``final_accuracy``: rank 0's summary ``final_accuracy``, else its last eval accuracy.
 * ``bytes_sent_total``: sum of ``bytes_sent`` over all step records of all ranks.
+
+Where a run's time goes (``phases_s`` in summary.json, ``phase_breakdown``), on one clock
+(wall time) and along rank 0's path, which after the first barrier is every rank's path:
+
+* ``build``: the emulated network (and link probes / iperf3 servers, when any);
+* ``zygote_wait``: waiting for the pre-imported worker to finish its imports (the first
+  run of a sweep or ``netsense run``; 0 afterwards; absent with fresh processes);
+* ``launch``: from starting the worker processes to rank 0's interpreter reaching the
+  worker module (process creation, namespace entry, interpreter start);
+* ``imports``: torch and the worker's other modules (near 0 for a pre-imported worker);
+* ``data_model``, ``rendezvous`` (``init_process_group``), ``ddp`` (DDP, hook, optimizer),
+  ``barrier`` (the first barrier: waiting for the slowest rank);
+* ``first_step``: the first training step (warm-up, outside the throughput);
+* ``training``: the rest of the training loop; ``final_eval``: the closing evaluation;
+* ``exit``: from the last rank's summary record to the last worker process gone;
+* ``teardown``: cross-traffic, workers and network removed;
+* ``other``: what remains of ``wall_s`` (writing config/results, polling granularity).
+
+``overhead_s`` is ``wall_s`` minus rank 0's ``train_time_s`` (its training clock).
 """
 
 from __future__ import annotations
@@ -162,3 +181,71 @@ def last_step(path: Path) -> dict[str, Any] | None:
         if isinstance(rec, dict) and rec.get("kind") == "step":
             return rec
     return None
+
+
+def last_summary(path: Path) -> dict[str, Any] | None:
+    """A worker's summary record, if it wrote one (the summary is its last record)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            tail = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == "summary":
+            return rec
+        if isinstance(rec, dict):
+            return None  # the last complete record is not a summary
+    return None
+
+
+def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: float | None,
+                    wall_s: float, build_s: float | None, teardown_s: float | None,
+                    workers_done_wall: float | None,
+                    zygote_wait_s: float | None = None) -> dict[str, Any]:
+    """``phases_s`` and ``overhead_s`` of summary.json (definitions in the module doc).
+
+    Phases a run did not reach (a worker that died in set-up) are left out rather than
+    guessed; ``other`` then absorbs them.
+    """
+    r0 = records.get(0, [])
+    start = next((r for r in r0 if r.get("kind") == "start"), None)
+    first = next((r for r in r0 if r.get("kind") == "step"), None)
+    summ = next((r for r in reversed(r0) if r.get("kind") == "summary"), None)
+    phases: dict[str, float] = {}
+    if build_s is not None:
+        phases["build"] = build_s
+    if zygote_wait_s is not None:
+        phases["zygote_wait"] = zygote_wait_s
+    if start is not None and launch_wall is not None:
+        proc_wall, imports = _num(start.get("proc_wall")), _num(start.get("imports_s"))
+        if proc_wall is not None and imports is not None:
+            phases["launch"] = max(proc_wall - launch_wall, 0.0)
+            phases["imports"] = imports
+        set_up = start.get("phases")
+        if isinstance(set_up, dict):
+            phases.update({k: v for k, v in set_up.items() if _num(v) is not None})
+    train_time = _num(summ.get("train_time_s")) if summ else None
+    if first is not None and train_time is not None:
+        first_t = _num(first.get("t")) or 0.0
+        final_eval = _num(summ.get("final_eval_s")) or 0.0
+        phases["first_step"] = first_t
+        phases["training"] = max(train_time - first_t, 0.0)
+        phases["final_eval"] = final_eval
+    summary_walls = [_num(r.get("wall")) for recs in records.values() for r in recs
+                     if r.get("kind") == "summary"]
+    last_summary_wall = max((w for w in summary_walls if w is not None), default=None)
+    if workers_done_wall is not None and last_summary_wall is not None:
+        phases["exit"] = max(workers_done_wall - last_summary_wall, 0.0)
+    if teardown_s is not None:
+        phases["teardown"] = teardown_s
+    phases["other"] = max(wall_s - sum(phases.values()), 0.0)
+    return {
+        "phases_s": {k: round(v, 3) for k, v in phases.items()},
+        "overhead_s": round(wall_s - train_time, 3) if train_time is not None else None,
+    }

@@ -46,14 +46,14 @@ from testbed.config.scenario import (
     link_names,
 )
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import records
+from testbed.orchestration import launcher, records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
 from testbed.orchestration.rundir import RunFolder, host_facts, versions
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 from testbed.orchestration.workers import WorkerGroup, worker_argv
 
-POLL_S = 0.2
+POLL_S = 0.1
 
 
 @dataclass
@@ -125,6 +125,7 @@ class _Run:
         self.traffic: CrossTraffic | None = None
         self.timeline: Timeline | None = None
         self.workers: WorkerGroup | None = None
+        self._own_zygote: launcher.Zygote | None = None
         self.launch_wall: float | None = None
         self.timing: dict[str, float] = {}
         self.config: dict[str, Any] = {}
@@ -199,10 +200,37 @@ class _Run:
             raise _RunFailed(f"emulation has {len(hosts)} worker hosts, scenario wants "
                              f"{self.scn.world_size}")
         self.workers = WorkerGroup(self.emu, self.folder.workers)
+        zygote = self._ready_zygote()
         self.launch_wall = time.time()
         self.timing["launch_wall"] = self.launch_wall
-        self.workers.launch(hosts, self.config["worker_argv"], self.config["master_port"])
+        self.workers.launch(hosts, self.config["worker_argv"], self.config["master_port"],
+                            zygote)
         self._write_pids()
+
+    def _start_zygote(self) -> None:
+        """A zygote for this run alone, when no shared one exists (imports overlap the build)."""
+        if not launcher.enabled() or launcher.current() is not None:
+            return
+        try:
+            self._own_zygote = launcher.Zygote()
+        except OSError as exc:
+            self.summary["launcher_note"] = f"zygote did not start: {exc}"
+
+    def _ready_zygote(self) -> launcher.Zygote | None:
+        """The zygote to fork workers from, or None for fresh processes (noted why)."""
+        zygote = launcher.current() or self._own_zygote
+        if zygote is None:
+            self.summary["launcher"] = "process"
+            return None
+        t = time.monotonic()
+        try:
+            zygote.wait_ready()
+        except launcher.ZygoteError as exc:
+            self.summary.update(launcher="process", launcher_note=str(exc))
+            return None
+        self.timing["zygote_wait_s"] = round(time.monotonic() - t, 3)
+        self.summary["launcher"] = "fork"
+        return zygote
 
     def _monitor(self) -> None:
         assert self.timeline is not None and self.launch_wall is not None
@@ -216,7 +244,8 @@ class _Run:
             failure = self.workers.failure(codes)
             if failure:
                 raise _RunFailed(failure)
-            if all(c == 0 for c in codes):
+            if all(c is not None for c in codes):
+                self.timing["workers_done_wall"] = time.time()
                 return
             if self.timeline.error:
                 raise _RunFailed(f"timeline event failed: {self.timeline.error}")
@@ -252,6 +281,7 @@ class _Run:
             ("cross-traffic", lambda: self.traffic and self.traffic.close()),
             ("workers", lambda: self.workers and self.workers.kill()),
             ("emulation", lambda: self.emu and self.emu.stop()),
+            ("zygote", lambda: self._own_zygote and self._own_zygote.close()),
         ):
             try:
                 fn()
@@ -269,6 +299,10 @@ class _Run:
             self.scn.workload.target_accuracy))
         events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
         self.folder.write_events(EVENT_COLUMNS, events)
+        if self.workers is not None:
+            self.summary["worker_exit_codes"] = self.workers.exit_codes()
+            if self.workers.exit_anomalies:
+                self.summary["exit_anomalies"] = list(self.workers.exit_anomalies)
         self.summary["events_applied"] = len(events)
         self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
@@ -298,6 +332,7 @@ class _Run:
 
     def _work(self) -> None:
         actions, plans = expand(self.scn.timeline)
+        self._start_zygote()
         self._build()
         if self.scn.probe_links:
             self._probe()
@@ -331,9 +366,22 @@ class _Run:
             wall_s=round(time.monotonic() - t_start, 3),
             finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
+        self._record_phases()
         if self.summary.get("reason") is None:
             self.summary.pop("reason")
         self.folder.write_summary(self.summary)
+
+    def _record_phases(self) -> None:
+        """``phases_s`` and ``overhead_s`` (records.phase_breakdown); never fails the run."""
+        try:
+            recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+            self.summary.update(records.phase_breakdown(
+                recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
+                build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
+                workers_done_wall=self.timing.get("workers_done_wall"),
+                zygote_wait_s=self.timing.get("zygote_wait_s")))
+        except Exception as exc:  # noqa: BLE001 - timing is information, not the result
+            self.summary["phases_error"] = f"{type(exc).__name__}: {exc}"
 
     def execute(self) -> RunOutcome:
         self._begin()

@@ -12,6 +12,7 @@ use to know which runs belong to which figure.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,15 +67,19 @@ def run_sweep(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    zygote: Any = contextlib.nullcontext()
     if run_fn is None:
+        from testbed.orchestration import launcher
         from testbed.orchestration.run import run_scenario as run_fn  # type: ignore[no-redef]
+
+        zygote = launcher.shared()  # one pre-imported worker for all runs (launcher.py)
     console = console or Console()
     rep = SweepReport()
     t0 = time.monotonic()
     bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"),
                    console=console, disable=not progress, transient=False)
-    with bar:
+    with zygote, bar:
         task = bar.add_task("", total=len(runs))
         current = "between runs"
         try:

@@ -1,8 +1,10 @@
 """The training workers of one run: their command line, their launch inside the emulated
 hosts, failure detection and their end.
 
-One worker per worker host, started in that host's network namespace
-(``Emulation.popen``: ``mnexec``, own process group, PID registered for teardown) with
+One worker per worker host, started in that host's network namespace, either forked from
+a pre-imported zygote (``testbed.orchestration.launcher``: no ``import torch`` per run) or
+as a fresh process (``Emulation.popen``: ``mnexec``, own process group); either way the
+PID is registered with the emulation for teardown. Workers get
 torch.distributed's ``env://`` variables and ``GLOO_SOCKET_IFNAME`` set to the host's
 emulated interface (without it gloo binds to 127.0.0.1 and the ranks never meet).
 """
@@ -14,10 +16,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from subprocess import Popen
 from typing import IO, Any
 
 from testbed.config.scenario import Scenario
+from testbed.orchestration import records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,15 +67,21 @@ class WorkerGroup:
     def __init__(self, emu: Any, workers_dir: Path) -> None:
         self.emu = emu
         self.workers_dir = workers_dir
-        self.procs: list[Popen] = []
+        self.procs: list[Any] = []  # Popen, or launcher.ForkedWorker
         self._logs: list[IO[bytes]] = []
+        self.exit_anomalies: list[str] = []
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def launch(self, hosts: list[str], argv: list[str], master_port: int) -> None:
-        """Starts rank r on ``hosts[r]``; rank 0's host is the rendezvous master."""
+    def launch(self, hosts: list[str], argv: list[str], master_port: int,
+               zygote: Any = None) -> None:
+        """Starts rank r on ``hosts[r]``; rank 0's host is the rendezvous master.
+
+        With ``zygote`` (a ready ``launcher.Zygote``) each rank is forked from it into its
+        host's namespace; else a fresh interpreter is started there.
+        """
         base_env = dict(os.environ)
         base_env.update(
             WORLD_SIZE=str(len(hosts)), MASTER_ADDR=self.emu.ip(hosts[0]),
@@ -81,12 +89,20 @@ class WorkerGroup:
             PYTHONUNBUFFERED="1",
         )
         base_env.pop("LOCAL_RANK", None)
+        envs = [dict(base_env, RANK=str(r), GLOO_SOCKET_IFNAME=self.emu.intf(h))
+                for r, h in enumerate(hosts)]
         for rank, host in enumerate(hosts):
-            env = dict(base_env, RANK=str(rank), GLOO_SOCKET_IFNAME=self.emu.intf(host))
-            log = open(self.workers_dir / f"rank{rank}.log", "wb")  # noqa: SIM115
-            self._logs.append(log)
-            self.procs.append(self.emu.popen(host, argv, env=env, stdout=log,
-                                             stderr=subprocess.STDOUT, cwd=str(REPO_ROOT)))
+            log_path = self.workers_dir / f"rank{rank}.log"
+            if zygote is not None:
+                proc: Any = zygote.spawn(argv[3:], env=envs[rank], cwd=str(REPO_ROOT),
+                                         log=log_path, netns_pid=self.emu.host_pid(host))
+                self.emu.adopt(proc, host, "workloads.train")
+            else:
+                log = open(log_path, "wb")  # noqa: SIM115
+                self._logs.append(log)
+                proc = self.emu.popen(host, argv, env=envs[rank], stdout=log,
+                                      stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
+            self.procs.append(proc)
 
     def exit_codes(self) -> list[int | None]:
         return [p.poll() for p in self.procs]
@@ -97,7 +113,8 @@ class WorkerGroup:
         Several at once: the one killed by a signal is the cause, the others (exit 1 on a
         reset connection) are collateral.
         """
-        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        failed = [(r, c) for r, c in enumerate(codes)
+                  if c not in (None, 0) and not self._finished_ok(r, c)]
         if not failed:
             return None
         rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0]))
@@ -105,6 +122,23 @@ class WorkerGroup:
         return (f"worker rank {rank} exited with code {code}"
                 + (f" (also {others})" if others else "")
                 + f": {tail(self.workers_dir / f'rank{rank}.log')}")
+
+    def _finished_ok(self, rank: int, code: int) -> bool:
+        """A rank that exited non-zero *after* writing an ``ok`` summary finished its run.
+
+        Its records are complete and agree with its peers' (they passed the same final
+        collectives), so the run is judged on them; the exit code is kept
+        (``exit_anomalies``, and summary.json's ``worker_exit_codes``) because it still
+        says something broke.
+        """
+        summ = records.last_summary(self.workers_dir / f"rank{rank}.jsonl")
+        if summ is None or summ.get("status") != "ok":
+            return False
+        note = f"rank {rank} exited with code {code} after its ok summary"
+        if not any(a.startswith(note) for a in self.exit_anomalies):
+            last = tail(self.workers_dir / f"rank{rank}.log", 1)
+            self.exit_anomalies.append(note + (f": {last}" if last else ""))
+        return True
 
     def kill(self) -> None:
         """Kills every worker still running (through the emulation, else by its PID)."""
