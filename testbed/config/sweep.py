@@ -58,7 +58,7 @@ from pydantic import (
     model_validator,
 )
 
-from netsenseml.hooks import parse_method
+from netsenseml import methods
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
@@ -89,7 +89,7 @@ def _check_methods(v: list[str]) -> list[str]:
     if not v:
         raise ValueError("must list at least one method")
     for m in v:
-        parse_method(m)  # its ValueError names the spec and the accepted forms
+        methods.parse(m)  # its ValueError names the spec and the accepted forms
     if len(set(v)) != len(v):
         raise ValueError("methods repeat")
     return v
