@@ -4,6 +4,7 @@ Usage, in any PyTorch DDP job (gloo or NCCL, with or without the testbed)::
 
     from netsenseml import hooks
     state = hooks.register(ddp_model, "netsenseml")   # or "allreduce", "fp16", "topk:0.01", ...
+    state = hooks.register(ddp_model, "my_pkg.codecs:SignSGD")   # a plug-in (PLUGINS.md)
     ...
     optimizer.step()
     stats = state.pop_step_stats()                    # bytes_sent, comm_s, kept_ratio, level, ...
@@ -38,86 +39,53 @@ without an extra round trip. When that collective completes, the policy
 inside a step. (For fp16/bf16 levels the piggy-backed values travel in that dtype, in ms and
 MB units; their precision then is that of the dtype, still identical on all ranks.)
 
-``powersgd:RANK`` runs torch's own ``powerSGD_hook`` on a ``PowerSGDState``; this module
-only wraps it to count bytes (P, Q and the uncompressed 1-D tensors, taken from the state's
-``total_numel_after_compression``) and time, and to let a bucket start only after the
-previous bucket finished: torch's hook launches collectives from completion callbacks, and
-with several buckets in flight gloo could see them in a different order on different ranks.
+Methods come from the registry ``netsenseml.methods`` (one grammar for the hooks, the
+compressors, the worker and the testbed). A ``compressor`` method runs steps 1-5 above
+with the compressor's declared properties (``lossy`` -> error feedback, ``reduction``,
+``dense``, ``max_nbytes``; ``netsenseml.compress.base``), whether built in or a user's class
+named by import path.
+
+A ``hook`` method is a function with DDP's comm-hook signature: ``powersgd:RANK`` (torch's
+own ``powerSGD_hook`` on a ``PowerSGDState``) or any ``package.module:function``, e.g.
+torch's ``fp16_compress_hook``. :func:`raw_hook` calls it with a
+:class:`~netsenseml.counted_group.CountedGroup` (the state PowerSGD's state holds, or the
+state itself for a plain hook): every collective the hook issues on it, from any thread,
+is counted (bytes, busy time, monitor samples), not estimated from the hook's word. A
+bucket starts only after the previous bucket finished (``serialize_buckets``, on by
+default): hooks like PowerSGD launch collectives from completion callbacks, and with
+several buckets in flight gloo could see them in a different order on different ranks.
 
 World size 1 works (collectives of one rank): a single-process DDP job runs unchanged.
 """
 
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
 
-from netsenseml import compress
+from netsenseml import compress, methods
 from netsenseml.comm import CommRecorder, allgather_bytes, allreduce, pack, unpack
 from netsenseml.compress.base import Payload
+from netsenseml.counted_group import counted_group
 from netsenseml.memory import MomentumCorrectionMemory, ResidualMemory
+from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the accepted forms
+from netsenseml.methods import MethodSpec
 from netsenseml.policy import Decision, NetSensePolicy, Observation
 from netsenseml.sense import NetworkMonitor
 
-METHOD_FORMS = (
-    "allreduce, fp16, bf16, int8, topk:R (0<R<=1), randomk:R (0<R<=1), dgc:R (0<R<=1), "
-    "powersgd:RANK (int>=1), netsenseml"
-)
-
-_SIMPLE = ("allreduce", "fp16", "bf16", "int8", "netsenseml")
-_RATIO = ("topk", "randomk", "dgc")
 N_EXTRAS = 7  # valid, comm_ms, compute_ms, bytes_MB, rate_MBps, min_rtt_ms, queue_ms
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """A validated method string: ``name`` plus its ``ratio`` (top-k family) or ``rank``."""
-
-    name: str
-    text: str
-    ratio: float | None = None
-    rank: int | None = None
-
-    @property
-    def level(self) -> str:
-        """The ``level`` label of the step stats (``netsenseml`` starts at ``none``)."""
-        return {"allreduce": "none", "netsenseml": "none"}.get(self.name, self.name)
+_COMMON_OPTIONS = ("monitor_window_s", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
 
 
 def parse_method(spec: str) -> MethodSpec:
-    """Validates a method string; a ValueError names the spec and :data:`METHOD_FORMS`."""
-    if not isinstance(spec, str):
-        raise ValueError(f"invalid method {spec!r}: not a string; accepted: {METHOD_FORMS}")
-    text = spec.strip()
-    name, sep, arg = text.partition(":")
-    name = name.lower()
-    if name in _SIMPLE:
-        if sep:
-            raise ValueError(f"invalid method {spec!r}: {name} takes no argument; accepted: {METHOD_FORMS}")
-        return MethodSpec(name, text)
-    if name in _RATIO:
-        if not sep:
-            raise ValueError(f"invalid method {spec!r}: {name} needs a ratio; accepted: {METHOD_FORMS}")
-        try:
-            ratio = float(arg)
-        except ValueError:
-            ratio = float("nan")
-        if not 0.0 < ratio <= 1.0:
-            raise ValueError(f"invalid method {spec!r}: R must be a number with 0<R<=1; accepted: {METHOD_FORMS}")
-        return MethodSpec(name, text, ratio=ratio)
-    if name == "powersgd":
-        try:
-            rank = int(arg)
-        except ValueError:
-            rank = 0
-        if not sep or rank < 1:
-            raise ValueError(f"invalid method {spec!r}: RANK must be an integer >= 1; accepted: {METHOD_FORMS}")
-        return MethodSpec(name, text, rank=rank)
-    raise ValueError(f"unknown method {spec!r}; accepted: {METHOD_FORMS}")
+    """Validates a method string (grammar of ``netsenseml.methods``; plug-ins not imported).
+
+    A ValueError is one line naming the spec and :data:`METHOD_FORMS`.
+    """
+    return methods.parse(spec)
 
 
 class NetSenseState:
@@ -127,12 +95,16 @@ class NetSenseState:
         method: the parsed method.
         process_group: the group collectives run on (``None``: the default group).
         world_size: size of that group.
-        memory: error-feedback memory (``None`` when off or for lossless methods);
-            residuals are keyed by DDP bucket index, re-laid-out when DDP rebuilds buckets.
+        memory: error-feedback memory (``None`` when off or when the method's compressor
+            is not ``lossy``); residuals are keyed by DDP bucket index, re-laid-out when
+            DDP rebuilds buckets.
+        compressor: the compressor of a ``compressor`` method.
         monitor: the network monitor, fed one sample per collective of this rank.
         recorder: bytes / busy-time accounting of this rank's collectives.
         policy: the adaptive policy (``netsenseml`` only).
         decision: level and kept fraction used by the current step.
+        hook, hook_state: a ``hook`` method's function and the state it is called with
+            (a :class:`~netsenseml.counted_group.CountedGroup`, or an object holding one).
         powersgd: torch's ``PowerSGDState`` (``powersgd`` only).
         step: number of steps started (bucket-0 calls).
 
@@ -144,8 +116,10 @@ class NetSenseState:
       was in flight (union over collectives of launch -> completion callback; buckets that
       overlap are not counted twice),
     * ``kept_ratio`` -- gradient elements transmitted / gradient elements (1.0 for dense
-      methods; PowerSGD: elements of P, Q and uncompressed tensors / elements),
-    * ``level`` -- "none", "fp16", "bf16", "int8", "topk", "randomk", "dgc" or "powersgd",
+      methods); for ``hook`` methods (PowerSGD, plug-in hooks), whose elements are not
+      known, ``bytes_sent / bytes_dense``,
+    * ``level`` -- the method's level label (``netsenseml.methods.level_order()``: "none",
+      "fp16", "bf16", "int8", "topk", "randomk", "dgc", "powersgd"; a plug-in's name),
     * ``codec_s`` -- seconds spent compressing and decompressing,
     * ``bytes_dense`` -- bytes an fp32 allreduce of the same buckets would have handed over,
     * ``ratio`` -- the top-k kept fraction in use (1.0 otherwise).
@@ -161,7 +135,10 @@ class NetSenseState:
         dgc_momentum: float = 0.9,
         seed: int = 0,
         policy: NetSensePolicy | None = None,
-        powersgd: Any = None,
+        compressor: compress.Compressor | None = None,
+        memory_kind: str = "residual",
+        level: str | None = None,
+        serialize_buckets: bool = True,
     ) -> None:
         self.method = method
         self.process_group = process_group
@@ -170,32 +147,27 @@ class NetSenseState:
         self.monitor = NetworkMonitor(monitor_window_s)
         self.recorder = CommRecorder(self.monitor)
         self.policy = policy
-        self.powersgd = powersgd
+        self.compressor = compressor
+        self.hook: Callable[[Any, dist.GradBucket], torch.futures.Future] | None = None
+        self.hook_state: Any = None
+        self.serialize_buckets = serialize_buckets
         self.seed = seed
         self.step = 0
         self.memory: ResidualMemory | None = None
-        if error_feedback and method.name in ("int8", "topk", "randomk", "netsenseml"):
-            self.memory = ResidualMemory()
-        elif error_feedback and method.name == "dgc":
-            self.memory = MomentumCorrectionMemory(dgc_momentum)
-        self._compressors: dict[str, compress.Compressor] = {
-            "none": compress.NoCompression(),
-            "fp16": compress.get("fp16"),
-            "bf16": compress.get("bf16"),
-            "int8": compress.get("int8"),
-        }
-        if method.ratio is not None:
-            self._compressors[method.name] = {
-                "topk": lambda r: compress.TopKCompressor(r, method="exact"),
-                "dgc": lambda r: compress.TopKCompressor(r, method="sampled"),
-                "randomk": lambda r: compress.RandomKCompressor(r, seed=seed),
-            }[method.name](method.ratio)
-        if method.name == "netsenseml":
+        # Error feedback follows the compressor's declared ``lossy``; the adaptive method
+        # may pick lossy levels at any step, so it always keeps a residual.
+        if error_feedback and ((compressor is not None and compressor.lossy) or policy is not None):
+            kind = memory_kind if compressor is not None else "residual"
+            self.memory = MomentumCorrectionMemory(dgc_momentum) if kind == "momentum" else ResidualMemory()
+        self._compressors: dict[str, compress.Compressor] = {}
+        if policy is not None:
+            for info in methods.ladder():
+                made = methods.resolve(info.name if info.arg is None else f"{info.name}:1").build()
+                self._compressors[info.label] = made
             self._compressors["topk"] = compress.TopKCompressor(0.1, method=topk_method)
-        level = method.level if method.name != "powersgd" else "powersgd"
-        self.decision = Decision(level, method.ratio or 1.0)
+        self.decision = Decision(level or method.level, method.ratio or 1.0)
         self._pending: Decision | None = None
-        self._powersgd_prev: torch.futures.Future | None = None
+        self._hook_prev: torch.futures.Future | None = None
         self._lock = threading.Lock()
         # Per-step bookkeeping of the previous step (for the policy's observation).
         self._step_start: float | None = None
@@ -213,15 +185,25 @@ class NetSenseState:
         self._params: dict[int, torch.Tensor] = {}
         self._pool: dict[tuple[str, int], torch.Tensor] = {}
 
+    @property
+    def powersgd(self) -> Any:
+        """torch's ``PowerSGDState`` (``powersgd`` only, else None)."""
+        return self.hook_state if self.method.name == "powersgd" else None
+
     # ----------------------------------------------------------------- statistics
     def pop_step_stats(self) -> dict[str, Any]:
         """Returns and resets this rank's statistics since the last call (see class doc)."""
         totals = self.recorder.totals()
         with self._lock:
+            sent = int(totals[0] - self._stats_totals[0])
+            if self.hook is not None:  # a raw hook: only its bytes are known
+                kept = sent / self._bytes_dense if self._bytes_dense else 1.0
+            else:
+                kept = self._kept / self._elements if self._elements else 1.0
             out = {
-                "bytes_sent": int(totals[0] - self._stats_totals[0]),
+                "bytes_sent": sent,
                 "comm_s": float(totals[1] - self._stats_totals[1]),
-                "kept_ratio": float(self._kept / self._elements) if self._elements else 1.0,
+                "kept_ratio": float(kept),
                 "level": self.decision.level,
                 "ratio": float(self.decision.ratio),
                 "codec_s": float(self._codec_s),
@@ -388,7 +370,7 @@ def _reduce_bucket(
         wire.div_(world)  # before the sum, as torch's hooks do (no fp16 overflow)
         if extras is not None:
             wire = torch.cat([wire, (extras / world).to(device=wire.device, dtype=wire.dtype)])
-        dense = isinstance(compressor, compress.NoCompression | compress.CastCompressor)
+        dense = getattr(compressor, "dense", False)
         k = payload.tensors[0].numel()
 
         def finish_allreduce(fut: torch.futures.Future) -> torch.Tensor:
@@ -402,7 +384,7 @@ def _reduce_bucket(
                     buffer.copy_(out.view_as(buffer))
             else:
                 buffer.zero_()
-                compressor.accumulate(Payload((out,), payload.shape, payload.dtype, k, payload.meta), buffer)  # type: ignore[attr-defined]
+                compressor.accumulate(Payload((out,), payload.shape, payload.dtype, k, payload.meta), buffer)
             state._count(0, 0, 0, time.perf_counter() - t1)
             return buffer
 
@@ -411,7 +393,9 @@ def _reduce_bucket(
     dtypes = [t.dtype for t in payload.tensors]
     buf = pack(payload.tensors, extras)
     n_extras = 0 if extras is None else extras.numel()
-    capacity = _capacity(compressor, n, len(dtypes), n_extras)
+    bound = getattr(compressor, "max_nbytes", None)
+    # A byte bound all ranks agree on lets one padded all-gather run (no size exchange).
+    capacity = None if bound is None else 8 * len(dtypes) + 4 * n_extras + bound(n)
     accumulate = getattr(compressor, "accumulate", None)
 
     def finish_gather(fut: torch.futures.Future) -> torch.Tensor:
@@ -436,27 +420,13 @@ def _reduce_bucket(
     return allgather_bytes(buf, group, state.recorder, capacity).then(finish_gather)
 
 
-def _capacity(compressor: compress.Compressor, numel: int, n_tensors: int, n_extras: int) -> int | None:
-    """Byte bound of a packed payload that all ranks know (same compressor and ratio)."""
-    header = 8 * n_tensors + 4 * n_extras
-    if isinstance(compressor, compress.Int8Compressor):
-        return header + numel + 4
-    if isinstance(compressor, compress.TopKCompressor):
-        # Both variants keep at most k elements: fp32 value + int32/int64 index each.
-        k = compress.ratio_to_k(compressor.ratio, numel)
-        return header + k * (4 + torch.empty((), dtype=compress.index_dtype(numel)).element_size())
-    return None
-
-
 def compression_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Fixed methods: allreduce, fp16, bf16, int8, topk:R, randomk:R, dgc:R."""
+    """Fixed ``compressor`` methods (built-in or plug-in): ``state.compressor`` every step."""
     state.begin_bucket(bucket)
-    name = state.method.name
-    compressor = state._compressors["none" if name == "allreduce" else name]
-    seed = None
-    if name == "randomk":
-        seed = (state.seed * 1_000_003 + state.step) * 1_009 + bucket.index()
-    return _reduce_bucket(state, bucket, compressor, None, seed)
+    assert state.compressor is not None
+    # Equal on all ranks for a step and bucket: random-k's shared positions come from it.
+    seed = (state.seed * 1_000_003 + state.step) * 1_009 + bucket.index()
+    return _reduce_bucket(state, bucket, state.compressor, None, seed)
 
 
 def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -469,36 +439,36 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
     return _reduce_bucket(state, bucket, compressor, state.extras_for(first))
 
 
-def powersgd_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """torch's ``powerSGD_hook`` on ``state.powersgd``, with bytes and time accounted."""
+def raw_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """A ``hook`` method: ``state.hook(state.hook_state, bucket)``, counted by its group."""
     state.begin_bucket(bucket)
-    # torch's hook launches its P and Q allreduces from completion callbacks. Two buckets
-    # in flight at once could then issue collectives in a different order on different
-    # ranks, which gloo cannot match; so a bucket starts after the previous one finished.
-    if state._powersgd_prev is not None and bucket.index() != 0:
-        state._powersgd_prev.wait()
-    ps = state.powersgd
-    buffer = bucket.buffer()
-    n = buffer.numel()
-    vanilla = ps.iter < ps.start_powerSGD_iter
-    before = (ps.total_numel_before_compression, ps.total_numel_after_compression)
-    t0 = time.perf_counter()
-    fut = torch_powersgd.powerSGD_hook(ps, bucket)
-    if vanilla:
-        elements = n
-    else:
-        # Elements of the uncompressed tensors + P + Q that torch's hook allreduces.
-        elements = ps.total_numel_after_compression - before[1]
-    token = state.recorder.launch(elements * buffer.element_size(), at=t0)
-    state._count(elements, n, n * 4, 0.0)
+    # Hooks such as PowerSGD launch collectives from completion callbacks. Two buckets in
+    # flight at once could then issue collectives in a different order on different ranks,
+    # which gloo cannot match; so a bucket starts after the previous one finished.
+    if state.serialize_buckets and state._hook_prev is not None and bucket.index() != 0:
+        state._hook_prev.wait()
+    n = bucket.buffer().numel()
+    state._count(0, n, n * 4, 0.0)
+    assert state.hook is not None
+    fut = state.hook(state.hook_state, bucket)
+    state._hook_prev = fut
+    return fut
 
-    def finish(f: torch.futures.Future) -> torch.Tensor:
-        out = f.value()
-        state.recorder.done(token)
-        return out
 
-    state._powersgd_prev = fut.then(finish)
-    return state._powersgd_prev
+def powersgd_state(group: Any, spec: MethodSpec, error_feedback: bool, options: dict[str, Any]) -> Any:
+    """torch's ``PowerSGDState`` on the counting ``group`` (``start_powerSGD_iter`` 2, not 1000).
+
+    2 is the earliest torch allows with error feedback; torch's default of 1000 vanilla
+    iterations would hide PowerSGD from the short runs of the testbed.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
+
+    return torch_powersgd.PowerSGDState(
+        process_group=group,
+        matrix_approximation_rank=spec.rank,
+        use_error_feedback=error_feedback,
+        **{"start_powerSGD_iter": 2, **options},
+    )
 
 
 def register(
@@ -511,39 +481,55 @@ def register(
 ) -> NetSenseState:
     """Registers the hook for ``method`` on ``ddp_model`` and returns its state.
 
+    ``method``: any form of :data:`METHOD_FORMS`, including a plug-in
+    ``package.module:Name[:ARG]`` (``netsenseml/PLUGINS.md``); a failed import or a class
+    that is no compressor is a one-line ValueError before the model is touched.
+
     Options: ``monitor_window_s`` (5.0), ``seed`` (0, random-k's shared seed),
-    ``dgc_momentum`` (0.9), ``topk_method`` ("sampled"; netsenseml's top-k variant); for
-    ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy` parameter (paper
-    defaults); for ``powersgd`` the ``PowerSGDState`` parameters (``start_powerSGD_iter``
-    defaults to 2, the earliest torch allows with error feedback, instead of torch's 1000).
+    ``dgc_momentum`` (0.9), ``topk_method`` ("sampled"; netsenseml's top-k variant),
+    ``serialize_buckets`` (True; hooks: a bucket waits for the previous one, see the module
+    docstring); for ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy`
+    parameter (paper defaults); for ``powersgd`` the ``PowerSGDState`` parameters
+    (``start_powerSGD_iter`` defaults to 2, the earliest torch allows with error feedback,
+    instead of torch's 1000). A hook method (powersgd, a plug-in hook) creates a registered
+    counting process group (``netsenseml.counted_group``), which is collective: call
+    ``register`` on every rank, in the same order, as DDP's constructor is.
     """
     spec = parse_method(method)
-    common = {k: options.pop(k) for k in ("monitor_window_s", "seed", "dgc_momentum", "topk_method") if k in options}
-    policy = None
-    ps_state = None
-    if spec.name == "netsenseml":
-        try:
-            policy = NetSensePolicy(**options)
-        except TypeError as exc:  # an unknown keyword: say which, as a ValueError
-            raise ValueError(f"invalid options for method {method!r}: {exc}") from None
-    elif spec.name == "powersgd":
-        ps_opts = {"start_powerSGD_iter": 2, **options}
-        ps_state = torch_powersgd.PowerSGDState(
-            process_group=process_group,
-            matrix_approximation_rank=spec.rank,
-            use_error_feedback=error_feedback,
-            **ps_opts,
-        )
-    elif options:
+    target = methods.resolve(spec)
+    common = {k: options.pop(k) for k in _COMMON_OPTIONS if k in options}
+    policy = compressor = None
+    if target.kind == "adaptive":
+        policy = target.build(**options)  # an unknown keyword: a one-line ValueError
+    elif options and not (target.kind == "hook" and target.info.state):
         raise ValueError(f"unknown options for method {method!r}: {sorted(options)}")
+    elif target.kind == "compressor":
+        compressor = target.build()
     state = NetSenseState(
         spec,
         process_group=process_group,
         error_feedback=error_feedback,
         policy=policy,
-        powersgd=ps_state,
+        compressor=compressor,
+        memory_kind=target.info.memory or "residual",
+        level=compressor.name if spec.plugin and compressor is not None else target.info.label,
         **common,
     )
-    hook = {"netsenseml": netsenseml_hook, "powersgd": powersgd_hook}.get(spec.name, compression_hook)
+    hook: Callable[[NetSenseState, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+    if target.kind == "hook":
+        group = counted_group(process_group, state.recorder)
+        state.hook = target.obj
+        state.hook_state = group
+        if target.info.state:
+            factory = methods.import_target(target.info.state, spec.text)
+            try:
+                state.hook_state = factory(group, spec, error_feedback, options)
+            except TypeError as exc:  # an unknown keyword of the hook's state
+                raise ValueError(f"invalid options for method {method!r}: {exc}") from None
+        hook = raw_hook
+    elif target.kind == "adaptive":
+        hook = netsenseml_hook
+    else:
+        hook = compression_hook
     ddp_model.register_comm_hook(state, hook)
     return state

@@ -108,7 +108,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
 
-from netsenseml import hooks  # noqa: E402
+from netsenseml import hooks, methods  # noqa: E402
 from workloads.datasets import DATASETS, Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import DEFAULT_WIDTH, MODELS, build_model, model_info  # noqa: E402
 
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="python -m workloads.train", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, choices=MODELS)
     p.add_argument("--dataset", required=True, choices=DATASETS)
-    p.add_argument("--method", required=True, help=f"one of: {hooks.METHOD_FORMS}")
+    p.add_argument("--method", required=True, help=f"one of: {methods.forms()}")
     p.add_argument("--steps", type=_positive(int), help="train exactly N steps")
     p.add_argument("--time-limit", type=_positive(float), help="train S seconds (ranks agree)")
     p.add_argument("--batch-size", type=_positive(int), required=True, help="per rank")
@@ -182,7 +182,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.steps is None and args.time_limit is None:
         bad_args("one of --steps or --time-limit is required")
     try:
-        hooks.parse_method(args.method)
+        methods.load(args.method)  # imports a plug-in (pkg.mod:Name) now: one line if it fails
     except ValueError as e:
         bad_args(f"argument --method: {e}")
     if args.dataset not in PAIRINGS[args.model]:

@@ -8,11 +8,29 @@ treat every method the same way (GRACE's split of compressor / memory / communic
   bytes of the wire tensors; nothing else (shape, dtype, seeds) is counted because every
   rank knows it already.
 * ``decompress(payload) -> Tensor`` -- a dense tensor of the original shape and dtype.
+* ``accumulate(payload, out)`` -- adds the decoded payload into the flat tensor ``out``.
 * ``reduction`` says how payloads of several ranks combine: ``"allreduce"`` when the wire
-  tensors of all ranks can simply be summed (casts, random-k with a shared seed),
+  tensors of all ranks can simply be summed (casts, random-k with a shared seed): the hooks
+  sum ``payload.tensors[0]`` over ranks and decode the sum with ``accumulate`` into the
+  zeroed bucket (so an allreduce compressor sends exactly one wire tensor);
   ``"allgather"`` when each rank's payload must be decoded on its own (int8 with its own
-  scale, top-k whose indices differ per rank).
-* ``lossy`` decides whether error feedback applies by default.
+  scale, top-k whose indices differ per rank): each rank's payload goes through
+  ``accumulate``.
+* ``lossy`` decides whether error feedback applies: the hooks keep a residual for every
+  compressor that declares ``lossy = True`` (unless the user turns error feedback off).
+
+Optional attributes the hooks read when present (a compressor without them still works):
+
+* ``dense = True`` -- the single wire tensor is the flattened input in another dtype; the
+  summed result is copied into the bucket (a cast copy is ~15x faster than zero + add).
+* ``max_nbytes(numel) -> int`` -- an upper bound of ``payload.nbytes`` that every rank
+  computes alike; all-gathers then pad to it instead of exchanging sizes first.
+* ``memory = "momentum"`` -- DGC's momentum correction instead of the plain residual.
+* ``arg = "ratio"`` / ``"rank"`` -- how ``pkg.mod:Class:ARG`` is parsed (see
+  ``netsenseml.methods.ARG_KINDS``); without it a plug-in receives ``ARG`` as text.
+
+A new compressor is one module plus one ``register(...)`` line in ``netsenseml.methods``;
+a user's compressor needs no registration at all (``netsenseml/PLUGINS.md``).
 """
 
 from __future__ import annotations
@@ -59,9 +77,15 @@ class Compressor(Protocol):
     lossy: bool
     reduction: str  # "allreduce" or "allgather"
 
-    def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload: ...
+    def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
+        """``seed`` is equal on all ranks for a given step and bucket (random-k uses it)."""
+        ...
 
     def decompress(self, payload: Payload) -> torch.Tensor: ...
+
+    def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
+        """Adds the decoded ``payload`` into the flat ``out`` (a sum over ranks for allreduce)."""
+        ...
 
 
 def ratio_to_k(ratio: float, numel: int) -> int:

@@ -1,7 +1,8 @@
 """Dense casts: no compression (fp32 as is) and the half-precision casts fp16 / bf16.
 
-Casts are summable on the wire, so they allreduce. They are treated as lossless for error
-feedback by default so that ``fp16`` matches torch's own ``fp16_compress_hook`` bit for bit.
+Casts are summable on the wire, so they allreduce, and ``dense``: the hooks copy the summed
+wire tensor straight into the bucket. They are treated as lossless for error feedback so
+that ``fp16`` matches torch's own ``fp16_compress_hook`` bit for bit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ class NoCompression:
     name = "none"
     lossy = False
     reduction = "allreduce"
+    dense = True
 
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
@@ -25,14 +27,20 @@ class NoCompression:
     def decompress(self, payload: Payload) -> torch.Tensor:
         return payload.tensors[0].to(payload.dtype).view(payload.shape)
 
+    def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
+        out.add_(payload.tensors[0].to(out.dtype))
+
 
 class CastCompressor:
     """Casts to a narrower float type (fp16 or bf16) and back."""
 
     lossy = False
     reduction = "allreduce"
+    dense = True
 
-    def __init__(self, wire_dtype: torch.dtype) -> None:
+    def __init__(self, wire_dtype: torch.dtype | str) -> None:
+        if isinstance(wire_dtype, str):  # the registry names dtypes without importing torch
+            wire_dtype = getattr(torch, wire_dtype, wire_dtype)
         if wire_dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"cast compressor wire dtype must be float16 or bfloat16, got {wire_dtype}")
         self.wire_dtype = wire_dtype
@@ -44,3 +52,6 @@ class CastCompressor:
 
     def decompress(self, payload: Payload) -> torch.Tensor:
         return payload.tensors[0].to(payload.dtype).view(payload.shape)
+
+    def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
+        out.add_(payload.tensors[0].to(out.dtype))

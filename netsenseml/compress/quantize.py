@@ -36,3 +36,7 @@ class Int8Compressor:
         """Adds the decoded payload into the flat tensor ``out`` (used to sum many ranks)."""
         codes, scale = payload.tensors
         out.add_(codes.to(out.dtype) * scale.to(out.dtype))
+
+    def max_nbytes(self, numel: int) -> int:
+        """One int8 code per element and the fp32 scale."""
+        return numel + 4

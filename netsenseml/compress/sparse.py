@@ -100,6 +100,10 @@ class TopKCompressor(_SparseBase):
             idx = torch.topk(absx, k, sorted=False).indices
         return idx
 
+    def max_nbytes(self, numel: int) -> int:
+        """Both variants keep at most k elements: fp32 value + int32/int64 index each."""
+        return ratio_to_k(self.ratio, numel) * (4 + index_dtype(numel).itemsize)
+
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
         k = ratio_to_k(self.ratio, flat.numel())

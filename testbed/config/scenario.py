@@ -4,7 +4,7 @@ A scenario says everything one experiment needs: which topology to build and how
 the link rates (Mbit/s) and queue sizes, the training workload, the methods and seeds to
 compare, and a timeline of network events. All validation happens here, *before* anything
 is built, so that a typo costs an error line and never a half-built network: unknown
-fields are refused (``extra="forbid"``), methods go through ``netsenseml.hooks.parse_method``,
+fields are refused (``extra="forbid"``), methods go through ``netsenseml.methods.parse``,
 links and hosts named by events are checked against the names the topology *will* have
 (computed from the config, no Mininet involved), trace files must exist and parse, and the
 netem fields (delay, jitter, loss) are refused when the running kernel has no sch_netem.
@@ -46,6 +46,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from netsenseml import methods
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -404,10 +406,12 @@ class Scenario(_Strict):
 
 
 def check_method(spec: str) -> None:
-    """Raise ValueError naming the spec and the accepted forms if it is not a method."""
-    from netsenseml.hooks import parse_method
+    """Raise ValueError naming the spec and the accepted forms if it is not a method.
 
-    parse_method(spec)
+    Grammar only (``netsenseml.methods``, no torch): a plug-in ``pkg.mod:Name`` is imported
+    by the workers, which exit with one line when it cannot be.
+    """
+    methods.parse(spec)
 
 
 # --------------------------------------------------------------------------- loading

@@ -58,6 +58,8 @@ from pydantic import (
     model_validator,
 )
 
+from netsenseml import methods
+
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
 #: Seconds each run costs on top of its training time (build, workers forked from the
@@ -87,10 +89,8 @@ class _Strict(BaseModel):
 def _check_methods(v: list[str]) -> list[str]:
     if not v:
         raise ValueError("must list at least one method")
-    from testbed.config.scenario import check_method  # lazy: refusing a sweep name needs no torch
-
     for m in v:
-        check_method(m)  # its ValueError names the spec and the accepted forms
+        methods.parse(m)  # its ValueError names the spec and the accepted forms
     if len(set(v)) != len(v):
         raise ValueError("methods repeat")
     return v
