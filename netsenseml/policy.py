@@ -68,7 +68,9 @@ shortens the step (latency, standing queues, codec time), it stops.
 prediction start a new fit from those steps: the old regime's steps would otherwise hold
 the fit back for up to ``fit_window`` steps. One step off is not enough: it is usually a
 spike, and acting on it would cost a needless change (and a release on one fast step a
-slow uncompressed step). After a change of size the prediction also carries the fit's own
+slow uncompressed step) -- unless it is slower by more than ``spike_s`` (50 ms) too: spikes
+add a roughly fixed delay while congestion multiplies a long transfer, and each such step
+costs more than a transient to a harder compression. After a change of size the prediction also carries the fit's own
 error, which the new point corrects, so such a step does not count. Smaller changes enter
 the fit as it slides.
 
@@ -103,11 +105,12 @@ would save a step on multi-bucket models but lets ranks see the decision at diff
 buckets (each rank's bucket-0 completion races its next bucket), which the sized
 all-gather of top-k cannot tolerate. The lag matters little: a step is the policy's unit
 of time, a bandwidth change is acted upon ``change_confirm + 1`` steps after it (3 steps at
-the old level), and the start has no lag at all (the probe).
+the old level; 2 where the steps are long), and the start has no lag at all (the probe).
 
 **Bounds** (``tests/test_sense_policy.py`` checks them on synthetic traces): the first
 step sends the probe's decision; after a drop of the bandwidth share by ``change_factor``
-or more the policy compresses harder from the ``change_confirm + 2``-th step on; after
+or more the policy compresses harder from the ``change_confirm + 2``-th step on (the
+third step; the second where the drop costs more than ``spike_s`` per step); after
 congestion ends it is back to ``none`` (where ``none`` is the argmin) within a few steps
 more (the release may stop at an intermediate level for a step when the compressed steps
 under-state the bandwidth); changes below ``change_factor`` are followed within
@@ -205,6 +208,7 @@ class NetSensePolicy:
         ratio_margin: float = 0.01,
         change_factor: float = 2.0,
         change_confirm: int = 2,
+        spike_s: float = 0.05,
         fit_window: int = 20,
         min_spread: float = 3.0,
         min_transfer_fraction: float = 0.1,
@@ -241,6 +245,8 @@ class NetSensePolicy:
             raise ValueError(f"min_spread must be > 1, got {min_spread}")
         if not 0 < min_transfer_fraction < 1:
             raise ValueError(f"min_transfer_fraction must be in (0, 1), got {min_transfer_fraction}")
+        if spike_s < 0:
+            raise ValueError(f"spike_s must be >= 0, got {spike_s}")
         if initial_compute_s < 0:
             raise ValueError(f"initial_compute_s must be >= 0, got {initial_compute_s}")
         self.half_level = half_level
@@ -255,6 +261,7 @@ class NetSensePolicy:
         self.ratio_margin = ratio_margin
         self.change_factor = change_factor
         self.change_confirm = change_confirm
+        self.spike_s = spike_s
         self.min_spread = min_spread
         self.min_transfer_fraction = min_transfer_fraction
         self.initial_compute_s = initial_compute_s
@@ -376,8 +383,11 @@ class NetSensePolicy:
         else:
             self._off = 0
         self._points.append((x, y))
-        if abs(self._off) >= self.change_confirm:
-            keep = list(self._points)[-self.change_confirm :]
+        # A delay longer than any spike is congestion already (spikes add a roughly
+        # fixed time; congestion multiplies a long transfer).
+        at_once = self._off > 0 and y - predicted > self.spike_s
+        if abs(self._off) >= self.change_confirm or at_once:
+            keep = list(self._points)[-abs(self._off) :]
             self._points.clear()
             self._points.extend(keep)
             self._off = 0

@@ -87,6 +87,48 @@ def calibration(job: Job, link: Link) -> Calibration:
     )
 
 
+def _run_step(
+    policy: NetSensePolicy | PaperRule | None,
+    job: Job,
+    link: Link,
+    decision: Decision,
+    rng: random.Random,
+    clock: float,
+    jitter: float = 0.0,
+    spike_prob: float = 0.0,
+    spike_s: float = 0.0,
+) -> tuple[Observation, float]:
+    """One step of ``decision`` on ``link``: its observation and its period."""
+    handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
+    g = max(1.0, job.world_size / 2) if decision.level in GATHERED else 1.0
+    per_bucket = handed / job.buckets
+    comm = 0.0
+    for _ in range(job.buckets):
+        noise = 1.0 + rng.uniform(-jitter, jitter) if jitter else 1.0
+        seconds = (link.latency + link.queue + per_bucket * g / link.rate) * noise
+        if spike_prob and rng.random() < spike_prob:
+            seconds += spike_s * rng.uniform(0.5, 1.5)
+        comm += seconds
+        if isinstance(policy, PaperRule):
+            policy.add(per_bucket, seconds, clock + comm)
+    codec = job.codec_s.get(decision.level, 0.0)
+    exposed = max(comm / job.buckets, comm - job.hidden_s)
+    congested, samples = policy.take_counts() if isinstance(policy, PaperRule) else (0, 0)
+    obs = Observation(
+        decision=decision,
+        comm_s=comm,
+        exposed_s=exposed,
+        compute_s=job.compute_s + codec,
+        codec_s=codec,
+        bytes_sent=handed,
+        collectives=job.buckets,
+        overlap_s=job.hidden_s if job.buckets > 1 else 0.0,
+        congested=congested,
+        samples=samples,
+    )
+    return obs, job.compute_s + codec + exposed
+
+
 def replay(
     policy: NetSensePolicy | PaperRule,
     job: Job,
@@ -110,40 +152,29 @@ def replay(
         # Bucket 0 of this step carries the previous step's observation; the decision
         # it yields applies from the next step.
         pending = policy.observe(prev) if prev is not None else None
-        handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
-        g = max(1.0, job.world_size / 2) if decision.level in GATHERED else 1.0
-        per_bucket = handed / job.buckets
-        comm = 0.0
-        for _ in range(job.buckets):
-            noise = 1.0 + rng.uniform(-jitter, jitter) if jitter else 1.0
-            seconds = (link.latency + link.queue + per_bucket * g / link.rate) * noise
-            if spike_prob and rng.random() < spike_prob:
-                seconds += spike_s * rng.uniform(0.5, 1.5)
-            comm += seconds
-            if isinstance(policy, PaperRule):
-                policy.add(per_bucket, seconds, clock + comm)
-        codec = job.codec_s.get(decision.level, 0.0)
-        exposed = max(comm / job.buckets, comm - job.hidden_s)
-        period = job.compute_s + codec + exposed
+        prev, period = _run_step(policy, job, link, decision, rng, clock, jitter, spike_prob, spike_s)
         clock += period
-        congested, samples = policy.take_counts() if isinstance(policy, PaperRule) else (0, 0)
-        prev = Observation(
-            decision=decision,
-            comm_s=comm,
-            exposed_s=exposed,
-            compute_s=job.compute_s + codec,
-            codec_s=codec,
-            bytes_sent=handed,
-            collectives=job.buckets,
-            overlap_s=job.hidden_s if job.buckets > 1 else 0.0,
-            congested=congested,
-            samples=samples,
-        )
         model = (policy.a, policy.beta) if isinstance(policy, NetSensePolicy) else (0.0, 0.0)
-        out.append(Step(i, decision, link, comm, period, handed, model))
+        out.append(Step(i, decision, link, prev.comm_s, period, prev.bytes_sent, model))
         if pending is not None:
             decision = pending
     return out
+
+
+def step_seconds(job: Job, link: Link, decision: Decision) -> float:
+    """Seconds of one noise-free step of ``decision`` on ``link``."""
+    return _run_step(None, job, link, decision, random.Random(0), 0.0)[1]
+
+
+def oracle(job: Job, link: Link, **policy_options: object) -> Decision:
+    """The decision NetSensePolicy's objective picks with the link known exactly (the
+    policy is shown one noise-free step at each end of the ladder, which its fit solves
+    exactly, and its argmin is returned)."""
+    policy = NetSensePolicy(**policy_options)  # type: ignore[arg-type]
+    policy.calibrate(calibration(job, link))
+    for d in (Decision("none"), Decision("topk", policy.floor)):
+        policy.observe(_run_step(None, job, link, d, random.Random(0), 0.0)[0])
+    return policy.best()
 
 
 def changes(steps: list[Step]) -> int:
