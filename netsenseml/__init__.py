@@ -2,6 +2,8 @@
 
 Modules: ``compress`` (compressors, one module per family), ``memory`` (error feedback),
 ``comm`` (allreduce / all-gather with byte and time accounting), ``sense`` (BBR-style
-network monitor), ``policy`` (the adaptive data-reduction policy), ``hooks`` (DDP comm
-hooks: ``hooks.register(ddp_model, "netsenseml")``). No Mininet or testbed import here.
+network monitor), ``policy`` (the adaptive data-reduction policy), ``paper_rule`` (the
+NetSenseML prototype's rule, method ``netsenseml-paper``), ``replay`` (synthetic link traces
+through either policy, no torch), ``hooks`` (DDP comm hooks:
+``hooks.register(ddp_model, "netsenseml")``). No Mininet or testbed import here.
 """
