@@ -146,7 +146,8 @@ class NetSenseState:
         world_size: size of that group.
         memory: error-feedback memory (``None`` when off or for lossless methods);
             residuals are keyed by DDP bucket index, re-laid-out when DDP rebuilds buckets.
-        monitor: the network monitor, fed one sample per collective of this rank.
+        monitor: the network monitor, fed one sample per collective of this rank
+            (``netsenseml-paper``: its rule takes the samples instead).
         recorder: bytes / busy-time accounting of this rank's collectives.
         policy: the adaptive policy (``netsenseml``: :class:`NetSensePolicy`;
             ``netsenseml-paper``: :class:`PaperRule`, which also receives every collective's

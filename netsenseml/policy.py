@@ -70,9 +70,9 @@ the fit back for up to ``fit_window`` steps. One step off is not enough: it is u
 spike, and acting on it would cost a needless change (and a release on one fast step a
 slow uncompressed step) -- unless it is slower by more than ``spike_s`` (50 ms) too: spikes
 add a roughly fixed delay while congestion multiplies a long transfer, and each such step
-costs more than a transient to a harder compression. After a change of size the prediction also carries the fit's own
-error, which the new point corrects, so such a step does not count. Smaller changes enter
-the fit as it slides.
+costs more than a transient to a harder compression. After a change of size the
+prediction also carries the fit's own error, which the new point corrects, so such a step
+does not count. Smaller changes enter the fit as it slides.
 
 **Decisions.** The first decision comes from the registration probe (latency, bandwidth,
 codec times of every level, all ranks agreeing on their mean) with the compute time
@@ -107,14 +107,15 @@ all-gather of top-k cannot tolerate. The lag matters little: a step is the polic
 of time, a bandwidth change is acted upon ``change_confirm + 1`` steps after it (3 steps at
 the old level; 2 where the steps are long), and the start has no lag at all (the probe).
 
-**Bounds** (``tests/test_sense_policy.py`` checks them on synthetic traces): the first
-step sends the probe's decision; after a drop of the bandwidth share by ``change_factor``
-or more the policy compresses harder from the ``change_confirm + 2``-th step on (the
-third step; the second where the drop costs more than ``spike_s`` per step); after
-congestion ends it is back to ``none`` (where ``none`` is the argmin) within a few steps
-more (the release may stop at an intermediate level for a step when the compressed steps
-under-state the bandwidth); changes below ``change_factor`` are followed within
-``fit_window + 2`` steps; a steady link makes zero changes.
+**Bounds** (``tests/test_sense_policy.py`` checks them on synthetic traces, with noise):
+the first step sends the probe's decision; when the bandwidth share drops by
+``change_factor`` or more the policy compresses harder from the 4th step of the drop on
+(``change_confirm + 2``; the 3rd where each slow step is more than ``spike_s`` slower);
+when congestion ends it is back at its idle decision (``none`` where that is the argmin)
+within 6 steps (the release may rest one step at an intermediate level when the
+compressed steps under-state the bandwidth; ``benchmarks/policy_response.py`` measures
+3-4); smaller changes are followed within ``fit_window + 2`` steps; a steady link makes
+zero changes (two one-sided spikes in a row can cause one short transient).
 
 Pure Python (no torch) and deterministic, so that identical inputs on every rank give
 identical decisions.
