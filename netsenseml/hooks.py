@@ -32,8 +32,9 @@ collective completion minus the last collective's launch, i.e. what the step wai
 after its last bucket was compressed) and so its compute time (period minus exposed comm),
 its codec time, its bytes and collectives, the time from its first to its last launch
 (where communication can hide behind the backward pass), and the prototype rule's verdict
-counts. These ten float32 values (:data:`EXTRAS`) ride on bucket 0's own collective (appended to the
-allreduced buffer pre-divided by the world size, or packed into the gathered bytes), so
+counts. These ten float32 values (:data:`EXTRAS`) ride on bucket 0's own collective
+(appended to the allreduced buffer pre-divided by the world size, or packed into the
+gathered bytes), so
 every rank receives the same **mean over ranks** without an extra round trip. When that
 collective completes, the policy (``netsenseml.policy`` or ``netsenseml.paper_rule``) turns
 the mean into the decision (level, kept fraction) that the *next* step uses for all its
@@ -563,8 +564,9 @@ def register(
     ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy` parameter and the
     probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`); for
     ``netsenseml-paper`` every :class:`~netsenseml.paper_rule.PaperRule` parameter (the
-    prototype's constants by default); for ``powersgd`` the ``PowerSGDState`` parameters (``start_powerSGD_iter``
-    defaults to 2, the earliest torch allows with error feedback, instead of torch's 1000).
+    prototype's constants by default); for ``powersgd`` the ``PowerSGDState`` parameters
+    (``start_powerSGD_iter`` defaults to 2, the earliest torch allows with error feedback,
+    instead of torch's 1000).
     """
     spec = parse_method(method)
     common = {k: options.pop(k) for k in ("monitor_window_s", "seed", "dgc_momentum", "topk_method") if k in options}
