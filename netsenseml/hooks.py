@@ -170,7 +170,10 @@ class NetSenseState:
     * ``level`` -- "none", "fp16", "bf16", "int8", "topk", "randomk", "dgc" or "powersgd",
     * ``codec_s`` -- seconds spent compressing and decompressing,
     * ``bytes_dense`` -- bytes an fp32 allreduce of the same buckets would have handed over,
-    * ``ratio`` -- the top-k kept fraction in use (1.0 otherwise).
+    * ``ratio`` -- the top-k kept fraction in use (1.0 otherwise),
+    * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
+      (:meth:`NetSensePolicy.stats`: fixed comm ms, bandwidth share MB/s, compute ms, codec
+      ms, predicted step ms of the decision and of ``none``).
     """
 
     def __init__(
@@ -255,6 +258,8 @@ class NetSenseState:
                 "codec_s": float(self._codec_s),
                 "bytes_dense": int(self._bytes_dense),
             }
+            if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
+                out.update(self.policy.stats())
             self._stats_totals = totals
             self._kept = self._elements = self._bytes_dense = 0
             self._codec_s = 0.0

@@ -340,6 +340,18 @@ class NetSensePolicy:
         assert best is not None
         return best
 
+    def stats(self) -> dict[str, float]:
+        """The model behind the current decision, for step logs (units in the names)."""
+        d = self.decision
+        return {
+            "model_fixed_ms": 1e3 * self.a,
+            "model_bw_MBps": 1e-6 / self.beta if self.beta > 0 else float("inf"),
+            "model_compute_ms": 1e3 * self.compute_s(),
+            "model_codec_ms": 1e3 * self.codec_s(d.level),
+            "model_step_ms": 1e3 * self.step_s(d),
+            "model_none_step_ms": 1e3 * self.step_s(Decision("none")),
+        }
+
     # ------------------------------------------------------------------ inputs
     def _cal(self) -> Calibration:
         if self.calibration is None:
