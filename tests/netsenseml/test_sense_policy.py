@@ -209,12 +209,13 @@ def test_policy_reacts_and_recovers_within_bounds(streams):
     ("job", "link", "expected"),
     [
         (SLOW, congested(0), "none"),
+        (Job(compute_s=2.0), Link(GBIT / 10), "none"),
         (SMALL, congested(0), "int8"),
         (SLOW, Link(GBIT / 3), "fp16"),
         (SMALL, congested(4), "topk"),
         (SMALL, congested(8, GBIT / 10), "topk"),
     ],
-    ids=["idle-none", "idle-int8", "busy-fp16", "4streams-topk", "100M-8streams-floor"],
+    ids=["idle-none", "compute-bound-100M-none", "idle-int8", "busy-fp16", "4streams-topk", "100M-8streams-floor"],
 )
 def test_policy_steady_link_makes_zero_changes(job, link, expected):
     """500 steps on one link, 5 seeds. Bound: from the first measured step (3) on, zero
