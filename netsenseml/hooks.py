@@ -173,7 +173,7 @@ class NetSenseState:
     * ``ratio`` -- the top-k kept fraction in use (1.0 otherwise),
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
       (:meth:`NetSensePolicy.stats`: fixed comm ms, bandwidth share MB/s, compute ms, codec
-      ms, predicted step ms of the decision and of ``none``).
+      ms, predicted step ms of the decision and of ``none``) and ``probe`` (1 on a probe step).
     """
 
     def __init__(
@@ -260,6 +260,7 @@ class NetSenseState:
             }
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
+                out["probe"] = int(self.decision.probe)
             self._stats_totals = totals
             self._kept = self._elements = self._bytes_dense = 0
             self._codec_s = 0.0

@@ -46,9 +46,11 @@ shortens the step (latency, standing queues, codec time), it stops.
 * ``a`` and ``beta`` -- the fixed seconds of a step's collectives (latency and standing
   queue, which compression cannot remove) and the seconds per wire byte (the inverse of
   the bandwidth share the job gets now). Least squares of comm time on wire bytes over the
-  steps since the last regime change (at most ``fit_window``), on the median comm time of
-  each size (a collective's time has one-sided noise -- a delay only adds -- and a mean
-  would follow every spike; the emulated links show 10x spikes). While those steps sent
+  steps since the last regime change (at most ``fit_window``) and the recent probes, on
+  the median comm time of each size over its latest ``size_memory`` steps (a collective's
+  time has one-sided noise -- a delay only adds -- and a mean would follow every spike; the
+  emulated links show 10x spikes; older steps of a size may predate a change of the share
+  too small to reset the fit). While those steps sent
   about one size (largest/smallest < ``min_spread``) the intercept cannot be told from the
   slope: then the intercept of the last fit that could tell them stands (before any, the
   probe's latency x the collectives per step) and ``beta`` takes the rest -- so when a
@@ -96,6 +98,20 @@ gain worth the move (hysteresis):
 A steady link therefore keeps its decision; noise must move ``J`` past a margin to cause a
 change.
 
+**Probes.** At one size the split between ``a`` and ``beta`` rests on the last fit that
+saw two sizes, and at a small payload on a noisy path the transfer is lost in the latency
+noise: after congestion the policy would read the noise as a narrow link and never release.
+So, like BBR's periodic probing for bandwidth, when the fit has seen a single size for
+``probe_every`` steps the policy sends one step at the smallest candidate with
+``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change),
+if the model predicts that step to cost at most ``probe_budget`` x a step more. Probes stay
+in the fit for ``probe_memory`` steps (unless a regime change, or a probe ``change_factor``
+off the earlier ones of its size, clears them), so the split rests on the median of a few
+probes, not on one noisy step. The model
+over-states that cost exactly when it over-states ``beta``, so a probe is skipped only
+where the bandwidth is plainly seen; the probes cost at most ``probe_budget /
+probe_every`` (2.5 %) of the time.
+
 **Timing.** Ranks must take identical decisions, so the policy sees the mean over ranks of
 each step's measurements, piggy-backed on the next step's bucket-0 collective (no extra
 round trip; ``netsenseml.hooks``). The decision therefore applies one step later than the
@@ -115,7 +131,8 @@ when congestion ends it is back at its idle decision (``none`` where that is the
 within 6 steps (the release may rest one step at an intermediate level when the
 compressed steps under-state the bandwidth; ``benchmarks/policy_response.py`` measures
 3-4); smaller changes are followed within ``fit_window + 2`` steps; a steady link makes
-zero changes (two one-sided spikes in a row can cause one short transient).
+zero changes of the decision (probes aside; two one-sided spikes in a row can cause one
+short transient).
 
 Pure Python (no torch) and deterministic, so that identical inputs on every rank give
 identical decisions.
@@ -138,6 +155,7 @@ class Decision:
 
     level: str
     ratio: float = 1.0  # kept fraction for top-k; 1.0 for dense levels
+    probe: bool = False  # a one-step measurement (see NetSensePolicy, "Probes")
 
 
 @dataclass(frozen=True)
@@ -216,6 +234,10 @@ class NetSensePolicy:
         compute_window: int = 20,
         codec_window: int = 5,
         overlap_window: int = 5,
+        probe_every: int = 20,
+        probe_budget: float = 0.5,
+        probe_memory: int = 20,
+        size_memory: int = 5,
         initial_compute_s: float = 0.0,
     ) -> None:
         if half_level not in ("fp16", "bf16"):
@@ -248,6 +270,8 @@ class NetSensePolicy:
             raise ValueError(f"min_transfer_fraction must be in (0, 1), got {min_transfer_fraction}")
         if spike_s < 0:
             raise ValueError(f"spike_s must be >= 0, got {spike_s}")
+        if probe_every < 1 or probe_budget < 0 or probe_memory < 1 or size_memory < 1:
+            raise ValueError("need probe_every, probe_memory, size_memory >= 1 and probe_budget >= 0")
         if initial_compute_s < 0:
             raise ValueError(f"initial_compute_s must be >= 0, got {initial_compute_s}")
         self.half_level = half_level
@@ -266,6 +290,13 @@ class NetSensePolicy:
         self.min_spread = min_spread
         self.min_transfer_fraction = min_transfer_fraction
         self.initial_compute_s = initial_compute_s
+        self.probe_every = probe_every
+        self.probe_budget = probe_budget
+        self.probe_memory = probe_memory
+        self.size_memory = size_memory
+        self._unprobed = 0  # steps since the last probe or since the window saw two sizes
+        self._probe_points: deque[tuple[float, float, int]] = deque()  # (x, y, step)
+        self.probes = 0
         self.ratios = self._grid(max_ratio, floor, ratios_per_decade)
         self.calibration: Calibration | None = None
         self.decision = self.candidates()[0]
@@ -274,7 +305,7 @@ class NetSensePolicy:
         # The step model (see module docstring); public for tests and benchmarks.
         self.a = 0.0
         self.beta = 0.0
-        self._points: deque[tuple[float, float]] = deque(maxlen=fit_window)
+        self._points: deque[tuple[float, float, int]] = deque(maxlen=fit_window)  # (x, y, step)
         self._off = 0  # consecutive same-size steps off the prediction, signed
         self._a_fitted: float | None = None
         self._collectives = 1.0
@@ -374,14 +405,37 @@ class NetSensePolicy:
         self.steps += 1
         x, y = self.wire_bytes(obs.decision), max(obs.comm_s, 0.0)
         self._collectives = max(1.0, float(round(obs.collectives)))
-        self._track_regime(x, y)
+        if obs.decision.probe:
+            self._add_probe(x, y)
+        else:
+            self._track_regime(x, y)
         self._fit()
         self._compute.append(max(obs.compute_s - obs.codec_s, 0.0))
         self._hidden.append(max(obs.overlap_s, 0.0))
         if obs.decision.level in self._codec:
             self._codec[obs.decision.level].append(max(obs.codec_s, 0.0))
         self._decide()
-        return self.decision
+        return self._probe() or self.decision
+
+    def _probe(self) -> Decision | None:
+        """A one-step probe when the fit has seen one size for ``probe_every`` steps."""
+        xs = [p[0] for p in self._points]
+        spread = len(xs) >= 2 and min(xs) > 0 and max(xs) >= self.min_spread * min(xs)
+        self._unprobed = 0 if spread else self._unprobed + 1
+        if self._unprobed < self.probe_every:
+            return None
+        cur = self.decision
+        need = self.min_spread * self.wire_bytes(cur)
+        larger = [d for d in self.candidates() if self.wire_bytes(d) >= need]
+        if not larger:
+            return None
+        probe = larger[-1]  # the smallest size that separates latency from bandwidth
+        step = self.step_s(cur)
+        if self.step_s(probe) - step > self.probe_budget * step:
+            return None
+        self._unprobed = 0
+        self.probes += 1
+        return Decision(probe.level, probe.ratio, probe=True)
 
     def _track_regime(self, x: float, y: float) -> None:
         # Only a step of the previous step's size tests for a new regime: after a change
@@ -395,22 +449,34 @@ class NetSensePolicy:
             self._off = min(self._off, 0) - 1
         else:
             self._off = 0
-        self._points.append((x, y))
+        self._points.append((x, y, self.steps))
         # A delay longer than any spike is congestion already (spikes add a roughly
         # fixed time; congestion multiplies a long transfer).
         at_once = self._off > 0 and y - predicted > self.spike_s
         if abs(self._off) >= self.change_confirm or at_once:
             keep = list(self._points)[-abs(self._off) :]
             self._points.clear()
+            self._probe_points.clear()
             self._points.extend(keep)
             self._off = 0
+
+    def _add_probe(self, x: float, y: float) -> None:
+        same = [q[1] for q in self._probe_points if q[0] == x]
+        if same and not 1 / self.change_factor <= y / _median(same) <= self.change_factor:
+            self._probe_points.clear()  # the path changed since those probes
+        self._probe_points.append((x, y, self.steps))
 
     def _fit(self) -> None:
         # Medians per size: a collective's time has one-sided noise (a delay only adds),
         # so a mean would follow every spike.
+        # Each size by its latest ``size_memory`` steps: an older step of that size may
+        # belong to a share that has changed since by less than ``change_factor``.
+        while self._probe_points and self._probe_points[0][2] <= self.steps - self.probe_memory:
+            self._probe_points.popleft()
         groups: dict[float, list[float]] = {}
-        for x, y in self._points:
-            groups.setdefault(x, []).append(y)
+        for x, y, _ in sorted((*self._points, *self._probe_points), key=lambda p: -p[2]):
+            if len(groups.setdefault(x, [])) < self.size_memory:
+                groups[x].append(y)
         xs = sorted(groups)
         med = {x: _median(groups[x]) for x in xs}
         w = {x: len(groups[x]) for x in xs}

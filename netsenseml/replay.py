@@ -166,22 +166,28 @@ def step_seconds(job: Job, link: Link, decision: Decision) -> float:
     return _run_step(None, job, link, decision, random.Random(0), 0.0)[1]
 
 
-def oracle(job: Job, link: Link, **policy_options: object) -> Decision:
-    """The decision NetSensePolicy's objective picks with the link known exactly (the
-    policy is shown one noise-free step at each end of the ladder, which its fit solves
-    exactly, and its argmin is returned)."""
+def informed(job: Job, link: Link, **policy_options: object) -> NetSensePolicy:
+    """A NetSensePolicy that knows ``link`` exactly: shown one noise-free step at each end
+    of the ladder, which its fit solves exactly. Its ``cost`` is then the true ``J``."""
     policy = NetSensePolicy(**policy_options)  # type: ignore[arg-type]
     policy.calibrate(calibration(job, link))
     for d in (Decision("none"), Decision("topk", policy.floor)):
         policy.observe(_run_step(None, job, link, d, random.Random(0), 0.0)[0])
-    return policy.best()
+    return policy
+
+
+def oracle(job: Job, link: Link, **policy_options: object) -> Decision:
+    """The decision NetSensePolicy's objective takes with the link known exactly."""
+    return informed(job, link, **policy_options).best()
 
 
 def changes(steps: list[Step]) -> int:
-    """How many times the decision changed between consecutive steps."""
-    return sum(1 for a, b in zip(steps, steps[1:], strict=False) if a.decision != b.decision)
+    """How many times the decision changed between consecutive steps (probes left out)."""
+    kept = [s for s in steps if not s.decision.probe]
+    return sum(1 for a, b in zip(kept, kept[1:], strict=False) if a.decision != b.decision)
 
 
 def level_changes(steps: list[Step]) -> int:
-    """How many times the level (none / fp16 / int8 / topk) changed."""
-    return sum(1 for a, b in zip(steps, steps[1:], strict=False) if a.decision.level != b.decision.level)
+    """How many times the level (none / fp16 / int8 / topk) changed (probes left out)."""
+    kept = [s for s in steps if not s.decision.probe]
+    return sum(1 for a, b in zip(kept, kept[1:], strict=False) if a.decision.level != b.decision.level)
