@@ -51,8 +51,9 @@ shortens the step (latency, standing queues, codec time), it stops.
   time has one-sided noise -- a delay only adds -- and a mean would follow every spike; the
   emulated links show 10x spikes; older steps of a size may predate a change of the share
   too small to reset the fit). While those steps sent
-  about one size (largest/smallest < ``min_spread``) the intercept cannot be told from the
-  slope: then the intercept of the last fit that could tell them stands (before any, the
+  about one size (largest/smallest < ``min_spread``), or sizes whose comm times differ by
+  less than ``noise_mads`` median absolute deviations, the intercept cannot be told from
+  the slope: then the intercept of the last fit that could tell them stands (before any, the
   probe's latency x the collectives per step) and ``beta`` takes the rest -- so when a
   standing queue appears, it first reads as less bandwidth (more compression, the safe
   side), and the steps at the new size then separate the two. ``a`` is kept at or below
@@ -95,8 +96,11 @@ gain worth the move (hysteresis):
   ``J`` gains ``ratio_margin``. Near its optimum ``J`` is flat in ``r`` (that is why the
   grid is fine), so a few percent of measurement noise would otherwise move ``r``.
 
-A steady link therefore keeps its decision; noise must move ``J`` past a margin to cause a
-change.
+* and the move must be called for ``decide_confirm`` observations in a row (in the same
+  direction) -- at once only when the fit has just seen a new regime.
+
+A steady link therefore keeps its decision; noise must move ``J`` past a margin, for
+several steps, to cause a change.
 
 **Probes.** At one size the split between ``a`` and ``beta`` rests on the last fit that
 saw two sizes, and at a small payload on a noisy path the transfer is lost in the latency
@@ -120,19 +124,18 @@ decision applies from step ``s+2``. Applying it to the remaining buckets of step
 would save a step on multi-bucket models but lets ranks see the decision at different
 buckets (each rank's bucket-0 completion races its next bucket), which the sized
 all-gather of top-k cannot tolerate. The lag matters little: a step is the policy's unit
-of time, a bandwidth change is acted upon ``change_confirm + 1`` steps after it (3 steps at
-the old level; 2 where the steps are long), and the start has no lag at all (the probe).
+of time, a bandwidth change is acted upon ``change_confirm + 1`` steps after it (4 steps at
+the old level; 2 where each is more than ``spike_s`` slower), and the start has no lag at
+all (the probe).
 
 **Bounds** (``tests/test_sense_policy.py`` checks them on synthetic traces, with noise):
 the first step sends the probe's decision; when the bandwidth share drops by
-``change_factor`` or more the policy compresses harder from the 4th step of the drop on
-(``change_confirm + 2``; the 3rd where each slow step is more than ``spike_s`` slower);
-when congestion ends it is back at its idle decision (``none`` where that is the argmin)
-within 6 steps (the release may rest one step at an intermediate level when the
-compressed steps under-state the bandwidth; ``benchmarks/policy_response.py`` measures
-3-4); smaller changes are followed within ``fit_window + 2`` steps; a steady link makes
-zero changes of the decision (probes aside; two one-sided spikes in a row can cause one
-short transient).
+``change_factor`` or more the policy compresses harder from the 5th step of the drop on
+(``change_confirm + 2``; the 3rd where each slow step is more than ``spike_s`` slower; a
+step later where the gain is right at ``compress_margin``); when congestion ends it is
+back at its idle decision (``none`` where that is the argmin) within 7 steps
+(``benchmarks/policy_response.py`` measures 4-6); smaller changes are followed within
+``fit_window + 2`` steps; a steady link makes zero changes of the decision (probes aside).
 
 Pure Python (no torch) and deterministic, so that identical inputs on every rank give
 identical decisions.
@@ -225,8 +228,9 @@ class NetSensePolicy:
         release_margin: float = 0.01,
         ratio_hysteresis: int = 2,
         ratio_margin: float = 0.01,
+        decide_confirm: int = 3,
         change_factor: float = 2.0,
-        change_confirm: int = 2,
+        change_confirm: int = 3,
         spike_s: float = 0.05,
         fit_window: int = 20,
         min_spread: float = 3.0,
@@ -238,6 +242,7 @@ class NetSensePolicy:
         probe_budget: float = 0.5,
         probe_memory: int = 20,
         size_memory: int = 5,
+        noise_mads: float = 4.0,
         initial_compute_s: float = 0.0,
     ) -> None:
         if half_level not in ("fp16", "bf16"):
@@ -254,6 +259,8 @@ class NetSensePolicy:
             # A release margin of at least a dense level's cost would keep that level
             # forever once taken: J(none) can never undercut it by more than its cost.
             raise ValueError("need 0 <= release_margin < min(fp16_cost, int8_cost, compress_margin)")
+        if decide_confirm < 1:
+            raise ValueError(f"decide_confirm must be >= 1, got {decide_confirm}")
         if ratio_margin < 0:
             raise ValueError(f"ratio_margin must be >= 0, got {ratio_margin}")
         if ratio_hysteresis < 1:
@@ -284,6 +291,10 @@ class NetSensePolicy:
         self.release_margin = release_margin
         self.ratio_hysteresis = ratio_hysteresis
         self.ratio_margin = ratio_margin
+        self.decide_confirm = decide_confirm
+        self._want_release = False
+        self._want_count = 0
+        self._new_regime = False
         self.change_factor = change_factor
         self.change_confirm = change_confirm
         self.spike_s = spike_s
@@ -294,6 +305,7 @@ class NetSensePolicy:
         self.probe_budget = probe_budget
         self.probe_memory = probe_memory
         self.size_memory = size_memory
+        self.noise_mads = noise_mads
         self._unprobed = 0  # steps since the last probe or since the window saw two sizes
         self._probe_points: deque[tuple[float, float, int]] = deque()  # (x, y, step)
         self.probes = 0
@@ -443,6 +455,7 @@ class NetSensePolicy:
         last = self._points[-1][0] if self._points else 0.0
         same = last > 0 and max(x, last) < self.min_spread * min(x, last)
         predicted = self.a + self.beta * x
+        self._new_regime = False
         if same and y > self.change_factor * predicted:
             self._off = max(self._off, 0) + 1
         elif same and y * self.change_factor < predicted:
@@ -454,6 +467,7 @@ class NetSensePolicy:
         # fixed time; congestion multiplies a long transfer).
         at_once = self._off > 0 and y - predicted > self.spike_s
         if abs(self._off) >= self.change_confirm or at_once:
+            self._new_regime = True
             keep = list(self._points)[-abs(self._off) :]
             self._points.clear()
             self._probe_points.clear()
@@ -480,7 +494,15 @@ class NetSensePolicy:
         xs = sorted(groups)
         med = {x: _median(groups[x]) for x in xs}
         w = {x: len(groups[x]) for x in xs}
-        if len(xs) >= 2 and xs[0] > 0 and xs[-1] >= self.min_spread * xs[0]:
+        # The sizes tell intercept from slope only where their comm times differ by more
+        # than the noise (``noise_mads`` median absolute deviations within the sizes).
+        noise = _median([abs(y - med[x]) for x in xs for y in groups[x]])
+        if (
+            len(xs) >= 2
+            and xs[0] > 0
+            and xs[-1] >= self.min_spread * xs[0]
+            and med[xs[-1]] - med[xs[0]] > self.noise_mads * noise
+        ):
             n = sum(w.values())
             mx = sum(w[x] * x for x in xs) / n
             my = sum(w[x] * med[x] for x in xs) / n
@@ -501,18 +523,26 @@ class NetSensePolicy:
     def _decide(self) -> None:
         best = self.best()
         cur = self.decision
-        if best == cur:
-            return
-        if self.steps > 1:  # the first measured step decides freely (module docstring)
+        release = self.wire_bytes(best) > self.wire_bytes(cur)
+        if self.steps > 1 and best != cur:  # the first measured step decides freely
             if best.level == cur.level == "topk":
                 moved = abs(self._grid_index(best.ratio) - self._grid_index(cur.ratio))
                 if moved < self.ratio_hysteresis or self.cost(cur) <= (1 + self.ratio_margin) * self.cost(best):
-                    return
+                    best = cur
             else:
-                release = self.wire_bytes(best) > self.wire_bytes(cur)
                 margin = self.release_margin if release else self.compress_margin
                 if self.cost(cur) <= (1 + margin) * self.cost(best):
-                    return
+                    best = cur
+        if best == cur:
+            self._want_count = 0
+            return
+        # Persistence: the move must be called for ``decide_confirm`` observations in a row
+        # (in the same direction), unless the fit has just seen a new regime.
+        self._want_count = self._want_count + 1 if self._want_release == release else 1
+        self._want_release = release
+        if self.steps > 1 and not self._new_regime and self._want_count < self.decide_confirm:
+            return
+        self._want_count = 0
         self.decision = best
         self.changes += 1
 
