@@ -108,7 +108,10 @@ noise: after congestion the policy would read the noise as a narrow link and nev
 So, like BBR's periodic probing for bandwidth, when the fit has seen a single size for
 ``probe_every`` steps the policy sends one step at the smallest candidate with
 ``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change),
-if the model predicts that step to cost at most ``probe_budget`` x a step more. Probes stay
+if the model predicts that step to cost at most ``probe_budget`` x a step more. A probe
+whose comm time stays within the noise of the decision's steps says only that the slope
+is small: the next one goes ``min_spread`` times further (like TCP's slow start), its cost
+budgeted by the slope the last one showed at most. Probes stay
 in the fit for ``probe_memory`` steps (unless a regime change, or a probe ``change_factor``
 off the earlier ones of its size, clears them), so the split rests on the median of a few
 probes, not on one noisy step. The model
@@ -308,6 +311,8 @@ class NetSensePolicy:
         self.noise_mads = noise_mads
         self._unprobed = 0  # steps since the last probe or since the window saw two sizes
         self._probe_points: deque[tuple[float, float, int]] = deque()  # (x, y, step)
+        self._probe_growth = min_spread  # bytes factor of the next probe
+        self._probe_slope: float | None = None  # s/byte the last, inconclusive probe showed
         self.probes = 0
         self.ratios = self._grid(max_ratio, floor, ratios_per_decade)
         self.calibration: Calibration | None = None
@@ -437,13 +442,17 @@ class NetSensePolicy:
         if self._unprobed < self.probe_every:
             return None
         cur = self.decision
-        need = self.min_spread * self.wire_bytes(cur)
-        larger = [d for d in self.candidates() if self.wire_bytes(d) >= need]
+        here = self.wire_bytes(cur)
+        larger = [d for d in self.candidates() if self.wire_bytes(d) > here]
         if not larger:
             return None
-        probe = larger[-1]  # the smallest size that separates latency from bandwidth
+        need = self._probe_growth * here
+        probe = next((d for d in reversed(larger) if self.wire_bytes(d) >= need), larger[0])
+        # Its cost: the slope the last probe showed at most, where that one was lost in
+        # the noise; the model's otherwise (which over-states it when beta is unknown).
+        slope = self.beta if self._probe_slope is None else min(self.beta, self._probe_slope)
         step = self.step_s(cur)
-        if self.step_s(probe) - step > self.probe_budget * step:
+        if slope * (self.wire_bytes(probe) - here) > self.probe_budget * step:
             return None
         self._unprobed = 0
         self.probes += 1
@@ -471,6 +480,7 @@ class NetSensePolicy:
             keep = list(self._points)[-abs(self._off) :]
             self._points.clear()
             self._probe_points.clear()
+            self._probe_growth, self._probe_slope = self.min_spread, None
             self._points.extend(keep)
             self._off = 0
 
@@ -479,6 +489,19 @@ class NetSensePolicy:
         if same and not 1 / self.change_factor <= y / _median(same) <= self.change_factor:
             self._probe_points.clear()  # the path changed since those probes
         self._probe_points.append((x, y, self.steps))
+        # Lost in the noise? Then the next probe goes min_spread times further (like TCP's
+        # slow start), budgeted by the slope this one showed at most.
+        here = self.wire_bytes(self.decision)
+        ys = [q[1] for q in reversed(self._points) if q[0] == here][: self.size_memory]
+        if not ys or x <= here:
+            return
+        base = _median(ys)
+        noise = self.noise_mads * _median([abs(v - base) for v in ys])
+        if y - base > noise:
+            self._probe_growth, self._probe_slope = self.min_spread, None
+        else:
+            self._probe_growth *= self.min_spread
+            self._probe_slope = max(y - base, noise) / (x - here)
 
     def _fit(self) -> None:
         # Medians per size: a collective's time has one-sided noise (a delay only adds),

@@ -11,7 +11,9 @@ competing traffic builds (0 on an idle link), and ``g`` = world/2 for all-gather
 (int8, top-k; see ``netsenseml.policy``). Noise (seeded): ``jitter`` multiplies every
 collective's time by a uniform factor in ``[1 - jitter, 1 + jitter]``, and with
 probability ``spike_prob`` a collective is delayed by ``spike_s`` x U(0.5, 1.5) more (the
-emulated links show such one-sided spikes: CPU contention, a retransmission).
+emulated links show such one-sided spikes: CPU contention, a retransmission), and
+``delay_s`` adds U(0, delay_s) to every collective (the scheduling noise of a busy host,
+which hides a small payload's transfer).
 Communication hides behind the backward pass for up to ``hidden_s`` seconds (the time
 from the first bucket's launch to the last's); the last bucket's collective is always
 exposed. Compute and codec times are the job's, codec per level as given.
@@ -97,6 +99,7 @@ def _run_step(
     jitter: float = 0.0,
     spike_prob: float = 0.0,
     spike_s: float = 0.0,
+    delay_s: float = 0.0,
 ) -> tuple[Observation, float]:
     """One step of ``decision`` on ``link``: its observation and its period."""
     handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
@@ -108,6 +111,8 @@ def _run_step(
         seconds = (link.latency + link.queue + per_bucket * g / link.rate) * noise
         if spike_prob and rng.random() < spike_prob:
             seconds += spike_s * rng.uniform(0.5, 1.5)
+        if delay_s:
+            seconds += rng.uniform(0.0, delay_s)
         comm += seconds
         if isinstance(policy, PaperRule):
             policy.add(per_bucket, seconds, clock + comm)
@@ -137,6 +142,7 @@ def replay(
     jitter: float = 0.0,
     spike_prob: float = 0.0,
     spike_s: float = 0.0,
+    delay_s: float = 0.0,
     seed: int = 0,
 ) -> list[Step]:
     """Runs one step per entry of ``links``; calibrates a NetSensePolicy on the first link."""
@@ -152,7 +158,7 @@ def replay(
         # Bucket 0 of this step carries the previous step's observation; the decision
         # it yields applies from the next step.
         pending = policy.observe(prev) if prev is not None else None
-        prev, period = _run_step(policy, job, link, decision, rng, clock, jitter, spike_prob, spike_s)
+        prev, period = _run_step(policy, job, link, decision, rng, clock, jitter, spike_prob, spike_s, delay_s)
         clock += period
         model = (policy.a, policy.beta) if isinstance(policy, NetSensePolicy) else (0.0, 0.0)
         out.append(Step(i, decision, link, prev.comm_s, period, prev.bytes_sent, model))
