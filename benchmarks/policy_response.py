@@ -11,9 +11,14 @@ steps after the step they are drawn from) and prints, per job and bottleneck rat
 2. **Recovery**: idle 50 steps, N streams 60 steps, idle 60 steps: the steps from the
    onset until netsenseml sends less than before, and from the end until it sends at
    least as much as before for good (its idle decision or less compression).
-3. **Steadiness**: decision changes in 500 steps on one link, from step 3 on.
+3. **Steadiness**: decision changes in 500 steps on one link, from step 3 on (probe steps,
+   one-step measurements, left out).
+4. **Busy host**: the noise seen on this machine's emulated 1 Gbit/s links (every
+   collective x U(0.8, 1.2), + U(0, 4 ms), 5 % of them +20 ms x U(0.5, 1.5)): the MLP of
+   ``policy-steps.yaml`` (17 ms compute) idle 100 steps, 8 streams 100, idle 200; the
+   most held decisions per phase, decision changes and probes, 4 seeds.
 
-Noise in every replay: each collective's time x U(0.9, 1.1), 2 % of them +10 ms x
+Noise in sections 1-3: each collective's time x U(0.9, 1.1), 2 % of them +10 ms x
 U(0.5, 1.5) (one-sided spikes, as on the emulated links); seed 0.
 
 Usage: ``python benchmarks/policy_response.py [--jobs mlp slow 10m] [--rates 10 100 1000]``
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -93,6 +99,28 @@ def steadiness(name: str, job: Job, rate: float) -> None:
     print(f"{name} at {rate:g} Mbit/s -- changes in 500 steady steps: " + "; ".join(cells))
 
 
+def busy_host() -> None:
+    job = Job(dense_bytes=1.2e6, compute_s=0.017,
+              codec_s={"none": 5e-4, "fp16": 7e-4, "bf16": 7e-4, "int8": 3.5e-3, "topk": 3e-3})
+    rate = 0.8 * 125e6  # what the emulated 1 Gbit/s link carries here
+    links = [Link(rate, 1e-3)] * 100 + [Link(rate / 9, 1e-3, 100 * 1500 / 125e6)] * 100
+    links += [Link(rate, 1e-3)] * 200
+    print("\nbusy host (policy-steps MLP, 1 Gbit/s, 8 streams from step 100 to 200):")
+    for seed in range(4):
+        policy = NetSensePolicy()
+        steps = replay(policy, job, links, seed=seed, jitter=0.2, spike_prob=0.05, spike_s=0.02,
+                       delay_s=0.004)
+        kept = [s for s in steps if not s.decision.probe]
+        print(f"  seed {seed}: idle [{most(kept, 20, 100)}]  8 streams [{most(kept, 120, 200)}]"
+              f"  idle again [{most(kept, 200, 400)}]  changes {changes(steps)}, probes {policy.probes}")
+
+
+def most(steps: list, a: int, b: int) -> str:
+    """The two decisions held most often in steps ``a`` to ``b - 1``."""
+    seen = Counter(fmt(s.decision) for s in steps if a <= s.step < b).most_common(2)
+    return ", ".join(f"{d} x{n}" for d, n in seen)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
@@ -107,6 +135,7 @@ def main() -> int:
             recovery(name, JOBS[name], rate)
         for rate in args.rates:
             steadiness(name, JOBS[name], rate)
+    busy_host()
     return 0
 
 
