@@ -71,9 +71,10 @@ shortens the step (latency, standing queues, codec time), it stops.
 prediction start a new fit from those steps: the old regime's steps would otherwise hold
 the fit back for up to ``fit_window`` steps. One step off is not enough: it is usually a
 spike, and acting on it would cost a needless change (and a release on one fast step a
-slow uncompressed step) -- unless it is slower by more than ``spike_s`` (50 ms) too: spikes
-add a roughly fixed delay while congestion multiplies a long transfer, and each such step
-costs more than a transient to a harder compression. After a change of size the
+slow uncompressed step) -- unless it is slower by more than ``spike_s`` (250 ms) too:
+spikes add a bounded delay (the worst seen on the emulated links, a single 140 ms step, is
+below TCP's 200 ms minimum retransmission timeout) while congestion multiplies a long
+transfer, and each such step costs more than a transient to a harder compression. After a change of size the
 prediction also carries the fit's own error, which the new point corrects, so such a step
 does not count. Smaller changes enter the fit as it slides.
 
@@ -234,7 +235,7 @@ class NetSensePolicy:
         decide_confirm: int = 3,
         change_factor: float = 2.0,
         change_confirm: int = 3,
-        spike_s: float = 0.05,
+        spike_s: float = 0.25,
         fit_window: int = 20,
         min_spread: float = 3.0,
         min_transfer_fraction: float = 0.1,
