@@ -447,14 +447,16 @@ class NetSensePolicy:
         larger = [d for d in self.candidates() if self.wire_bytes(d) > here]
         if not larger:
             return None
-        need = self._probe_growth * here
-        probe = next((d for d in reversed(larger) if self.wire_bytes(d) >= need), larger[0])
-        # Its cost: the slope the last probe showed at most, where that one was lost in
-        # the noise; the model's otherwise (which over-states it when beta is unknown).
+        # Its cost: the slope the last probe showed, where that one was lost in the noise;
+        # the model's otherwise (which over-states it when beta is unknown). The largest
+        # candidate up to the target size that fits the budget.
         slope = self.beta if self._probe_slope is None else min(self.beta, self._probe_slope)
-        step = self.step_s(cur)
-        if slope * (self.wire_bytes(probe) - here) > self.probe_budget * step:
+        budget = self.probe_budget * self.step_s(cur)
+        need = self._probe_growth * here
+        fits = [d for d in reversed(larger) if slope * (self.wire_bytes(d) - here) <= budget]
+        if not fits:
             return None
+        probe = ([d for d in fits if self.wire_bytes(d) <= need] or fits[:1])[-1]
         self._unprobed = 0
         self.probes += 1
         return Decision(probe.level, probe.ratio, probe=True)
@@ -502,7 +504,7 @@ class NetSensePolicy:
             self._probe_growth, self._probe_slope = self.min_spread, None
         else:
             self._probe_growth *= self.min_spread
-            self._probe_slope = max(y - base, noise) / (x - here)
+            self._probe_slope = max(y - base, noise / self.noise_mads) / (x - here)
 
     def _fit(self) -> None:
         # Medians per size: a collective's time has one-sided noise (a delay only adds),
