@@ -4,6 +4,8 @@ Modules: ``methods`` (the method registry and grammar; torch-free), ``compress``
 (compressors, one module per family), ``memory`` (error feedback), ``comm`` (allreduce /
 all-gather with byte and time accounting), ``counted_group`` (a process group counting a raw
 hook's collectives), ``sense`` (BBR-style network monitor), ``policy`` (the adaptive
-data-reduction policy), ``hooks`` (DDP comm hooks: ``hooks.register(ddp_model,
-"netsenseml")``). Plug-ins by import path: ``PLUGINS.md``. No Mininet or testbed import here.
+data-reduction policy), ``paper_rule`` (the NetSenseML prototype's rule, method
+``netsenseml-paper``), ``replay`` (synthetic link traces through either policy, no torch),
+``hooks`` (DDP comm hooks: ``hooks.register(ddp_model, "netsenseml")``). Plug-ins by import
+path: ``PLUGINS.md``. No Mininet or testbed import here.
 """

@@ -24,12 +24,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
-from netsenseml.sense import NetworkMonitor
+
+class SampleSink(Protocol):
+    """Receives one sample per collective (``netsenseml.sense.NetworkMonitor``, or the
+    prototype rule of ``netsenseml.paper_rule``, which judges each sample)."""
+
+    def add(self, nbytes: float, seconds: float, t: float | None = None) -> None: ...
 
 
 class CommRecorder:
@@ -40,13 +45,14 @@ class CommRecorder:
     the process group's threads, hence the lock.
     """
 
-    def __init__(self, monitor: NetworkMonitor | None = None) -> None:
+    def __init__(self, monitor: SampleSink | None = None) -> None:
         self.monitor = monitor
         self._lock = threading.Lock()
         self.bytes_sent = 0  # cumulative, never reset: users take differences
         self.busy_s = 0.0
         self.collectives = 0
         self.last_done = 0.0
+        self.last_launch = 0.0
         self._inflight = 0
         self._busy_since = 0.0
 
@@ -56,6 +62,7 @@ class CommRecorder:
         with self._lock:
             self.bytes_sent += nbytes
             self.collectives += 1
+            self.last_launch = max(self.last_launch, now)
             if self._inflight == 0:
                 self._busy_since = now
             self._inflight += 1
@@ -72,10 +79,10 @@ class CommRecorder:
             if self.monitor is not None:
                 self.monitor.add(nbytes, now - t0)
 
-    def totals(self) -> tuple[int, float, int, float]:
-        """Cumulative (bytes_sent, busy_s, collectives, last completion time)."""
+    def totals(self) -> tuple[int, float, int, float, float]:
+        """Cumulative (bytes_sent, busy_s, collectives, last completion, last launch time)."""
         with self._lock:
-            return self.bytes_sent, self.busy_s, self.collectives, self.last_done
+            return self.bytes_sent, self.busy_s, self.collectives, self.last_done, self.last_launch
 
 
 def _nbytes(t: torch.Tensor) -> int:

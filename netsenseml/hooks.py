@@ -26,18 +26,29 @@ bucket the hook
    are in flight, and gives each collective to the network monitor as a sample
    (``netsenseml.sense``).
 
-``netsenseml`` (the adaptive method) adds a step loop around this. Bucket 0 opens a step.
-At that moment each rank knows the previous step completely: its period (time between the
-two bucket-0 calls), its comm time, its exposed comm time (last collective completion minus
-the last bucket's hook call) and so its compute time (period minus exposed comm), its bytes,
-and its monitor's max rate / min RTT / queueing delay. These seven float32 values ride on
-bucket 0's own collective (appended to the allreduced buffer pre-divided by the world size,
-or packed into the gathered bytes), so every rank receives the same **mean over ranks**
-without an extra round trip. When that collective completes, the policy
-(``netsenseml.policy``) turns the mean into the decision (level, kept fraction) that the
-*next* step uses for all its buckets: decisions are identical on all ranks and never change
-inside a step. (For fp16/bf16 levels the piggy-backed values travel in that dtype, in ms and
-MB units; their precision then is that of the dtype, still identical on all ranks.)
+``netsenseml`` and ``netsenseml-paper`` (the adaptive methods) add a step loop around this.
+Bucket 0 opens a step. At that moment each rank knows the previous step completely: its
+period (time between the two bucket-0 calls), its comm time, its exposed comm time (last
+collective completion minus the last collective's launch, i.e. what the step waited for
+after its last bucket was compressed) and so its compute time (period minus exposed comm),
+its codec time, its bytes and collectives, the time from its first to its last launch
+(where communication can hide behind the backward pass), and the prototype rule's verdict
+counts. These ten float32 values (:data:`EXTRAS`) ride on bucket 0's own collective
+(appended to the allreduced buffer pre-divided by the world size, or packed into the
+gathered bytes), so
+every rank receives the same **mean over ranks** without an extra round trip. When that
+collective completes, the policy (``netsenseml.policy`` or ``netsenseml.paper_rule``) turns
+the mean into the decision (level, kept fraction) that the *next* step uses for all its
+buckets: decisions are identical on all ranks and never change inside a step. (For
+fp16/bf16 levels the piggy-backed values travel in that dtype, in ms and MB units; their
+precision then is that of the dtype, still identical on all ranks.)
+
+``netsenseml`` decides from the first step: :func:`register` runs a probe once, before
+training (each level's codec time on a gradient-sized tensor, three one-element allreduces
+for the latency, one ``probe_bytes`` allreduce for the bandwidth; one more allreduce makes
+every rank use the mean), and the policy's first decision comes from it. Registering
+``netsenseml`` is therefore collective: every rank must call :func:`register`, as every rank
+constructs DDP.
 
 Methods come from the registry ``netsenseml.methods`` (one grammar for the hooks, the
 compressors, the worker and the testbed). A ``compressor`` method runs steps 1-5 above
@@ -73,11 +84,16 @@ from netsenseml.counted_group import counted_group
 from netsenseml.memory import MomentumCorrectionMemory, ResidualMemory
 from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the accepted forms
 from netsenseml.methods import MethodSpec
-from netsenseml.policy import Decision, NetSensePolicy, Observation
+from netsenseml.paper_rule import PaperRule
+from netsenseml.policy import Calibration, Decision, NetSensePolicy, Observation
 from netsenseml.sense import NetworkMonitor
 
-N_EXTRAS = 7  # valid, comm_ms, compute_ms, bytes_MB, rate_MBps, min_rtt_ms, queue_ms
+# The per-step values piggy-backed on bucket 0 (units chosen to suit fp16 transport).
+EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB",
+          "collectives", "overlap_ms", "congested", "samples")
+N_EXTRAS = len(EXTRAS)
 _COMMON_OPTIONS = ("monitor_window_s", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
+_PROBE_OPTIONS = ("probe_bytes", "probe_ratio")
 
 
 def parse_method(spec: str) -> MethodSpec:
@@ -99,9 +115,13 @@ class NetSenseState:
             is not ``lossy``); residuals are keyed by DDP bucket index, re-laid-out when
             DDP rebuilds buckets.
         compressor: the compressor of a ``compressor`` method.
-        monitor: the network monitor, fed one sample per collective of this rank.
+        monitor: the network monitor, fed one sample per collective of this rank
+            (``netsenseml-paper``: its rule takes the samples instead).
         recorder: bytes / busy-time accounting of this rank's collectives.
-        policy: the adaptive policy (``netsenseml`` only).
+        policy: the adaptive policy (``netsenseml``: :class:`NetSensePolicy`;
+            ``netsenseml-paper``: :class:`PaperRule`, which also receives every collective's
+            sample in place of the monitor).
+        calibration: the registration probe's agreed result (``netsenseml`` only).
         decision: level and kept fraction used by the current step.
         hook, hook_state: a ``hook`` method's function and the state it is called with
             (a :class:`~netsenseml.counted_group.CountedGroup`, or an object holding one).
@@ -122,7 +142,10 @@ class NetSenseState:
       "fp16", "bf16", "int8", "topk", "randomk", "dgc", "powersgd"; a plug-in's name),
     * ``codec_s`` -- seconds spent compressing and decompressing,
     * ``bytes_dense`` -- bytes an fp32 allreduce of the same buckets would have handed over,
-    * ``ratio`` -- the top-k kept fraction in use (1.0 otherwise).
+    * ``ratio`` -- the top-k kept fraction in use (1.0 otherwise),
+    * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
+      (:meth:`NetSensePolicy.stats`: fixed comm ms, bandwidth share MB/s, compute ms, codec
+      ms, predicted step ms of the decision and of ``none``) and ``probe`` (1 on a probe step).
     """
 
     def __init__(
@@ -134,7 +157,7 @@ class NetSenseState:
         topk_method: str = "sampled",
         dgc_momentum: float = 0.9,
         seed: int = 0,
-        policy: NetSensePolicy | None = None,
+        policy: NetSensePolicy | PaperRule | None = None,
         compressor: compress.Compressor | None = None,
         memory_kind: str = "residual",
         level: str | None = None,
@@ -145,8 +168,9 @@ class NetSenseState:
         self.world_size = dist.get_world_size(process_group)
         self.error_feedback = error_feedback
         self.monitor = NetworkMonitor(monitor_window_s)
-        self.recorder = CommRecorder(self.monitor)
+        self.recorder = CommRecorder(policy if isinstance(policy, PaperRule) else self.monitor)
         self.policy = policy
+        self.calibration: Calibration | None = None
         self.compressor = compressor
         self.hook: Callable[[Any, dist.GradBucket], torch.futures.Future] | None = None
         self.hook_state: Any = None
@@ -154,8 +178,8 @@ class NetSenseState:
         self.seed = seed
         self.step = 0
         self.memory: ResidualMemory | None = None
-        # Error feedback follows the compressor's declared ``lossy``; the adaptive method
-        # may pick lossy levels at any step, so it always keeps a residual.
+        # Error feedback follows the compressor's declared ``lossy``; the adaptive methods
+        # may pick lossy levels at any step, so they always keep a residual.
         if error_feedback and ((compressor is not None and compressor.lossy) or policy is not None):
             kind = memory_kind if compressor is not None else "residual"
             self.memory = MomentumCorrectionMemory(dgc_momentum) if kind == "momentum" else ResidualMemory()
@@ -164,15 +188,23 @@ class NetSenseState:
             for info in methods.ladder():
                 made = methods.resolve(info.name if info.arg is None else f"{info.name}:1").build()
                 self._compressors[info.label] = made
-            self._compressors["topk"] = compress.TopKCompressor(0.1, method=topk_method)
-        self.decision = Decision(level or method.level, method.ratio or 1.0)
+            # netsenseml: the configured top-k variant; netsenseml-paper: the prototype's
+            # exact torch.topk.
+            exact = isinstance(policy, PaperRule)
+            self._compressors["topk"] = compress.TopKCompressor(
+                0.1, method="exact" if exact else topk_method)
+        self.decision = (policy.decision if policy is not None
+                         else Decision(level or method.level, method.ratio or 1.0))
         self._pending: Decision | None = None
+        self._observed: Decision = self.decision  # the decision of the step being reported
         self._hook_prev: torch.futures.Future | None = None
         self._lock = threading.Lock()
         # Per-step bookkeeping of the previous step (for the policy's observation).
         self._step_start: float | None = None
-        self._last_bucket_call = 0.0
+        self._first_launch: float | None = None
         self._totals_at_step_start = self.recorder.totals()
+        self._codec_total = 0.0  # cumulative, for per-step differences
+        self._codec_at_step_start = 0.0
         self._prev_obs: torch.Tensor | None = None
         # Stats since the last pop.
         self._stats_totals = self.recorder.totals()
@@ -209,6 +241,9 @@ class NetSenseState:
                 "codec_s": float(self._codec_s),
                 "bytes_dense": int(self._bytes_dense),
             }
+            if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
+                out.update(self.policy.stats())
+                out["probe"] = int(self.decision.probe)
             self._stats_totals = totals
             self._kept = self._elements = self._bytes_dense = 0
             self._codec_s = 0.0
@@ -220,53 +255,73 @@ class NetSenseState:
             self._elements += elements
             self._bytes_dense += dense_bytes
             self._codec_s += codec_s
+            self._codec_total += codec_s
 
     # ----------------------------------------------------------------- step loop
     def begin_bucket(self, bucket: dist.GradBucket) -> bool:
         """Called first by every hook; returns True when ``bucket`` opens a new step."""
         now = time.perf_counter()
         first = bucket.index() == 0
+        if bucket.index() == 1:  # bucket 0's collective was launched inside its hook call
+            self._first_launch = self.recorder.totals()[4]
         if first:
             totals = self.recorder.totals()
-            if self._step_start is not None:
-                period = now - self._step_start
-                comm = totals[1] - self._totals_at_step_start[1]
-                exposed = max(0.0, totals[3] - self._last_bucket_call)
-                compute = max(period - exposed, 1e-6)
-                nbytes = totals[0] - self._totals_at_step_start[0]
-                est = self.monitor.estimate()
-                rate, rtt, queue = (est.max_rate, est.min_rtt, est.queue_delay) if est else (0, 0, 0)
-                self._prev_obs = torch.tensor(
-                    [1.0, comm * 1e3, compute * 1e3, nbytes / 1e6, rate / 1e6, rtt * 1e3, queue * 1e3],
-                    dtype=torch.float32,
-                )
+            with self._lock:
+                codec_total = self._codec_total
+            if self._step_start is not None and self.policy is not None:
+                self._prev_obs = self._observation(now, totals, codec_total)
             self._step_start = now
+            self._first_launch = None
             self._totals_at_step_start = totals
+            self._codec_at_step_start = codec_total
+            self._observed = self.decision
             if self._pending is not None:
                 self.decision = self._pending
                 self._pending = None
             self.step += 1
-        self._last_bucket_call = now
         return first
+
+    def _observation(self, now: float, totals: tuple, codec_total: float) -> torch.Tensor:
+        """This rank's values of the step that just ended (:data:`EXTRAS`)."""
+        prev = self._totals_at_step_start
+        period = now - self._step_start  # type: ignore[operator]
+        comm = totals[1] - prev[1]
+        collectives = totals[2] - prev[2]
+        # Every collective of the step has completed (DDP waited for them): what the step
+        # waited for after its last launch is the exposed communication.
+        exposed = max(0.0, totals[3] - totals[4]) if collectives else 0.0
+        compute = max(period - exposed, 1e-6)
+        overlap = max(0.0, totals[4] - self._first_launch) if self._first_launch is not None else 0.0
+        congested, samples = self.policy.take_counts() if isinstance(self.policy, PaperRule) else (0, 0)
+        return torch.tensor(
+            [1.0, comm * 1e3, exposed * 1e3, compute * 1e3, (codec_total - self._codec_at_step_start) * 1e3,
+             (totals[0] - prev[0]) / 1e6, collectives, overlap * 1e3, congested, samples],
+            dtype=torch.float32,
+        )
 
     def _on_extras(self, mean: torch.Tensor) -> None:
         """Feeds the policy with the mean over ranks of the piggy-backed observation."""
         if self.policy is None:
             return
-        v = [float(x) for x in mean]
-        if v[0] < 0.999:  # some rank had no complete previous step yet
+        v = dict(zip(EXTRAS, (float(x) for x in mean), strict=True))
+        if v["valid"] < 0.999:  # some rank had no complete previous step yet
             return
-        rate, rtt = v[4] * 1e6, v[5] * 1e-3
         obs = Observation(
-            comm_s=v[1] * 1e-3,
-            compute_s=v[2] * 1e-3,
-            inflight_bytes=v[3] * 1e6,
-            bdp=rate * rtt if rate > 0 and rtt > 0 else None,
+            decision=self._observed,
+            comm_s=v["comm_ms"] * 1e-3,
+            exposed_s=v["exposed_ms"] * 1e-3,
+            compute_s=v["compute_ms"] * 1e-3,
+            codec_s=v["codec_ms"] * 1e-3,
+            bytes_sent=v["bytes_MB"] * 1e6,
+            collectives=v["collectives"],
+            overlap_s=v["overlap_ms"] * 1e-3,
+            congested=v["congested"],
+            samples=v["samples"],
         )
         self._pending = self.policy.observe(obs)
 
     def extras_for(self, first: bool) -> torch.Tensor | None:
-        """The observation to piggy-back on this bucket (netsenseml, bucket 0 only)."""
+        """The observation to piggy-back on this bucket (adaptive methods, bucket 0 only)."""
         if self.policy is None or not first:
             return None
         if self._prev_obs is None:
@@ -430,7 +485,7 @@ def compression_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.fut
 
 
 def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """The adaptive method: the level and kept fraction the policy decided for this step."""
+    """The adaptive methods: the level and kept fraction the policy decided for this step."""
     first = state.begin_bucket(bucket)
     decision = state.decision
     compressor = state._compressors[decision.level]
@@ -489,15 +544,21 @@ def register(
     ``dgc_momentum`` (0.9), ``topk_method`` ("sampled"; netsenseml's top-k variant),
     ``serialize_buckets`` (True; hooks: a bucket waits for the previous one, see the module
     docstring); for ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy`
-    parameter (paper defaults); for ``powersgd`` the ``PowerSGDState`` parameters
-    (``start_powerSGD_iter`` defaults to 2, the earliest torch allows with error feedback,
-    instead of torch's 1000). A hook method (powersgd, a plug-in hook) creates a registered
-    counting process group (``netsenseml.counted_group``), which is collective: call
-    ``register`` on every rank, in the same order, as DDP's constructor is.
+    parameter and the probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`);
+    for ``netsenseml-paper`` every :class:`~netsenseml.paper_rule.PaperRule` parameter
+    (the prototype's constants by default); for ``powersgd`` the ``PowerSGDState``
+    parameters (``start_powerSGD_iter`` defaults to 2, the earliest torch allows with error
+    feedback, instead of torch's 1000). A hook method (powersgd, a plug-in hook) creates a
+    registered counting process group (``netsenseml.counted_group``), and ``netsenseml``
+    probes the network once: both are collective, so call ``register`` on every rank, in
+    the same order, as DDP's constructor is.
     """
     spec = parse_method(method)
     target = methods.resolve(spec)
     common = {k: options.pop(k) for k in _COMMON_OPTIONS if k in options}
+    probe: dict[str, Any] = {}
+    if spec.name == "netsenseml":
+        probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options}
     policy = compressor = None
     if target.kind == "adaptive":
         policy = target.build(**options)  # an unknown keyword: a one-line ValueError
@@ -528,8 +589,96 @@ def register(
                 raise ValueError(f"invalid options for method {method!r}: {exc}") from None
         hook = raw_hook
     elif target.kind == "adaptive":
+        if isinstance(policy, NetSensePolicy):
+            state.calibration = probe_network(state, ddp_model, **probe)
+            state.decision = policy.calibrate(state.calibration)
+            state._observed = state.decision
         hook = netsenseml_hook
     else:
         hook = compression_hook
     ddp_model.register_comm_hook(state, hook)
     return state
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _codec_seconds(compressor: compress.Compressor, x: torch.Tensor, world: int) -> float:
+    """Seconds to compress ``x``, update an error-feedback residual and decode ``world`` payloads."""
+    out = torch.zeros_like(x)
+    _sync(x.device)
+    t0 = time.perf_counter()
+    payload = compressor.compress(x)
+    if compressor.lossy:
+        _ = x - compressor.decompress(payload).reshape(-1)
+    accumulate = getattr(compressor, "accumulate", None)
+    for _ in range(world if compressor.reduction == "allgather" else 1):
+        if accumulate is not None:
+            accumulate(payload, out)
+        else:
+            out.add_(compressor.decompress(payload).reshape(-1).to(out.dtype))
+    _sync(x.device)
+    return time.perf_counter() - t0
+
+
+def _timed_allreduce(t: torch.Tensor, group: Any) -> float:
+    _sync(t.device)
+    t0 = time.perf_counter()
+    dist.all_reduce(t, group=group)
+    _sync(t.device)
+    return time.perf_counter() - t0
+
+
+def probe_network(
+    state: NetSenseState,
+    ddp_model: torch.nn.Module,
+    probe_bytes: int = 256 * 1024,
+    probe_ratio: float = 0.01,
+    latency_repeats: int = 3,
+    min_transfer_fraction: float = 0.1,
+) -> Calibration:
+    """The registration probe of ``netsenseml`` (module docstring); collective, run once.
+
+    Codec times: each level of the ladder on a random tensor of the gradient's size (top-k
+    at ``probe_ratio``), decoding ``world`` payloads for the gathered levels, after a
+    warm-up on a small slice. Latency: the fastest of ``latency_repeats`` one-element
+    allreduces. Bandwidth: one fp32 allreduce of ``min(gradient, probe_bytes)`` bytes; its
+    time beyond the latency (at least ``min_transfer_fraction`` of it) per byte. All ranks
+    then allreduce their values and use the mean, so they start from the same decision.
+    """
+    params = [p for p in ddp_model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("netsenseml: the model has no parameter that requires a gradient")
+    device = params[0].device
+    numel = sum(p.numel() for p in params)
+    world, group = state.world_size, state.process_group
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
+    topk = state._compressors["topk"]
+    topk_ratio = topk.ratio  # type: ignore[attr-defined]
+    topk.ratio = probe_ratio  # type: ignore[attr-defined]
+    half = state.policy.half_level if isinstance(state.policy, NetSensePolicy) else "fp16"
+    codec = []
+    for level in (half, "int8", "topk"):
+        compressor = state._compressors[level]
+        _codec_seconds(compressor, x[: min(numel, 4096)], world)  # warm-up
+        codec.append(_codec_seconds(compressor, x, world))
+    topk.ratio = topk_ratio  # type: ignore[attr-defined]
+    one = torch.zeros(1, device=device)
+    latency = min(_timed_allreduce(one, group) for _ in range(latency_repeats))
+    n = max(1, min(numel, probe_bytes // 4))
+    seconds = _timed_allreduce(torch.zeros(n, device=device), group)
+    s_per_byte = max(seconds - latency, min_transfer_fraction * seconds) / (4 * n)
+    agreed = torch.tensor([latency, s_per_byte * 1e9, *codec], dtype=torch.float64, device=device)
+    dist.all_reduce(agreed, group=group)
+    v = (agreed / world).tolist()
+    index_bytes = torch.empty((), dtype=compress.index_dtype(numel)).element_size()
+    return Calibration(
+        dense_bytes=4.0 * numel,
+        world_size=world,
+        latency_s=v[0],
+        s_per_byte=v[1] * 1e-9,
+        codec_s={"none": 0.0, half: v[2], "int8": v[3], "topk": v[4]},
+        topk_bytes_per_element=4.0 + index_bytes,
+    )

@@ -162,6 +162,9 @@ register(MethodInfo("powersgd", "hook",
 register(MethodInfo("netsenseml", "adaptive", "netsenseml.policy:NetSensePolicy",
                     "the adaptive policy: none -> fp16 -> int8 -> top-k(r)", lossy=True,
                     level="none"))
+register(MethodInfo("netsenseml-paper", "adaptive", "netsenseml.paper_rule:PaperRule",
+                    "the NetSenseML prototype's BDP rule on one top-k fraction", lossy=True,
+                    level="topk"))
 
 
 # ----------------------------------------------------------------------------- accessors

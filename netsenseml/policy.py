@@ -1,233 +1,589 @@
-"""The NetSenseML adaptive data-reduction policy: how much to send at the next step.
+"""NetSenseML's adaptive policy: which gradient representation the next step sends.
 
-Two parts, both pure Python and deterministic (every rank feeds them the same reduced
-observation, so every rank takes the same decision):
+The algorithm, once
+-------------------
+**Objective: time to accuracy.** Time to accuracy is (steps the job needs) x (seconds per
+step). Compression shortens the step where communication holds it back and costs steps
+(how many depends on the workload). Each step the policy picks the representation ``d`` of
+the ladder ``none -> fp16 -> int8 -> topk(r)`` (``r`` on a geometric grid of
+``ratios_per_decade`` points per decade from ``max_ratio`` down to ``floor``) that minimises
+the predicted cost
 
-**(a) The BDP rule** (:class:`BDPRule`), as in the paper's prototype. With the monitor's BDP
-(windowed max delivery rate x windowed min RTT) and the payload of a step in flight:
+    J(d) = c(d) x T(d)
 
-* payload > ``bdp_gain`` x BDP (0.9)  ->  kept fraction x ``decrease`` (0.95), floor 0.005
-* otherwise                           ->  kept fraction + ``increase`` (0.001), ceiling 1.0
+``T(d)`` is the predicted seconds of one step that sends ``d`` (all measured, below);
+``levels`` restricts the ladder (e.g. to keep a job off top-k). ``c(d) >= 1`` is the
+policy's one assumption about convergence, a prior of how many more steps ``d`` needs than
+uncompressed training: 1 for ``none``, ``1 + fp16_cost`` (1.05), ``1 + int8_cost`` (1.1),
+and ``1 + topk_cost_per_decade x log10(1/r)`` for top-k (1.15 / 1.30 / 1.45 at r = 0.1 /
+0.01 / 0.001; issue 10 asks of its workloads that the most aggressive top-k need >= 1.5x
+the steps). Half precision costs convergence next to nothing; its 5 % stands for "not
+worth the risk unless the uncompressed exchange takes about a tenth of the step" -- on an
+idle link where communication does not dominate, ``none`` has the smallest ``J``. As the
+bandwidth share falls, the policy moves down the ladder, and within top-k ``r`` follows the
+share: at the optimum the top-k transfer takes about ``topk_cost_per_decade / ln 10``
+(6.5 %) of the step, so ``r`` is proportional to the available bandwidth (graded, not a
+switch to the floor) until it reaches ``floor``. Where compressing harder no longer
+shortens the step (latency, standing queues, codec time), it stops.
 
-**(b) The level ladder** (:class:`NetSensePolicy`): ``none -> fp16 -> int8 -> topk(r)``.
-The policy compresses only when communication, not compute, holds the step back: a step is
-*comm-bound* when its measured comm time exceeds ``comm_bound_factor`` x its compute time.
-The compute time is the minimum over the last ``compute_window`` observations (like BBR's
-min RTT): the hook can only measure it as step period minus exposed comm, which also counts
-whatever else the job does between steps -- its own collectives (metrics, evaluation, a
-time-limit check), data-loading stalls. Those only ever add time and, on a congested link,
-a small collective waits behind the queue, so a plain per-step value would call a
-congested step compute-bound.
+**Step model.** ``T(d) = C + K(d) + E(d)`` with the exposed communication
+``E(d) = max(comm(d) / n, comm(d) - H)`` and ``comm(d) = a + beta x x(d)``:
 
-* Below top-k: after ``up_patience`` comm-bound steps in a row the policy moves up. With
-  ``jump`` (default) it goes straight to the first level whose predicted comm time fits
-  (``comm_bound_factor`` x compute; prediction = measured comm time x the bytes ratio of
-  the two levels), or to top-k with the fraction predicted the same way (clamped to
-  [``floor``, ``topk_start_ratio``]) when no dense level fits; without ``jump`` it climbs
-  one level per step and top-k starts at ``topk_start_ratio``. The prediction ignores the
-  latency, which does not shrink with the bytes, so a jump errs on the side of too little
-  compression and the next comm-bound step finishes the move.
-* At top-k the kept fraction is steered by both signals: it shrinks whenever the step is
-  comm-bound -- by the paper's x ``decrease`` near the target and, with ``jump``, by up to
-  x ``max_cut`` per step in proportion to compute / comm when the comm time is far above
-  it (a 10x rate drop then costs two or three slow steps, not the ~45 steps that x0.95
-  needs) -- and grows by ``increase`` only when the step is not comm-bound *and* the BDP
-  rule sees no queue (payload <= ``bdp_gain`` x BDP); otherwise it holds. The BDP check is not a condition for shrinking: the monitor's min RTT comes
-  from the collectives themselves, and with one equally sized collective per step (top-k
-  at an agreed k sends no small probe) min RTT and max rate come from the same samples,
-  so the BDP tracks the payload and the rule would never see congestion -- the measured
-  comm time does.
-* Any level moves one level down after ``down_patience`` steps in a row in which the
-  comm time predicted for the lower level (measured comm time scaled by the bytes ratio,
-  an over-estimate because latency does not scale) stays below ``release_factor`` x
-  compute time. ``release_factor < comm_bound_factor`` is the hysteresis that keeps a
-  steady link from flipping between two levels.
+* ``C`` -- compute: the step period minus the exposed communication minus the codec time,
+  as the minimum over the last ``compute_window`` steps. The hook can only measure it as a
+  remainder, which also holds whatever else the job does between steps (its own small
+  collectives waiting behind a congested queue, data-loading stalls); those only ever add,
+  hence the minimum, like BBR's min RTT.
+* ``K(d)`` -- codec: seconds per step to compress ``d`` and decode every rank's payload.
+  The registration probe times each level on a gradient-sized tensor; while a level is in
+  use, the minimum of its last ``codec_window`` measured values replaces the probe's. This
+  is where top-k loses at high rates: selecting k of n elements costs time however little
+  the link has to carry.
+* ``x(d)`` -- wire bytes: fp32 gradient bytes x bytes ratio (fp16 0.5, int8 0.25, top-k
+  ``r x topk_bytes_per_element / 4``) x ``world/2`` for the levels that are all-gathered
+  (int8, top-k): per byte handed, a W-rank all-gather moves W/2 times what a ring
+  allreduce moves. (So with 8 workers int8 saves nothing over fp32, and the policy knows.)
+* ``a`` and ``beta`` -- the fixed seconds of a step's collectives (latency and standing
+  queue, which compression cannot remove) and the seconds per wire byte (the inverse of
+  the bandwidth share the job gets now). Least squares of comm time on wire bytes over the
+  steps since the last regime change (at most ``fit_window``) and the recent probes, on
+  the median comm time of each size over its latest ``size_memory`` steps (a collective's
+  time has one-sided noise -- a delay only adds -- and a mean would follow every spike; the
+  emulated links show 10x spikes; older steps of a size may predate a change of the share
+  too small to reset the fit). While those steps sent
+  about one size (largest/smallest < ``min_spread``), or sizes whose comm times differ by
+  less than ``noise_mads`` median absolute deviations, the intercept cannot be told from
+  the slope: then the intercept of the last fit that could tell them stands (before any, the
+  probe's latency x the collectives per step) and ``beta`` takes the rest -- so when a
+  standing queue appears, it first reads as less bandwidth (more compression, the safe
+  side), and the steps at the new size then separate the two. ``a`` is kept at or below
+  ``(1 - min_transfer_fraction)`` x the smallest comm time in the fit, so that ``beta``
+  stays positive.
+* ``H`` and ``n`` -- overlap: DDP launches bucket 0's collective while the backward pass
+  still produces the later buckets, so communication can hide in the time from the
+  step's first to its last launch (``H``, the minimum over ``overlap_window`` steps); the
+  last of the ``n`` collectives is always exposed. The measured exposed time itself would
+  not do: at a compressed level everything may hide, which says nothing of how much more
+  could. (One bucket per step, as with small models, hides nothing: ``E = comm``.)
 
-Bytes per level relative to fp32: none 1, fp16/bf16 0.5, int8 0.25, top-k(r) 2r (fp32
-values + int32 indices).
+**Regime changes.** ``change_confirm`` consecutive steps of one size (within
+``min_spread``) whose comm time is ``change_factor`` above -- or below -- the fit's
+prediction start a new fit from those steps: the old regime's steps would otherwise hold
+the fit back for up to ``fit_window`` steps. One step off is not enough: it is usually a
+spike, and acting on it would cost a needless change (and a release on one fast step a
+slow uncompressed step) -- unless it is slower by more than ``spike_s`` (250 ms) too:
+spikes add a bounded delay (the worst seen on the emulated links, a single 140 ms step, is
+below TCP's 200 ms minimum retransmission timeout) while congestion multiplies a long
+transfer, and each such step costs more than a transient to a harder compression. After a change of size the
+prediction also carries the fit's own error, which the new point corrects, so such a step
+does not count. Smaller changes enter the fit as it slides.
+
+**Decisions.** The first decision comes from the registration probe (latency, bandwidth,
+codec times of every level, all ranks agreeing on their mean) with the compute time
+assumed to be ``initial_compute_s`` (default 0: communication is assumed to dominate until
+the first step has measured compute), so the first step already sends what the link calls
+for -- no blind uncompressed steps; on a fast idle link the cost is two compressed steps
+whose withheld part error feedback delivers later. The first decision after a measured
+step is the argmin. After that the policy moves to the argmin only when it predicts a
+gain worth the move (hysteresis):
+
+* to another level: ``J(current) > (1 + compress_margin) x J(best)`` when that compresses
+  harder, ``(1 + release_margin)`` when it releases. Releasing needs less: it moves toward
+  fidelity, and a release margin at or above a dense level's cost could never be met
+  (``J(none)`` undercuts ``J(fp16)`` by at most ``fp16_cost``), which would pin the policy
+  at that level after congestion. So ``none`` is taken back where the uncompressed
+  exchange takes below ~8 % of compute and left above ~23 % (defaults);
+* within top-k: the best ratio is ``ratio_hysteresis`` grid steps away (1.78x) *and*
+  ``J`` gains ``ratio_margin``. Near its optimum ``J`` is flat in ``r`` (that is why the
+  grid is fine), so a few percent of measurement noise would otherwise move ``r``.
+
+* and the move must be called for ``decide_confirm`` observations in a row (in the same
+  direction) -- at once only when the fit has just seen a new regime.
+
+A steady link therefore keeps its decision; noise must move ``J`` past a margin, for
+several steps, to cause a change.
+
+**Probes.** At one size the split between ``a`` and ``beta`` rests on the last fit that
+saw two sizes, and at a small payload on a noisy path the transfer is lost in the latency
+noise: after congestion the policy would read the noise as a narrow link and never release.
+So, like BBR's periodic probing for bandwidth, when the fit has seen a single size for
+``probe_every`` steps the policy sends one step at the smallest candidate with
+``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change),
+if the model predicts that step to cost at most ``probe_budget`` x a step more. A probe
+whose comm time stays within the noise of the decision's steps says only that the slope
+is small: the next one goes ``min_spread`` times further (like TCP's slow start), its cost
+budgeted by the slope the last one showed at most. Probes stay
+in the fit for ``probe_memory`` steps (unless a regime change, or a probe ``change_factor``
+off the earlier ones of its size, clears them), so the split rests on the median of a few
+probes, not on one noisy step. The model
+over-states that cost exactly when it over-states ``beta``, so a probe is skipped only
+where the bandwidth is plainly seen; the probes cost at most ``probe_budget /
+probe_every`` (2.5 %) of the time.
+
+**Timing.** Ranks must take identical decisions, so the policy sees the mean over ranks of
+each step's measurements, piggy-backed on the next step's bucket-0 collective (no extra
+round trip; ``netsenseml.hooks``). The decision therefore applies one step later than the
+measurement could: a step ``s`` is observed when step ``s+1``'s bucket 0 completes and its
+decision applies from step ``s+2``. Applying it to the remaining buckets of step ``s+1``
+would save a step on multi-bucket models but lets ranks see the decision at different
+buckets (each rank's bucket-0 completion races its next bucket), which the sized
+all-gather of top-k cannot tolerate. The lag matters little: a step is the policy's unit
+of time, a bandwidth change is acted upon ``change_confirm + 1`` steps after it (4 steps at
+the old level; 2 where each is more than ``spike_s`` slower), and the start has no lag at
+all (the probe).
+
+**Bounds** (``tests/test_sense_policy.py`` checks them on synthetic traces, with noise):
+the first step sends the probe's decision; when the bandwidth share drops by
+``change_factor`` or more the policy compresses harder from the 5th step of the drop on
+(``change_confirm + 2``; the 3rd where each slow step is more than ``spike_s`` slower; a
+step later where the gain is right at ``compress_margin``); when congestion ends it is
+back at its idle decision (``none`` where that is the argmin) within 7 steps
+(``benchmarks/policy_response.py`` measures 4-6); smaller changes are followed within
+``fit_window + 2`` steps; a steady link makes zero changes of the decision (probes aside).
+
+Pure Python (no torch) and deterministic, so that identical inputs on every rank give
+identical decisions.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from netsenseml import methods
+
+#: The policy's levels, least reduction first (``bf16`` stands in for ``fp16`` through
+#: ``half_level``); each is a ``ladder`` level of the method registry.
 LADDER: tuple[str, ...] = ("none", "fp16", "int8", "topk")
-
-
-def bytes_ratio(level: str, ratio: float) -> float:
-    """Wire bytes of a level relative to the fp32 gradient."""
-    return {"none": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}.get(level, 2.0 * ratio)
-
-
-@dataclass
-class BDPRule:
-    """The paper's multiplicative-decrease / additive-increase rule on the kept fraction."""
-
-    bdp_gain: float = 0.9
-    decrease: float = 0.95
-    increase: float = 0.001
-    floor: float = 0.005
-    ceiling: float = 1.0
-    ratio: float = 1.0
-
-    def congested(self, inflight_bytes: float, bdp: float) -> bool:
-        return inflight_bytes > self.bdp_gain * bdp
-
-    def shrink(self, factor: float | None = None) -> float:
-        """Multiplies the fraction by ``factor`` (default ``decrease``), floored at ``floor``."""
-        self.ratio = max(self.floor, self.ratio * (self.decrease if factor is None else factor))
-        return self.ratio
-
-    def grow(self) -> float:
-        self.ratio = min(self.ceiling, self.ratio + self.increase)
-        return self.ratio
-
-    def update(self, inflight_bytes: float, bdp: float) -> float:
-        """One step of the faithful rule; returns the new kept fraction."""
-        return self.shrink() if self.congested(inflight_bytes, bdp) else self.grow()
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What one step measured (already reduced across ranks).
-
-    ``comm_s``: seconds collectives were in flight; ``compute_s``: the rest of the step
-    period; ``inflight_bytes``: payload of the step; ``bdp``: monitor's BDP in bytes
-    (``None`` before the monitor has samples).
-    """
-
-    comm_s: float
-    compute_s: float
-    inflight_bytes: float
-    bdp: float | None
+assert set(LADDER) <= {i.label for i in methods.ladder()}, "policy levels must be registry ladder levels"
+GATHERED = ("int8", "topk")  # levels exchanged by all-gather (per-rank payloads)
 
 
 @dataclass(frozen=True)
 class Decision:
+    """What a step sends: ``level`` and, for top-k, the kept fraction ``ratio``."""
+
     level: str
-    ratio: float  # kept fraction for top-k; 1.0 for dense levels
+    ratio: float = 1.0  # kept fraction for top-k; 1.0 for dense levels
+    probe: bool = False  # a one-step measurement (see NetSensePolicy, "Probes")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Facts of the job and of the registration probe (identical on every rank).
+
+    ``dense_bytes``: fp32 bytes of the gradient (all buckets); ``latency_s``: seconds of a
+    one-element allreduce; ``s_per_byte``: seconds per byte of a fp32 allreduce beyond its
+    latency; ``codec_s``: seconds per step to compress and decode each level (keys: level
+    names); ``topk_bytes_per_element``: value + index bytes of one kept element.
+    """
+
+    dense_bytes: float
+    world_size: int
+    latency_s: float
+    s_per_byte: float
+    codec_s: Mapping[str, float] = field(default_factory=dict)
+    topk_bytes_per_element: float = 8.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One completed step, averaged over ranks.
+
+    ``decision``: what the step sent; ``comm_s``: seconds at least one collective was in
+    flight; ``exposed_s``: seconds the step waited for communication after its last bucket
+    was launched; ``compute_s``: period minus ``exposed_s`` (codec included); ``codec_s``:
+    compress + decode seconds; ``bytes_sent``: bytes handed to torch.distributed;
+    ``collectives``: how many; ``overlap_s``: seconds from the first to the last launch
+    (communication can hide there); ``congested`` / ``samples``: the prototype rule's verdict
+    counts (``netsenseml.paper_rule``; unused here).
+    """
+
+    decision: Decision
+    comm_s: float
+    exposed_s: float
+    compute_s: float
+    codec_s: float
+    bytes_sent: float
+    collectives: float = 1.0
+    overlap_s: float = 0.0
+    congested: float = 0.0
+    samples: float = 0.0
+
+
+def bytes_ratio(level: str, ratio: float = 1.0, bytes_per_element: float = 8.0) -> float:
+    """Bytes handed to torch.distributed relative to the fp32 gradient.
+
+    Dense levels: the registry's ``wire``; top-k: value + index bytes of the job's index
+    dtype (``bytes_per_element``) per kept element.
+    """
+    if level == "topk":
+        return ratio * bytes_per_element / 4.0
+    return methods.bytes_ratio(level)
 
 
 class NetSensePolicy:
-    """The level ladder with the BDP rule at its top (see module docstring).
-
-    ``mode="bdp"`` runs rule (a) alone: top-k with the BDP-rule fraction ``r`` while
-    ``r < 0.5`` (where top-k sends fewer bytes than fp32), no compression otherwise.
-    ``rule.ratio`` is the fraction itself; it returns to 1.0 when the network allows.
-    """
+    """The time-to-accuracy policy of the module docstring; every constant is a parameter."""
 
     def __init__(
         self,
         *,
-        mode: str = "ladder",
-        bdp_gain: float = 0.9,
-        decrease: float = 0.95,
-        increase: float = 0.001,
-        floor: float = 0.005,
-        comm_bound_factor: float = 1.0,
-        release_factor: float = 0.8,
-        topk_start_ratio: float = 0.1,
-        up_patience: int = 1,
-        down_patience: int = 3,
+        levels: tuple[str, ...] = LADDER,
         half_level: str = "fp16",
-        jump: bool = True,
-        max_cut: float = 0.25,
+        floor: float = 0.005,
+        max_ratio: float = 0.25,
+        ratios_per_decade: int = 8,
+        fp16_cost: float = 0.05,
+        int8_cost: float = 0.1,
+        topk_cost_per_decade: float = 0.15,
+        compress_margin: float = 0.05,
+        release_margin: float = 0.01,
+        ratio_hysteresis: int = 2,
+        ratio_margin: float = 0.01,
+        decide_confirm: int = 3,
+        change_factor: float = 2.0,
+        change_confirm: int = 3,
+        spike_s: float = 0.25,
+        fit_window: int = 20,
+        min_spread: float = 3.0,
+        min_transfer_fraction: float = 0.1,
         compute_window: int = 20,
+        codec_window: int = 5,
+        overlap_window: int = 5,
+        probe_every: int = 20,
+        probe_budget: float = 0.5,
+        probe_memory: int = 20,
+        size_memory: int = 5,
+        noise_mads: float = 4.0,
+        initial_compute_s: float = 0.0,
     ) -> None:
-        if mode not in ("ladder", "bdp"):
-            raise ValueError(f"policy mode must be 'ladder' or 'bdp', got {mode!r}")
-        if not 0 < floor <= topk_start_ratio <= 1:
-            raise ValueError("need 0 < floor <= topk_start_ratio <= 1")
-        if not 0 < release_factor <= comm_bound_factor:
-            raise ValueError("need 0 < release_factor <= comm_bound_factor (hysteresis)")
-        if compute_window < 1:
-            raise ValueError("need compute_window >= 1")
-        if not 0 < max_cut <= decrease:
-            raise ValueError("need 0 < max_cut <= decrease")
         if half_level not in ("fp16", "bf16"):
             raise ValueError(f"half_level must be 'fp16' or 'bf16', got {half_level!r}")
-        self.mode = mode
-        self.rule = BDPRule(bdp_gain, decrease, increase, floor, 1.0, 1.0)
-        self.comm_bound_factor = comm_bound_factor
-        self.release_factor = release_factor
-        self.topk_start_ratio = topk_start_ratio
-        self.up_patience = up_patience
-        self.down_patience = down_patience
-        self.jump = jump
-        self.max_cut = max_cut
-        self._computes: deque[float] = deque(maxlen=compute_window)
-        self.ladder = ("none", half_level, "int8", "topk")
-        self.level_index = 0
-        self._up_count = 0
-        self._down_count = 0
-        self.steps = 0
+        if not levels or any(lvl not in LADDER for lvl in levels):
+            raise ValueError(f"levels must be a non-empty subset of {LADDER}, got {levels!r}")
+        if not 0 < floor <= max_ratio <= 1:
+            raise ValueError(f"need 0 < floor <= max_ratio <= 1, got floor={floor}, max_ratio={max_ratio}")
+        if ratios_per_decade < 1:
+            raise ValueError(f"ratios_per_decade must be >= 1, got {ratios_per_decade}")
+        if min(fp16_cost, int8_cost, topk_cost_per_decade) < 0:
+            raise ValueError("fp16_cost, int8_cost and topk_cost_per_decade must be >= 0")
+        if not 0 <= release_margin < min(fp16_cost, int8_cost, compress_margin) or compress_margin < 0:
+            # A release margin of at least a dense level's cost would keep that level
+            # forever once taken: J(none) can never undercut it by more than its cost.
+            raise ValueError("need 0 <= release_margin < min(fp16_cost, int8_cost, compress_margin)")
+        if decide_confirm < 1:
+            raise ValueError(f"decide_confirm must be >= 1, got {decide_confirm}")
+        if ratio_margin < 0:
+            raise ValueError(f"ratio_margin must be >= 0, got {ratio_margin}")
+        if ratio_hysteresis < 1:
+            raise ValueError(f"ratio_hysteresis must be >= 1 grid step, got {ratio_hysteresis}")
+        if change_factor <= 1:
+            raise ValueError(f"change_factor must be > 1, got {change_factor}")
+        if min(change_confirm, fit_window, compute_window, codec_window, overlap_window) < 1:
+            raise ValueError("change_confirm and every *_window must be >= 1")
+        if change_confirm > fit_window:
+            raise ValueError("change_confirm must be <= fit_window")
+        if min_spread <= 1:
+            raise ValueError(f"min_spread must be > 1, got {min_spread}")
+        if not 0 < min_transfer_fraction < 1:
+            raise ValueError(f"min_transfer_fraction must be in (0, 1), got {min_transfer_fraction}")
+        if spike_s < 0:
+            raise ValueError(f"spike_s must be >= 0, got {spike_s}")
+        if probe_every < 1 or probe_budget < 0 or probe_memory < 1 or size_memory < 1:
+            raise ValueError("need probe_every, probe_memory, size_memory >= 1 and probe_budget >= 0")
+        if initial_compute_s < 0:
+            raise ValueError(f"initial_compute_s must be >= 0, got {initial_compute_s}")
+        self.half_level = half_level
+        self.levels = tuple(half_level if lvl == "fp16" else lvl for lvl in LADDER if lvl in levels)
+        self.floor = floor
+        self.max_ratio = max_ratio
+        self.costs = {"none": 0.0, half_level: fp16_cost, "int8": int8_cost}
+        self.topk_cost_per_decade = topk_cost_per_decade
+        self.compress_margin = compress_margin
+        self.release_margin = release_margin
+        self.ratio_hysteresis = ratio_hysteresis
+        self.ratio_margin = ratio_margin
+        self.decide_confirm = decide_confirm
+        self._want_release = False
+        self._want_count = 0
+        self._new_regime = False
+        self.change_factor = change_factor
+        self.change_confirm = change_confirm
+        self.spike_s = spike_s
+        self.min_spread = min_spread
+        self.min_transfer_fraction = min_transfer_fraction
+        self.initial_compute_s = initial_compute_s
+        self.probe_every = probe_every
+        self.probe_budget = probe_budget
+        self.probe_memory = probe_memory
+        self.size_memory = size_memory
+        self.noise_mads = noise_mads
+        self._unprobed = 0  # steps since the last probe or since the window saw two sizes
+        self._probe_points: deque[tuple[float, float, int]] = deque()  # (x, y, step)
+        self._probe_growth = min_spread  # bytes factor of the next probe
+        self._probe_slope: float | None = None  # s/byte the last, inconclusive probe showed
+        self.probes = 0
+        self.ratios = self._grid(max_ratio, floor, ratios_per_decade)
+        self.calibration: Calibration | None = None
+        self.decision = self.candidates()[0]
+        self.steps = 0  # observations so far
+        self.changes = 0  # decision changes so far
+        # The step model (see module docstring); public for tests and benchmarks.
+        self.a = 0.0
+        self.beta = 0.0
+        self._points: deque[tuple[float, float, int]] = deque(maxlen=fit_window)  # (x, y, step)
+        self._off = 0  # consecutive same-size steps off the prediction, signed
+        self._a_fitted: float | None = None
+        self._collectives = 1.0
+        self._compute: deque[float] = deque(maxlen=compute_window)
+        self._hidden: deque[float] = deque(maxlen=overlap_window)
+        self._codec: dict[str, deque[float]] = {
+            lvl: deque(maxlen=codec_window) for lvl in ("none", half_level, "int8", "topk")
+        }
 
-    @property
-    def decision(self) -> Decision:
-        if self.mode == "bdp":
-            # Top-k sends 8 bytes per kept element: at r >= 0.5 fp32 is cheaper.
-            r = self.rule.ratio
-            return Decision("topk", r) if bytes_ratio("topk", r) < 1.0 else Decision("none", 1.0)
-        level = self.ladder[self.level_index]
-        return Decision(level, self.rule.ratio if level == "topk" else 1.0)
+    @staticmethod
+    def _grid(top: float, floor: float, per_decade: int) -> tuple[float, ...]:
+        out, i = [], 0
+        while (r := top * 10 ** (-i / per_decade)) > floor * (1 + 1e-9):
+            out.append(r)
+            i += 1
+        return (*out, floor)
 
-    def observe(self, obs: Observation) -> Decision:
-        """Feeds one step's observation; returns the decision for the next step."""
-        self.steps += 1
-        if self.mode == "bdp":
-            if obs.bdp is not None:
-                self.rule.update(obs.inflight_bytes, obs.bdp)
-            return self.decision
+    # ------------------------------------------------------------------ the model
+    def wire_bytes(self, d: Decision) -> float:
+        """Bytes ``d`` puts on the wire per step, in fp32-allreduce-equivalent bytes."""
+        cal = self._cal()
+        b = cal.dense_bytes * bytes_ratio(d.level, d.ratio, cal.topk_bytes_per_element)
+        return b * max(1.0, cal.world_size / 2) if d.level in GATHERED else b
 
-        self._computes.append(obs.compute_s)
-        compute = min(self._computes)
-        budget = self.comm_bound_factor * compute
-        comm_bound = obs.comm_s > budget
-        congested = obs.bdp is None or self.rule.congested(obs.inflight_bytes, obs.bdp)
-        level = self.ladder[self.level_index]
+    def compute_s(self) -> float:
+        return min(self._compute) if self._compute else self.initial_compute_s
 
-        if level == "topk":
-            if comm_bound:
-                # With jumps: in proportion to how far comm is above budget, within
-                # [max_cut, decrease]; without: the paper's fixed x decrease.
-                cut = min(self.rule.decrease, max(self.max_cut, budget / obs.comm_s))
-                self.rule.shrink(cut if self.jump else None)
-            elif not congested:
-                self.rule.grow()
-        else:
-            self._up_count = self._up_count + 1 if comm_bound else 0
-            if self._up_count >= self.up_patience:
-                if self.jump:
-                    self._jump_up(obs.comm_s, budget)
-                else:
-                    self._move(+1)
-                return self.decision
+    def codec_s(self, level: str) -> float:
+        seen = self._codec.get(level)
+        if seen:
+            return min(seen)
+        return float(self._cal().codec_s.get(level, 0.0))
 
-        if self.level_index > 0:
-            cur = bytes_ratio(level, self.rule.ratio)
-            lower = self.ladder[self.level_index - 1]
-            predicted = obs.comm_s * bytes_ratio(lower, self.topk_start_ratio) / max(cur, 1e-12)
-            release = predicted < self.release_factor * compute
-            self._down_count = self._down_count + 1 if release else 0
-            if self._down_count >= self.down_patience:
-                self._move(-1)
+    def step_s(self, d: Decision) -> float:
+        """Predicted seconds of one step that sends ``d``: ``C + K(d) + exposed comm``."""
+        hidden = min(self._hidden) if self._hidden else 0.0
+        comm = self.a + self.beta * self.wire_bytes(d)
+        exposed = max(comm / self._collectives, comm - hidden)
+        return self.compute_s() + self.codec_s(d.level) + exposed
+
+    def steps_factor(self, d: Decision) -> float:
+        """``c(d)``: the prior factor on the steps to accuracy."""
+        if d.level == "topk":
+            return 1.0 + self.topk_cost_per_decade * math.log10(1.0 / d.ratio)
+        return 1.0 + self.costs[d.level]
+
+    def cost(self, d: Decision) -> float:
+        """``J(d) = c(d) x T(d)``, proportional to the predicted time to accuracy."""
+        return self.steps_factor(d) * self.step_s(d)
+
+    def candidates(self) -> list[Decision]:
+        """The ladder (the allowed ``levels``), least compressed first."""
+        dense = [Decision(lvl) for lvl in self.levels if lvl != "topk"]
+        return dense + ([Decision("topk", r) for r in self.ratios] if "topk" in self.levels else [])
+
+    def best(self) -> Decision:
+        """The candidate with the smallest ``J`` (ties: the less compressed)."""
+        best, best_j = None, math.inf
+        for d in self.candidates():
+            j = self.cost(d)
+            if j < best_j:
+                best, best_j = d, j
+        assert best is not None
+        return best
+
+    def stats(self) -> dict[str, float]:
+        """The model behind the current decision, for step logs (units in the names)."""
+        d = self.decision
+        return {
+            "model_fixed_ms": 1e3 * self.a,
+            "model_bw_MBps": 1e-6 / self.beta if self.beta > 0 else float("inf"),
+            "model_compute_ms": 1e3 * self.compute_s(),
+            "model_codec_ms": 1e3 * self.codec_s(d.level),
+            "model_step_ms": 1e3 * self.step_s(d),
+            "model_none_step_ms": 1e3 * self.step_s(Decision("none")),
+        }
+
+    # ------------------------------------------------------------------ inputs
+    def _cal(self) -> Calibration:
+        if self.calibration is None:
+            raise RuntimeError("NetSensePolicy.calibrate() must run before the policy decides")
+        return self.calibration
+
+    def calibrate(self, cal: Calibration) -> Decision:
+        """Takes the registration probe's facts; returns the decision for the first step."""
+        if cal.dense_bytes <= 0 or cal.world_size < 1:
+            raise ValueError("calibration needs dense_bytes > 0 and world_size >= 1")
+        self.calibration = cal
+        self.a = max(0.0, cal.latency_s)
+        self.beta = max(0.0, cal.s_per_byte)
+        self.decision = self.best()
         return self.decision
 
-    def _jump_up(self, comm_s: float, budget: float) -> None:
-        """Moves to the least-compressing level whose predicted comm time fits ``budget``."""
-        dense_comm = comm_s / bytes_ratio(self.ladder[self.level_index], 1.0)
-        for i in range(self.level_index + 1, len(self.ladder) - 1):
-            if dense_comm * bytes_ratio(self.ladder[i], 1.0) <= budget:
-                self._move(i - self.level_index)
-                return
-        self._move(len(self.ladder) - 1 - self.level_index)
-        fit = budget / (dense_comm * bytes_ratio("topk", 1.0))
-        self.rule.ratio = min(self.topk_start_ratio, max(self.rule.floor, fit))
+    def observe(self, obs: Observation) -> Decision:
+        """Feeds one step's mean-over-ranks observation; returns the next decision."""
+        self._cal()
+        self.steps += 1
+        x, y = self.wire_bytes(obs.decision), max(obs.comm_s, 0.0)
+        self._collectives = max(1.0, float(round(obs.collectives)))
+        if obs.decision.probe:
+            self._add_probe(x, y)
+        else:
+            self._track_regime(x, y)
+        self._fit()
+        self._compute.append(max(obs.compute_s - obs.codec_s, 0.0))
+        self._hidden.append(max(obs.overlap_s, 0.0))
+        if obs.decision.level in self._codec:
+            self._codec[obs.decision.level].append(max(obs.codec_s, 0.0))
+        self._decide()
+        return self._probe() or self.decision
 
-    def _move(self, direction: int) -> None:
-        self.level_index = max(0, min(len(self.ladder) - 1, self.level_index + direction))
-        self._up_count = 0
-        self._down_count = 0
-        if self.ladder[self.level_index] == "topk":
-            self.rule.ratio = self.topk_start_ratio
+    def _probe(self) -> Decision | None:
+        """A one-step probe when the fit has seen one size for ``probe_every`` steps."""
+        xs = [p[0] for p in self._points]
+        spread = len(xs) >= 2 and min(xs) > 0 and max(xs) >= self.min_spread * min(xs)
+        self._unprobed = 0 if spread else self._unprobed + 1
+        if self._unprobed < self.probe_every:
+            return None
+        cur = self.decision
+        here = self.wire_bytes(cur)
+        larger = [d for d in self.candidates() if self.wire_bytes(d) > here]
+        if not larger:
+            return None
+        # Its cost: the slope the last probe showed, where that one was lost in the noise;
+        # the model's otherwise (which over-states it when beta is unknown). The largest
+        # candidate up to the target size that fits the budget.
+        slope = self.beta if self._probe_slope is None else min(self.beta, self._probe_slope)
+        budget = self.probe_budget * self.step_s(cur)
+        need = self._probe_growth * here
+        fits = [d for d in reversed(larger) if slope * (self.wire_bytes(d) - here) <= budget]
+        if not fits:
+            return None
+        probe = ([d for d in fits if self.wire_bytes(d) <= need] or fits[:1])[-1]
+        self._unprobed = 0
+        self.probes += 1
+        return Decision(probe.level, probe.ratio, probe=True)
+
+    def _track_regime(self, x: float, y: float) -> None:
+        # Only a step of the previous step's size tests for a new regime: after a change
+        # of size the prediction also carries the fit's error, which the new point corrects.
+        last = self._points[-1][0] if self._points else 0.0
+        same = last > 0 and max(x, last) < self.min_spread * min(x, last)
+        predicted = self.a + self.beta * x
+        self._new_regime = False
+        if same and y > self.change_factor * predicted:
+            self._off = max(self._off, 0) + 1
+        elif same and y * self.change_factor < predicted:
+            self._off = min(self._off, 0) - 1
+        else:
+            self._off = 0
+        self._points.append((x, y, self.steps))
+        # A delay longer than any spike is congestion already (spikes add a roughly
+        # fixed time; congestion multiplies a long transfer).
+        at_once = self._off > 0 and y - predicted > self.spike_s
+        if abs(self._off) >= self.change_confirm or at_once:
+            self._new_regime = True
+            keep = list(self._points)[-abs(self._off) :]
+            self._points.clear()
+            self._probe_points.clear()
+            self._probe_growth, self._probe_slope = self.min_spread, None
+            self._points.extend(keep)
+            self._off = 0
+
+    def _add_probe(self, x: float, y: float) -> None:
+        same = [q[1] for q in self._probe_points if q[0] == x]
+        if same and not 1 / self.change_factor <= y / _median(same) <= self.change_factor:
+            self._probe_points.clear()  # the path changed since those probes
+        self._probe_points.append((x, y, self.steps))
+        # Lost in the noise? Then the next probe goes min_spread times further (like TCP's
+        # slow start), budgeted by the slope this one showed at most.
+        here = self.wire_bytes(self.decision)
+        ys = [q[1] for q in reversed(self._points) if q[0] == here][: self.size_memory]
+        if not ys or x <= here:
+            return
+        base = _median(ys)
+        noise = self.noise_mads * _median([abs(v - base) for v in ys])
+        if y - base > noise:
+            self._probe_growth, self._probe_slope = self.min_spread, None
+        else:
+            self._probe_growth *= self.min_spread
+            self._probe_slope = max(y - base, noise / self.noise_mads) / (x - here)
+
+    def _fit(self) -> None:
+        # Medians per size: a collective's time has one-sided noise (a delay only adds),
+        # so a mean would follow every spike.
+        # Each size by its latest ``size_memory`` steps: an older step of that size may
+        # belong to a share that has changed since by less than ``change_factor``.
+        while self._probe_points and self._probe_points[0][2] <= self.steps - self.probe_memory:
+            self._probe_points.popleft()
+        groups: dict[float, list[float]] = {}
+        for x, y, _ in sorted((*self._points, *self._probe_points), key=lambda p: -p[2]):
+            if len(groups.setdefault(x, [])) < self.size_memory:
+                groups[x].append(y)
+        xs = sorted(groups)
+        med = {x: _median(groups[x]) for x in xs}
+        w = {x: len(groups[x]) for x in xs}
+        # The sizes tell intercept from slope only where their comm times differ by more
+        # than the noise (``noise_mads`` median absolute deviations within the sizes).
+        noise = _median([abs(y - med[x]) for x in xs for y in groups[x]])
+        if (
+            len(xs) >= 2
+            and xs[0] > 0
+            and xs[-1] >= self.min_spread * xs[0]
+            and med[xs[-1]] - med[xs[0]] > self.noise_mads * noise
+        ):
+            n = sum(w.values())
+            mx = sum(w[x] * x for x in xs) / n
+            my = sum(w[x] * med[x] for x in xs) / n
+            sxx = sum(w[x] * (x - mx) ** 2 for x in xs)
+            sxy = sum(w[x] * (x - mx) * (med[x] - my) for x in xs)
+            a = my - (sxy / sxx) * mx
+            self._a_fitted = max(a, 0.0)
+        else:  # one size: the last identified intercept stands (module docstring)
+            a = self._a_fitted if self._a_fitted is not None else self._collectives * self._cal().latency_s
+        self.a = min(max(a, 0.0), (1 - self.min_transfer_fraction) * min(med.values()))
+        sxx0 = sum(w[x] * x * x for x in xs)
+        if sxx0 > 0:
+            self.beta = max(sum(w[x] * (med[x] - self.a) * x for x in xs) / sxx0, 0.0)
+
+    def _grid_index(self, ratio: float) -> int:
+        return min(range(len(self.ratios)), key=lambda i: abs(math.log(self.ratios[i] / ratio)))
+
+    def _decide(self) -> None:
+        best = self.best()
+        cur = self.decision
+        release = self.wire_bytes(best) > self.wire_bytes(cur)
+        if self.steps > 1 and best != cur:  # the first measured step decides freely
+            if best.level == cur.level == "topk":
+                moved = abs(self._grid_index(best.ratio) - self._grid_index(cur.ratio))
+                if moved < self.ratio_hysteresis or self.cost(cur) <= (1 + self.ratio_margin) * self.cost(best):
+                    best = cur
+            else:
+                margin = self.release_margin if release else self.compress_margin
+                if self.cost(cur) <= (1 + margin) * self.cost(best):
+                    best = cur
+        if best == cur:
+            self._want_count = 0
+            return
+        # Persistence: the move must be called for ``decide_confirm`` observations in a row
+        # (in the same direction), unless the fit has just seen a new regime.
+        self._want_count = self._want_count + 1 if self._want_release == release else 1
+        self._want_release = release
+        if self.steps > 1 and not self._new_regime and self._want_count < self.decide_confirm:
+            return
+        self._want_count = 0
+        self.decision = best
+        self.changes += 1
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])

@@ -32,6 +32,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from netsenseml import methods  # noqa: E402
 from testbed.analysis import tables  # noqa: E402
 
 FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
@@ -250,7 +251,7 @@ def timeline_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 #: Order of NetSenseML's levels on the timeline's level axis (least to most reduction);
 #: levels not listed are appended in order of appearance.
-LEVEL_ORDER = ("none", "fp16", "bf16", "int8", "topk")
+LEVEL_ORDER = methods.level_order()  # the registry's display order of step-record levels
 
 
 def _first_step_t(s: pd.DataFrame) -> float:

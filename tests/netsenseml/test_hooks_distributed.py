@@ -157,11 +157,11 @@ def _bytes_counted_equal_bytes_handed(rank, world):
     from netsenseml import hooks
 
     methods = ["allreduce", "fp16", "bf16", "int8", "topk:0.05", "randomk:0.05", "dgc:0.05"]
-    methods += ["powersgd:2", "netsenseml"]
+    methods += ["powersgd:2", "netsenseml", "netsenseml-paper"]
     for method in methods:
         ddp = DDP(_model())
-        opts = {"comm_bound_factor": 1e-9, "release_factor": 1e-9} if method == "netsenseml" else {}
-        state = hooks.register(ddp, method, **opts)
+        state = hooks.register(ddp, method)
+        first = state.decision
         levels = []
         with _Spy() as spy:
             for step in range(STEPS + 2):
@@ -178,10 +178,12 @@ def _bytes_counted_equal_bytes_handed(rank, world):
             assert ps.iter >= STEPS and ps.p_memory_dict, "torch's PowerSGD did not run"
             assert stats["kept_ratio"] < 0.2 and stats["level"] == "powersgd"
             assert spy.calls["all_reduce"] >= 3 * (STEPS - 2)  # uncompressed, P, Q per bucket
-        if method == "netsenseml":
-            # Forced comm-bound: one ladder level per step after the first observation.
-            names = [lvl for lvl, _ in levels]
-            assert names[:2] == ["none", "none"] and "topk" in names, names
+        if method.startswith("netsenseml"):
+            # The first step sends the decision taken at registration (netsenseml: from
+            # the probe; netsenseml-paper: top-k at the prototype's 0.75).
+            assert levels[0] == (first.level, round(first.ratio, 6)), (levels, first)
+            if method == "netsenseml-paper":
+                assert levels[0] == ("topk", 0.75), levels
             everyone = [None] * world
             dist.all_gather_object(everyone, levels)
             assert all(x == levels for x in everyone), "ranks took different decisions"
@@ -212,6 +214,43 @@ def _variable_k_gather_without_truncation(rank, world):
     assert rec.bytes_sent == 8 + max(b.numel() for b in bufs)
 
 
+def _paper_rule_runs_agreed_and_averages(rank, world):
+    """netsenseml-paper: identical decisions on all ranks, the rule moves the fraction, and
+    the result is (sum of what the ranks sent) / world -- not the prototype's
+    (decompressed sum + local gradient) / 2. With error feedback, per step:
+    world x result + sum of the residuals' growth == sum of the true local gradients."""
+    from netsenseml import hooks
+
+    ddp = DDP(_model())
+    plain = _model()
+    state = hooks.register(ddp, "netsenseml-paper")
+    params = list(ddp.module.parameters())
+    decisions = []
+    prev_residual = [torch.zeros_like(p) for p in params]
+    for step in range(STEPS + 2):
+        plain.load_state_dict(ddp.module.state_dict())
+        _backward(plain, rank, step)
+        _backward(ddp, rank, step)
+        residual = state.residual_by_param()
+        for i, (p, q) in enumerate(zip(params, plain.parameters(), strict=True)):
+            r = residual[p] if p in residual else torch.zeros_like(p)
+            growth = (r - prev_residual[i]).double()
+            true = q.grad.double().clone()
+            dist.all_reduce(growth)
+            dist.all_reduce(true)
+            torch.testing.assert_close(world * p.grad.double() + growth, true, rtol=0, atol=1e-5)
+            prev_residual[i] = r.clone()
+        with torch.no_grad():
+            for p in params:
+                p -= 0.1 * p.grad
+        stats = state.pop_step_stats()
+        decisions.append((stats["level"], round(stats["ratio"], 9)))
+    assert decisions[0] == ("topk", 0.75) and len(set(decisions)) > 1, decisions
+    everyone = [None] * world
+    dist.all_gather_object(everyone, decisions)
+    assert all(x == decisions for x in everyone), "ranks took different decisions"
+
+
 def _netsenseml_default_runs(rank, world):
     from netsenseml import hooks
 
@@ -233,6 +272,7 @@ SCENARIOS = {
     "bytes": _bytes_counted_equal_bytes_handed,
     "variable_k": _variable_k_gather_without_truncation,
     "netsenseml": _netsenseml_default_runs,
+    "paper": _paper_rule_runs_agreed_and_averages,
 }
 
 
@@ -261,7 +301,7 @@ def test_hooks_world4_core_scenarios():
 
 
 def test_hooks_world1_single_process_ddp():
-    _run(1, ["allreduce", "fp16", "bytes", "netsenseml"])
+    _run(1, ["allreduce", "fp16", "bytes", "netsenseml", "paper"])
 
 
 @pytest.mark.parametrize("bad", ["topk:2", "quantum"])
