@@ -30,10 +30,11 @@ through ``DistributedSampler`` (set up by the worker).
   small gradient components -- the ones top-k leaves in its residual. Measured (loopback,
   2 workers, ``mlp`` width 2048, batch 32 per worker, SGD lr 0.05): see
   benchmarks/convergence.py and workloads/README.md for steps to 0.9 / 0.95 per method.
-  Held-out size: ``--eval-samples`` defaults to 4000 for it (registry), so one evaluation
-  has a quantum of 0.025 % and a binomial standard error of sqrt(p(1-p)/4000) = 0.47 % at
-  the 0.9 target (0.35 % at 0.95); all runs see the same 4000 samples, so method-to-method
-  differences are paired. 10,000 are available (``--eval-samples 10000``: <= 0.5 % at any p).
+  Held-out size: ``--eval-samples`` defaults to 2000 for it (registry): a quantum of
+  0.05 % and, at the 0.95 target, a binomial standard error of sqrt(0.95 * 0.05 / 2000) =
+  0.49 %; every run sees the same samples, so method-to-method differences are paired.
+  Why not more: an evaluation is a forward pass over them, 2000 cost ~0.3 s at width 2048
+  (~20 % of 20 training steps); ``--eval-samples 10000`` gives <= 0.5 % at any accuracy.
 - ``text``: the committed character corpus; first 90 % train, last 10 % held-out; a sample
   is ``context + 1`` characters (input = first ``context``, target = shifted by one).
 - ``cifar10`` / ``cifar100``: ``--data-dir`` containing ``cifar-10-batches-py`` or

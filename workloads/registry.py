@@ -260,7 +260,7 @@ register_dataset(DatasetEntry(
     "synthetic", "workloads.datasets:load_synthetic_data", "image", eval_samples=1000,
     summary="generated 3x32x32 images, 10 classes"))
 register_dataset(DatasetEntry(
-    "mixture", "workloads.datasets:load_mixture_data", "vector", eval_samples=4000,
+    "mixture", "workloads.datasets:load_mixture_data", "vector", eval_samples=2000,
     summary="generated 300-class Gaussian mixture in 256 dimensions (evaluation workload)"))
 register_dataset(DatasetEntry(
     "text", "workloads.datasets:load_text_data", "lm", eval_samples=1000,

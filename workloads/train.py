@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=_positive(int), help="eval every K steps")
     p.add_argument("--eval-samples", type=_positive(int),
                    help="held-out samples per evaluation (first N of the split; default: the "
-                        "dataset's, e.g. 4000 for mixture, 1000 for the others)")
+                        "dataset's, e.g. 2000 for mixture, 1000 for the others)")
     p.add_argument("--target-accuracy", type=float, help="mark evals reaching it")
     p.add_argument("--stop-at-target", action="store_true",
                    help="end the run at the first evaluation reaching --target-accuracy")
