@@ -120,3 +120,17 @@ def test_knob_strings_are_typed() -> None:
         "width": 512, "lr_scale": 0.5, "bias": False, "act": "gelu"}
     with pytest.raises(registry.RegistryError, match="expected name=value"):
         registry.parse_knobs("width")
+
+
+def test_scenario_names_a_plugin_model_and_the_worker_argv_carries_it(plugin_dir: Path) -> None:
+    from testbed.config.scenario import validate_scenario
+    from testbed.orchestration.run import worker_argv
+
+    scn = validate_scenario({
+        "name": "plugin", "topology": {"kind": "star", "n_workers": 2, "rate_mbit": 100},
+        "workload": {"model": "my_models:deep_mlp", "dataset": "mixture", "batch_size": 8,
+                     "steps": 3, "args": {"model-args": "hidden=32,depth=1"}},
+        "methods": ["allreduce"], "seeds": [0]}, skip_kernel_checks=True)
+    argv = worker_argv(scn, "allreduce", 0, plugin_dir / "logs")
+    assert argv[argv.index("--model") + 1] == "my_models:deep_mlp"
+    assert argv[argv.index("--model-args") + 1] == "hidden=32,depth=1"
