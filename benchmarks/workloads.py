@@ -26,29 +26,33 @@ sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import torch  # noqa: E402
 
+from workloads import registry  # noqa: E402
 from workloads.datasets import load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
-from workloads.train import DEFAULT_LR, _loss_and_correct, _make_optimizer  # noqa: E402
+from workloads.train import _loss_and_correct, make_optimizer  # noqa: E402
 
 CONFIGS: list[tuple[str, str, dict]] = [
     ("mlp", "digits", {"width": 480}),
     ("mlp", "digits", {"width": 1024}),
     ("mlp", "digits", {"width": 3500}),
+    ("mlp", "mixture", {"width": 2048}),
+    ("mlp", "mixture", {"width": 3072}),
     ("resnet18", "synthetic", {"width": 8}),
     ("resnet18", "synthetic", {"width": 32}),
     ("resnet18", "synthetic", {"width": 64}),
-    ("gpt", "text", {"layers": 2, "d_model": 64, "context": 64}),
-    ("gpt", "text", {"layers": 4, "d_model": 256, "context": 64}),
+    ("gpt", "text", {"layers": 2, "d_model": 64}),
+    ("gpt", "text", {"layers": 4, "d_model": 256}),
 ]
 
 
 def measure(model_name: str, dataset: str, knobs: dict, batch: int, steps: int) -> dict:
-    data = load_dataset(dataset, context=knobs.get("context", 64))
+    data = load_dataset(dataset)
     torch.manual_seed(0)
     model = build_model(model_name, input_shape=data.input_shape, num_classes=data.num_classes,
                         **knobs)
     info = model_info(model)
-    opt = _make_optimizer(model, model_name, DEFAULT_LR[model_name])
+    entry = registry.model_entry(model_name)
+    opt = make_optimizer(model, entry, entry.lr, entry.momentum)
     loader = torch.utils.data.DataLoader(data.train, batch_size=batch, shuffle=True,
                                          drop_last=True)
     it = iter(loader)

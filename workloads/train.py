@@ -3,7 +3,13 @@
     python -m workloads.train --model M --dataset D --method METHOD (--steps N | --time-limit S)
         --batch-size B --seed S --log-dir DIR [--eval-every K] [--target-accuracy A]
         [--data-dir DIR] [--lr LR] [--width W] [--layers L] [--d-model D] [--context C]
-        [--threads N] [--pg-timeout S] [--eval-samples N] [--no-error-feedback]
+        [--model-args K=V,...] [--threads N] [--pg-timeout S] [--eval-samples N]
+        [--no-error-feedback]
+
+Models and datasets come from ``workloads.registry`` (names, accepted pairings, default
+optimizer and lr, default evaluation size); ``--model package.module:factory`` trains a
+user's model given by import path (see that module and workloads/README.md). Size knobs:
+``--width``/``--layers``/``--d-model`` are shorthands, ``--model-args`` sets any knob.
 
 Rendezvous is torch.distributed's ``env://``: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 (LOCAL_RANK picks the GPU). Without WORLD_SIZE the worker runs alone on loopback. Backend:
@@ -48,27 +54,35 @@ Why the choices below:
   the record file is closed and stdout/stderr are flushed first.
 - **Target accuracy.** Reaching ``--target-accuracy`` marks that eval record
   ``reached_target: true``; training continues to the step/time limit (the orchestrator
-  computes time-to-accuracy from the eval records).
+  computes time-to-accuracy from the eval records), or ends there with
+  ``--stop-at-target`` (convergence benchmarks: steps to target is all they need).
 - **Bytes not in ``bytes_sent``.** ``bytes_sent`` is the hook's count of gradient traffic.
   Outside the hook go: DDP's per-step broadcast of buffers from rank 0 (BatchNorm running
   statistics of ``resnet18``, ~20 KB at width 32; kept on so that ranks evaluate the same
   model), the 4-byte stop flag of ``--time-limit``, and the evaluation count all_reduce.
 - **Evaluation** runs on all ranks at the same steps: each evaluates a disjoint shard of the
-  first ``--eval-samples`` held-out samples and the counts are summed with one all_reduce,
-  so the accuracy is global. A final evaluation always runs at the end.
+  first ``--eval-samples`` held-out samples (default: the dataset's, from the registry) and
+  the counts are summed with one all_reduce, so the accuracy is global. A final evaluation
+  always runs at the end. Batches of at least ``EVAL_BATCH`` samples (larger matrix products
+  cost less per sample). Evaluation time is inside the worker's clock; each eval record
+  carries its own ``eval_s`` so an analysis can count training time without it.
+- **DGC and momentum.** ``dgc:R`` keeps its momentum in the hook (momentum correction,
+  ``netsenseml.memory``), so with error feedback on the worker's SGD runs without momentum;
+  SGD momentum on top would apply momentum twice.
 
 JSONL records (DIR/rank<N>.jsonl, one per line, flushed when written):
 
 - ``start``: kind, rank, world_size, model, dataset, method, params, grad_bytes, batch_size,
-  seed, wall, host, torch, backend, lr, pg_timeout_s, setup_s, t (=0), plus model knobs;
+  seed, wall, host, torch, backend, optimizer, lr, momentum, pg_timeout_s, setup_s, t (=0),
+  knobs (the model's resolved size knobs), context, eval_samples;
   ``proc_wall`` (wall clock when the interpreter reached this module, before ``import torch``),
   ``imports_s`` (from there to ``run()``) and ``phases`` (seconds of each set-up phase:
   data_model, rendezvous = ``init_process_group``, ddp = DDP + hook + optimizer + loader,
   barrier = the first barrier, i.e. waiting for the slowest rank). ``setup_s`` is their sum.
 - ``step``: kind, t, wall, step (1-based), samples (global), compute_s, comm_s, step_s,
   bytes_sent, kept_ratio, level, loss (this rank's), plus every other hook stat
-- ``eval``: kind, t, wall, step, accuracy (LM: next-character accuracy), loss, and
-  reached_target when --target-accuracy is set
+- ``eval``: kind, t, wall, step, accuracy (LM: next-character accuracy), loss, eval_s,
+  samples_evaluated, and reached_target when --target-accuracy is set
 - ``summary``: kind, t, wall, steps, samples, status ("ok" | "failed"), final_accuracy,
   train_time_s, target_reached_t (null if not reached), final_eval_s (the closing
   evaluation's seconds; 0 when the last step's periodic evaluation stands for it), error
@@ -109,13 +123,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
 
 from netsenseml import hooks, methods  # noqa: E402
-from workloads.datasets import DATASETS, Data, DatasetError, load_dataset  # noqa: E402
-from workloads.models import DEFAULT_WIDTH, MODELS, build_model, model_info  # noqa: E402
+from workloads import registry  # noqa: E402
+from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
+from workloads.models import build_model, model_info  # noqa: E402
 
-DEFAULT_LR = {"mlp": 0.05, "resnet18": 0.05, "gpt": 1e-3}
-IMAGE_DATASETS = ("digits", "synthetic", "cifar10", "cifar100")
-# which datasets each model accepts: the LM needs text, the classifiers need images
-PAIRINGS = {"mlp": IMAGE_DATASETS, "resnet18": IMAGE_DATASETS, "gpt": ("text",)}
+EVAL_BATCH = 256  # minimum evaluation batch
 # step-record keys the worker owns; a hook stat of the same name is logged as hook_<name>
 _RESERVED = {"kind", "t", "wall", "step", "samples", "compute_s", "step_s", "loss"}
 
@@ -148,8 +160,9 @@ def _positive(kind: type) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="python -m workloads.train", description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, choices=MODELS)
-    p.add_argument("--dataset", required=True, choices=DATASETS)
+    p.add_argument("--model", required=True,
+                   help=f"one of: {registry.accepted_models()}")
+    p.add_argument("--dataset", required=True, choices=registry.dataset_names())
     p.add_argument("--method", required=True, help=f"one of: {methods.forms()}")
     p.add_argument("--steps", type=_positive(int), help="train exactly N steps")
     p.add_argument("--time-limit", type=_positive(float), help="train S seconds (ranks agree)")
@@ -157,18 +170,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--log-dir", required=True)
     p.add_argument("--eval-every", type=_positive(int), help="eval every K steps")
-    p.add_argument("--eval-samples", type=_positive(int), default=1000,
-                   help="held-out samples per evaluation (first N of the split; default 1000)")
+    p.add_argument("--eval-samples", type=_positive(int),
+                   help="held-out samples per evaluation (first N of the split; default: the "
+                        "dataset's, e.g. 2000 for mixture, 1000 for the others)")
     p.add_argument("--target-accuracy", type=float, help="mark evals reaching it")
+    p.add_argument("--stop-at-target", action="store_true",
+                   help="end the run at the first evaluation reaching --target-accuracy")
     p.add_argument("--data-dir", help="folder holding CIFAR python-pickle batches")
     p.add_argument("--lr", type=_positive(float),
-                   help="default: mlp 0.05, resnet18 0.05 (SGD momentum 0.9), gpt 1e-3 (AdamW)")
+                   help="default: the model's (" + ", ".join(
+                       f"{n} {registry.model_entry(n).lr:g} {registry.model_entry(n).optimizer}"
+                       for n in registry.model_names()) + "; plug-ins 0.05 sgd)")
     p.add_argument("--width", type=_positive(int),
-                   help=f"mlp hidden units (default {DEFAULT_WIDTH['mlp']}) or resnet18 first-"
-                        f"stage channels (default {DEFAULT_WIDTH['resnet18']}, 64 = original)")
-    p.add_argument("--layers", type=_positive(int), default=4, help="gpt blocks (default 4)")
-    p.add_argument("--d-model", type=_positive(int), default=256, help="gpt width (default 256)")
-    p.add_argument("--context", type=_positive(int), default=64, help="gpt context (default 64)")
+                   help="knob width: mlp hidden units (default 1024) or resnet18 first-stage "
+                        "channels (default 32, 64 = original)")
+    p.add_argument("--layers", type=_positive(int), help="knob layers: gpt blocks (default 4)")
+    p.add_argument("--d-model", type=_positive(int), help="knob d_model: gpt width (default 256)")
+    p.add_argument("--model-args", default="",
+                   help="any model knobs as name=value,...; e.g. width=512 or, for a plug-in "
+                        "factory, its own keyword arguments")
+    p.add_argument("--context", type=_positive(int), default=64,
+                   help="text dataset: characters per sample, the gpt context (default 64)")
     p.add_argument("--threads", type=_positive(int), default=1, help="torch threads (default 1)")
     p.add_argument("--pg-timeout", type=_positive(float), default=60.0,
                    help="process-group timeout in seconds (default 60)")
@@ -185,14 +207,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         methods.load(args.method)  # imports a plug-in (pkg.mod:Name) now: one line if it fails
     except ValueError as e:
         bad_args(f"argument --method: {e}")
-    if args.dataset not in PAIRINGS[args.model]:
-        bad_args(f"argument --dataset: {args.dataset!r} does not fit model {args.model!r}; "
-                 f"accepted for {args.model}: {', '.join(PAIRINGS[args.model])}")
+    try:
+        registry.check_model_name(args.model)
+    except registry.RegistryError as e:
+        bad_args(f"argument --model: {e}")
+    try:
+        args.knobs = model_knobs(args)
+        if not registry.is_plugin(args.model):
+            registry.model_entry(args.model).resolve_knobs(args.knobs)
+    except registry.RegistryError as e:
+        bad_args(f"argument --model-args: {e}")
+    if not registry.is_plugin(args.model):
+        entry = registry.model_entry(args.model)
+        if not registry.fits(entry, registry.dataset_entry(args.dataset)):
+            bad_args(f"argument --dataset: {args.dataset!r} does not fit model {args.model!r}; "
+                     f"accepted for {args.model}: {', '.join(registry.datasets_for(entry))}")
     if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
         bad_args(f"argument --target-accuracy: must be in (0, 1], got {args.target_accuracy}")
-    if args.model == "gpt" and args.d_model % max(1, args.d_model // 64):
-        bad_args(f"argument --d-model: {args.d_model} must be a multiple of 64 or below 128")
+    if args.stop_at_target and (args.target_accuracy is None or not args.eval_every):
+        bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
+    if args.eval_samples is None:
+        args.eval_samples = registry.dataset_entry(args.dataset).eval_samples
     return args
+
+
+def model_knobs(args: argparse.Namespace) -> dict[str, Any]:
+    """Knobs given on the command line: the shorthand flags, then ``--model-args``."""
+    given: dict[str, Any] = {k: v for k, v in (("width", args.width), ("layers", args.layers),
+                                                ("d_model", args.d_model)) if v is not None}
+    return {**given, **registry.parse_knobs(args.model_args)}
 
 
 # --------------------------------------------------------------------------- logging
@@ -296,6 +339,7 @@ def evaluate(model: nn.Module, data: Data, n: int, batch: int, rank: int, world:
     was_training = model.training
     model.eval()
     idx = list(range(min(n, len(data.test))))[rank::world]
+    batch = max(batch, EVAL_BATCH)
     loader = DataLoader(Subset(data.test, idx), batch_size=batch, shuffle=False)
     sums = torch.zeros(3, dtype=torch.float64)  # correct, count, loss*count
     for x, y in loader:
@@ -310,11 +354,18 @@ def evaluate(model: nn.Module, data: Data, n: int, batch: int, rank: int, world:
     return correct / max(count, 1), loss_sum / max(count, 1)
 
 
-def _make_optimizer(model: nn.Module, name: str, lr: float) -> torch.optim.Optimizer:
-    if name == "gpt":
-        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    wd = 5e-4 if name == "resnet18" else 0.0
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=wd)
+def sgd_momentum(entry: registry.ModelEntry, method: str, error_feedback: bool) -> float:
+    """The model's SGD momentum, 0 for dgc with error feedback (see module docstring)."""
+    dgc = methods.parse(method).name == "dgc" and error_feedback
+    return 0.0 if dgc else entry.momentum
+
+
+def make_optimizer(model: nn.Module, entry: registry.ModelEntry, lr: float,
+                   momentum: float) -> torch.optim.Optimizer:
+    if entry.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=entry.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
+                           weight_decay=entry.weight_decay)
 
 
 def _free_port() -> int:
@@ -339,6 +390,9 @@ class Setup:
     backend: str
     info: Any
     lr: float
+    entry: registry.ModelEntry
+    momentum: float
+    knobs: dict[str, Any]
     phases: dict[str, float] = field(default_factory=dict)
 
 
@@ -366,12 +420,21 @@ def setup(args: argparse.Namespace) -> Setup:
     if len(loader) == 0:
         bad_args(f"argument --batch-size: {args.batch_size} exceeds this rank's shard of "
                  f"{len(sampler)} samples")
-    Path(args.log_dir).mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(args.seed)
-    model = build_model(args.model, input_shape=data.input_shape, num_classes=data.num_classes,
-                        width=args.width, layers=args.layers, d_model=args.d_model,
-                        context=args.context)
+    try:
+        entry = registry.model_entry(args.model)
+        if not registry.fits(entry, registry.dataset_entry(args.dataset)):
+            raise registry.RegistryError(
+                f"dataset {args.dataset!r} (kind {data.kind}) does not fit model "
+                f"{args.model!r}; accepted kinds: {', '.join(entry.kinds)}")
+        model = build_model(args.model, input_shape=data.input_shape,
+                            num_classes=data.num_classes, **args.knobs)
+    except (registry.RegistryError, TypeError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        bad_args(f"argument --model/--model-args: {first}")
+    knobs = entry.resolve_knobs(args.knobs)
+    Path(args.log_dir).mkdir(parents=True, exist_ok=True)  # after every refusal: none leaves a folder
     info = model_info(model)
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
@@ -393,15 +456,16 @@ def setup(args: argparse.Namespace) -> Setup:
     ddp = DDP(model, device_ids=[device.index] if cuda else None)
     state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback,
                            seed=args.seed)  # random-k draws its shared indices from it
-    lr = args.lr or DEFAULT_LR[args.model]
-    opt = _make_optimizer(ddp, args.model, lr)
+    lr = args.lr or entry.lr
+    momentum = sgd_momentum(entry, args.method, not args.no_error_feedback)
+    opt = make_optimizer(ddp, entry, lr, momentum)
     phases["ddp"] = time.perf_counter() - t
 
     t = time.perf_counter()
     dist.barrier()
     phases["barrier"] = time.perf_counter() - t
     return Setup(rank, world, data, ddp, state, opt, sampler, loader, device, backend, info,
-                 lr, {k: round(v, 4) for k, v in phases.items()})
+                 lr, entry, momentum, knobs, {k: round(v, 4) for k, v in phases.items()})
 
 
 @dataclass
@@ -421,9 +485,11 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
     """The step loop, the periodic evaluations and the closing one; fills ``out``."""
 
     def do_eval(step: int) -> None:
+        t_eval = time.perf_counter()
         acc, loss = evaluate(s.ddp.module, s.data, args.eval_samples, args.batch_size, s.rank,
                              s.world, s.device, watchdog.beat)
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"eval_s": time.perf_counter() - t_eval,
+                                 "samples_evaluated": min(args.eval_samples, len(s.data.test))}
         if args.target_accuracy is not None:
             extra["reached_target"] = acc >= args.target_accuracy
             if acc >= args.target_accuracy and out.target_t is None:
@@ -460,6 +526,8 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
         watchdog.beat()
         if args.eval_every and step % args.eval_every == 0:
             do_eval(step)
+            if args.stop_at_target and out.target_t is not None:
+                break  # the accuracy is global, so every rank stops after this step
         if args.time_limit is not None and step >= next_check:
             elapsed_max.fill_(time.perf_counter() - origin)
             dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
@@ -495,10 +563,11 @@ def run(args: argparse.Namespace) -> int:
     log.write("start", rank=s.rank, world_size=s.world, model=args.model, dataset=args.dataset,
               method=args.method, params=s.info.params, grad_bytes=s.info.grad_bytes,
               batch_size=args.batch_size, seed=args.seed, host=socket.gethostname(),
-              torch=torch.__version__, backend=s.backend, lr=s.lr, pg_timeout_s=args.pg_timeout,
-              setup_s=origin - t_launch, proc_wall=PROC_WALL, imports_s=t_launch - PROC_T0,
-              phases=s.phases, width=args.width or DEFAULT_WIDTH.get(args.model),
-              layers=args.layers, d_model=args.d_model, context=args.context,
+              torch=torch.__version__, backend=s.backend, optimizer=s.entry.optimizer, lr=s.lr,
+              momentum=s.momentum if s.entry.optimizer == "sgd" else None,
+              pg_timeout_s=args.pg_timeout, setup_s=origin - t_launch, proc_wall=PROC_WALL,
+              imports_s=t_launch - PROC_T0, phases=s.phases, knobs=s.knobs,
+              context=args.context, eval_samples=args.eval_samples,
               error_feedback=not args.no_error_feedback)
     print(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
           f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "

@@ -20,7 +20,9 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     topology.leaves, topology.spines, topology.hosts_per_leaf,
     topology.access_mbit, topology.uplink_mbit                          (leafspine)
     topology.queue_pkts, topology.delay_ms, topology.jitter_ms, topology.loss_pct
-    workload.model, workload.dataset, workload.batch_size, workload.steps,
+    workload.model (a name in workloads.registry, or package.module:factory for a user's
+    model importable by the workers), workload.dataset (a name in workloads.registry),
+    workload.batch_size, workload.steps,
     workload.time_limit_s, workload.eval_every, workload.target_accuracy, workload.lr,
     workload.threads, workload.data_dir, workload.args.<knob>   (e.g. workload.args.width)
     methods, methods.N, seeds, seeds.N
@@ -48,6 +50,7 @@ from pydantic import (
 )
 
 from netsenseml import methods
+from workloads import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -159,8 +162,8 @@ def build_params(topo: StarTopology | DumbbellTopology | LeafSpineTopology) -> d
 class Workload(_Strict):
     """The training job: ``python -m workloads.train`` arguments."""
 
-    model: Literal["mlp", "resnet18", "gpt"] = "mlp"
-    dataset: Literal["digits", "synthetic", "text", "cifar10", "cifar100"] = "digits"
+    model: str = "mlp"  # a name in workloads.registry or package.module:factory
+    dataset: str = "digits"  # a name in workloads.registry
     batch_size: int = Field(32, gt=0, le=65536)
     steps: int | None = Field(None, gt=0)
     time_limit_s: float | None = Field(None, gt=0)
@@ -172,10 +175,27 @@ class Workload(_Strict):
     pg_timeout_s: float | None = Field(None, gt=0)
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
 
+    @field_validator("model")
+    @classmethod
+    def _model_known(cls, v: str) -> str:
+        registry.check_model_name(v)  # torch-free; a plug-in's module must be findable
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_known(cls, v: str) -> str:
+        registry.dataset_entry(v)
+        return v
+
     @model_validator(mode="after")
     def _one_length(self) -> Workload:
         if (self.steps is None) == (self.time_limit_s is None):
             raise ValueError("give exactly one of steps or time_limit_s")
+        if not registry.is_plugin(self.model):
+            entry = registry.model_entry(self.model)
+            if not registry.fits(entry, registry.dataset_entry(self.dataset)):
+                raise ValueError(f"dataset {self.dataset!r} does not fit model {self.model!r}; "
+                                 f"accepted: {', '.join(registry.datasets_for(entry))}")
         return self
 
     @field_validator("args")

@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from workloads.datasets import DatasetError, SyntheticImages, load_dataset
-from workloads.models import build_model, mlp_width_for_grad_mb, model_info
+from workloads.datasets import (
+    MIXTURE_CLASSES,
+    MIXTURE_FEATURES,
+    DatasetError,
+    GaussianMixture,
+    SyntheticImages,
+    load_dataset,
+)
+from workloads.models import build_model, mlp_params, mlp_width_for_grad_mb, model_info
 
 torch.set_num_threads(1)  # the machine's cores are shared with the worker processes of other tests
 
@@ -50,6 +57,33 @@ def test_synthetic_is_learnable() -> None:
     with torch.no_grad():
         acc = (model(torch.stack(xs)).argmax(1) == torch.tensor(ys)).float().mean().item()
     assert acc > 0.5, acc  # chance is 0.1
+
+
+def test_mixture_is_deterministic_balanced_and_as_documented() -> None:
+    d = load_dataset("mixture")
+    assert (len(d.train), len(d.test), d.input_shape, d.num_classes, d.kind) == (
+        200_000, 10_000, (MIXTURE_FEATURES,), MIXTURE_CLASSES, "vector")
+    fresh = GaussianMixture(200_000, 0)
+    for i in (0, 7, 199_999):  # same index, same sample, from an independent instance
+        (x1, y1), (x2, y2) = d.train[i], fresh[i]
+        assert torch.equal(x1, x2) and y1 == y2 == i % MIXTURE_CLASSES
+    assert not torch.equal(d.test[0][0], d.train[0][0])
+    assert torch.equal(d.test.means, d.train.means)  # one mixture, two disjoint index ranges
+    xs, ys = zip(*(d.test[i] for i in range(3000)), strict=True)
+    x, y = torch.stack(xs), torch.tensor(ys)
+    assert torch.bincount(y, minlength=MIXTURE_CLASSES).tolist() == [10] * MIXTURE_CLASSES
+    noise = x - d.test.means[y]
+    assert abs(noise.std().item() - 1.0) < 0.02 and abs(noise.mean().item()) < 0.02
+    assert abs(d.test.means.std().item() - 0.45) < 0.01
+    # the documented Bayes accuracy: nearest class mean classifies (almost) all samples
+    assert (torch.cdist(x, d.test.means).argmin(1) == y).float().mean().item() > 0.999
+
+
+def test_mixture_model_sizes_are_as_documented() -> None:
+    assert mlp_params(256, 300, 2048) == 5_337_388  # workloads/README.md: 5.34 M, 21.3 MB
+    assert mlp_params(256, 300, 3072) == 11_151_660  # the >= 10 M one: 11.15 M, 44.6 MB
+    m = build_model("mlp", input_shape=(256,), num_classes=300, width=64)
+    assert model_info(m).params == mlp_params(256, 300, 64)
 
 
 def test_text_windows_shift_by_one_and_split_at_90_percent() -> None:
@@ -96,7 +130,7 @@ def test_mlp_width_sets_gradient_size(mb: int) -> None:
 def test_models_accept_their_inputs() -> None:
     cnn = build_model("resnet18", input_shape=(3, 32, 32), num_classes=100, width=4)
     assert cnn(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
-    gpt = build_model("gpt", input_shape=(16,), num_classes=50, layers=1, d_model=32, context=16)
+    gpt = build_model("gpt", input_shape=(16,), num_classes=50, layers=1, d_model=32)
     assert gpt(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 50)
     full = model_info(build_model("resnet18", input_shape=(3, 32, 32), num_classes=10, width=64))
     assert 11.0e6 < full.params < 11.3e6  # the real ResNet-18 (CIFAR variant)
