@@ -49,6 +49,7 @@ from testbed.config.scenario import (
     build_params,
     link_names,
 )
+from testbed.emulation import rootless
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import records
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
@@ -217,7 +218,8 @@ def _host_facts() -> dict[str, Any]:
         "hostname": platform.node(),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
-        "euid": os.geteuid(),
+        "euid": os.geteuid(),  # 0 also in the rootless mode: root of the run's user namespace
+        "emulation": "rootless" if rootless.in_namespace() else "native",
     }
 
 
