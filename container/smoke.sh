@@ -11,6 +11,7 @@
 #                    absent it is built from Debian packages (container/base-image.sh)
 #   CONTAINER_OUT    where the run folders go        (results/container)
 #   SCENARIO         scenario to run                 (smoke)
+#   CONTAINER_TIMEOUT_S  the run's container is killed after this many seconds (900)
 #   PIP_PY           python whose pip sources the build reuses (python3; container/pip_sources.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ IMAGE=${CONTAINER_IMAGE:-localhost/netsense:dev}
 BASE=${CONTAINER_BASE:-localhost/netsense-base:bookworm}
 OUT=${CONTAINER_OUT:-results/container}
 SCENARIO=${SCENARIO:-smoke}
+RUN_TIMEOUT_S=${CONTAINER_TIMEOUT_S:-900}  # the container is killed after this (a hung run)
 PIP_PY=${PIP_PY:-python3}
 export PODMAN="podman --runtime runc"
 
@@ -48,19 +50,32 @@ fi
 t_base=$((SECONDS - t0))
 
 mapfile -t pip_args < <("$PIP_PY" container/pip_sources.py 2>/dev/null || true)
-echo "container-smoke: building $IMAGE from $BASE"
-$PODMAN build --quiet "${ulimit_args[@]}" --build-arg "BASE=$BASE" "${pip_args[@]}" \
-  -t "$IMAGE" -f Containerfile . >/dev/null
+mkdir -p "$OUT"
+echo "container-smoke: building $IMAGE from $BASE (log: $OUT/build.log)"
+if ! $PODMAN build "${ulimit_args[@]}" --build-arg "BASE=$BASE" "${pip_args[@]}" \
+     -t "$IMAGE" -f Containerfile . >"$OUT/build.log" 2>&1; then
+  tail -n 30 "$OUT/build.log"
+  echo "container-smoke: the image build failed (whole log: $OUT/build.log)" >&2
+  exit 1
+fi
 t_build=$((SECONDS - t0 - t_base))
 
 name="netsense-smoke-$$-$RANDOM"
 trap '$PODMAN rm --force --ignore "$name" >/dev/null 2>&1 || true' EXIT
 echo "container-smoke: running scenario $SCENARIO in container $name (unprivileged)"
 rc=0
-$PODMAN run --name "$name" "${ulimit_args[@]}" "$IMAGE" \
+$PODMAN run --name "$name" "${ulimit_args[@]}" --timeout="$RUN_TIMEOUT_S" "$IMAGE" \
   netsense run "$SCENARIO" --out /home/netsense/results --quiet || rc=$?
 t_run=$((SECONDS - t0 - t_base - t_build))
-mkdir -p "$OUT"
 $PODMAN cp "$name:/home/netsense/results/." "$OUT/"
 echo "container-smoke: run folders in $OUT/$SCENARIO; base ${t_base}s, build ${t_build}s, run ${t_run}s"
-exit $rc
+[ $rc = 0 ] || exit $rc
+# Say so when the runs did not take the rootless path: then the container was privileged.
+"$PIP_PY" - "$OUT/$SCENARIO" <<'PY'
+import json, sys
+from pathlib import Path
+modes = {json.loads(p.read_text())["host"].get("emulation")
+         for p in Path(sys.argv[1]).glob("*/config.json")}
+if modes != {"rootless"}:
+    sys.exit(f"container-smoke: expected rootless runs in the container, found {modes}")
+PY

@@ -37,7 +37,7 @@ import time
 import warnings
 from pathlib import Path
 
-from testbed.emulation import kernel, leftovers
+from testbed.emulation import kernel, leftovers, rootless
 from topologies import shaping
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class Emulation:
                     return node
 
             self._net = TrackedMininet(topo=self.topo, switch=LinuxBridge, controller=None,
+                                       host=_host_class(),
                                        link=ShapedLink, build=False)
             self._net.build()
             self._net.start()
@@ -377,6 +378,30 @@ class Emulation:
             if client is not None:
                 self.kill(client)
             self.kill(server)
+
+
+def _host_class():
+    """Mininet's Host, or, where a new network namespace cannot mount its own sysfs, a Host
+    whose shell gets its namespace from ``unshare --net`` instead of ``mnexec -n``.
+
+    Why: ``mnexec -n`` mounts a sysfs for the new namespace and gives up when that is
+    refused, which an unprivileged container does (its /sys is read-only with masked
+    paths, so a fresh sysfs would show more; see rootless.sysfs_mountable), leaving Mininet
+    waiting for a shell that never starts.  Nothing of the testbed reads a host's sysfs.
+    """
+    from mininet.node import Host
+
+    if rootless.sysfs_mountable():
+        return Host
+
+    class UnshareNetHost(Host):
+        def _popen(self, cmd, **params):
+            opts = cmd[1] if cmd[:1] == ["mnexec"] and len(cmd) > 1 else ""
+            if opts.startswith("-") and "n" in opts and "a" not in opts:  # the host's shell
+                cmd = ["mnexec", opts.replace("n", ""), "unshare", "--net", "--", *cmd[2:]]
+            return super()._popen(cmd, **params)
+
+    return UnshareNetHost
 
 
 def _kill_groups(procs: list[subprocess.Popen], grace_s: float) -> None:

@@ -16,9 +16,10 @@ How: ``netsense run|sweep``, started by a process that may not create interfaces
 ``choose_mode``), replaces itself (``os.execvpe``, same PID: Ctrl-C, SIGTERM and exit codes
 behave as before) with ``unshare ... -- python -m testbed.cli <same arguments>``.  The new
 process is root of its own user namespace with every capability over its new network
-namespace, brings up loopback, mounts a sysfs of that namespace where allowed (refused in
-containers, where /sys of the container's namespace stays; Mininet does not need it), and
-builds the emulation as usual.  What it writes belongs to the real user: uid 0 inside maps
+namespace, brings up loopback, mounts a sysfs of that namespace where allowed, and builds
+the emulation as usual.  (Unprivileged containers refuse any new sysfs mount, which
+Mininet's `mnexec -n` needs for each host: there hosts get their namespaces from
+`unshare --net` instead, see network._host_class.)  What it writes belongs to the real user: uid 0 inside maps
 to them.  NETSENSE_USERNS=1 marks it, so it never re-executes again.
 
 What a killed rootless run leaves: its interfaces exist only in its namespaces and vanish
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import shutil
 import subprocess
@@ -172,6 +174,17 @@ def choose_mode() -> Mode:
                                 f"mount namespace ({' '.join(UNSHARE)})")
     why, fix = problem
     return Mode("none", f"{why_not}, and {why}", fix)
+
+
+@functools.cache
+def sysfs_mountable() -> bool:
+    """Can a new network namespace mount its own sysfs here, as Mininet's `mnexec -n` does?
+
+    Not in an unprivileged container: its /sys is read-only with masked paths, and the
+    kernel refuses a fresh sysfs that would reveal more than that (mount_too_revealing).
+    """
+    return _run(["unshare", "--net", "--mount", "mount", "-t", "sysfs", "sysfs",
+                 "/sys"]).returncode == 0
 
 
 def reexec(args: list[str], state_dir: Path) -> NoReturn:
