@@ -51,6 +51,7 @@ t_base=$((SECONDS - t0))
 
 mapfile -t pip_args < <("$PIP_PY" container/pip_sources.py 2>/dev/null || true)
 mkdir -p "$OUT"
+old_id=$($PODMAN image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 echo "container-smoke: building $IMAGE from $BASE (log: $OUT/build.log)"
 if ! $PODMAN build "${ulimit_args[@]}" --build-arg "BASE=$BASE" "${pip_args[@]}" \
      -t "$IMAGE" -f Containerfile . >"$OUT/build.log" 2>&1; then
@@ -59,6 +60,10 @@ if ! $PODMAN build "${ulimit_args[@]}" --build-arg "BASE=$BASE" "${pip_args[@]}"
   exit 1
 fi
 t_build=$((SECONDS - t0 - t_base))
+new_id=$($PODMAN image inspect --format '{{.Id}}' "$IMAGE")
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
+  $PODMAN rmi "$old_id" >/dev/null 2>&1 || true  # the image this build replaced, by its ID
+fi
 
 name="netsense-smoke-$$-$RANDOM"
 trap '$PODMAN rm --force --ignore "$name" >/dev/null 2>&1 || true' EXIT
