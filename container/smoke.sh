@@ -73,7 +73,8 @@ $PODMAN run --name "$name" "${ulimit_args[@]}" --timeout="$RUN_TIMEOUT_S" "$IMAG
   netsense run "$SCENARIO" --out /home/netsense/results --quiet || rc=$?
 t_run=$((SECONDS - t0 - t_base - t_build))
 $PODMAN cp "$name:/home/netsense/results/." "$OUT/"
-echo "container-smoke: run folders in $OUT/$SCENARIO; base ${t_base}s, build ${t_build}s, run ${t_run}s"
+echo "container-smoke: run folders in $OUT/$SCENARIO; base ${t_base}s, build ${t_build}s," \
+  "run ${t_run}s, all ${SECONDS}s"
 [ $rc = 0 ] || exit $rc
 # Say so when the runs did not take the rootless path: then the container was privileged.
 "$PIP_PY" - "$OUT/$SCENARIO" <<'PY'
