@@ -11,7 +11,8 @@ PYTEST_ARGS ?=
 APT_PACKAGES := mininet iperf3 bridge-utils
 STAMP    := $(VENV)/.netsense-setup
 
-.PHONY: setup test experiment sweep figures report clean distclean lint bench doctor
+.PHONY: setup test experiment sweep figures report clean distclean lint bench doctor \
+        container-smoke container-clean
 
 setup: $(STAMP)
 
@@ -61,6 +62,19 @@ bench: setup
 
 doctor: setup
 	$(VENV)/bin/netsense doctor
+
+# The smoke scenario in an unprivileged podman container (no --privileged, no --cap-add):
+# builds the image (its base from Debian packages where no registry is reachable), runs it,
+# copies the run folders to results/container/.  Installs podman when missing; see
+# container/smoke.sh for its settings.  container-clean removes exactly these two images.
+CONTAINER_IMAGE ?= localhost/netsense:dev
+CONTAINER_BASE  ?= localhost/netsense-base:bookworm
+container-smoke:
+	CONTAINER_IMAGE=$(CONTAINER_IMAGE) CONTAINER_BASE=$(CONTAINER_BASE) SCENARIO=$(SCENARIO) \
+	  PIP_PY=$(PY_BOOT) container/smoke.sh
+
+container-clean:
+	podman --runtime runc rmi --ignore $(CONTAINER_IMAGE) $(CONTAINER_BASE)
 
 # Removes build caches and leftovers of this testbed's own runs (found by its prefix);
 # never touches results/ or anything another tool created.

@@ -66,6 +66,9 @@ def sweep_cmd(
                       f"{sw.FALLBACK_STEP_S} s, + {sw.PER_RUN_OVERHEAD_S:.0f} s per run for "
                       "build, worker start-up and teardown)")
         return
+    from testbed.cli.app import preflight
+
+    preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
     rep = run_sweep(runs, console=console)
     console.print(f"sweep {spec.name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
                   f"skipped (already ok) in {rep.seconds / 60:.1f} min; results in "

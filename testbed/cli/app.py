@@ -84,7 +84,7 @@ def run(
         seeds = list(seed) if seed else list(scn.seeds)
     except ScenarioError as exc:
         fail(str(exc))
-    _preflight()
+    preflight()
 
     from testbed.orchestration import launcher
     from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario
@@ -116,16 +116,35 @@ def _unique(path: Path) -> Path:
     return path.with_name(f"{path.name}-{n}")
 
 
-def _preflight() -> None:
-    """Refuse (exit 2) before building anything when the machine cannot emulate."""
-    import os
+def preflight() -> None:
+    """Refuse (exit 2) before building anything when this machine cannot emulate; enter
+    the rootless mode when this user may not create interfaces here.
+
+    Rootless: the process replaces itself with the same command inside its own user +
+    network + mount namespace (testbed.emulation.rootless) and comes back here, inside.
+    """
     import shutil
 
-    if os.geteuid() != 0:
-        fail("netsense run needs root (network namespaces, tc); see `netsense doctor`")
+    from testbed.emulation import leftovers, rootless
+
+    mode = rootless.choose_mode()
+    if mode.name == "none":
+        fail(f"cannot emulate here: {mode.detail}; to fix: {mode.fix} (see `netsense doctor`)")
     for tool in ("mnexec", "iperf3", "tc", "ip"):
         if shutil.which(tool) is None:
             fail(f"{tool} not found; see `netsense doctor`")
+    if mode.name == "rootless" and not rootless.in_namespace():
+        try:
+            state_dir = leftovers.default_state_dir()
+            leftovers.ensure_own_dir(state_dir)
+        except OSError as exc:
+            fail(str(exc))
+        rootless.reexec(sys.argv[1:], state_dir)
+    if rootless.in_namespace():
+        try:
+            rootless.prepare_namespace()
+        except OSError as exc:
+            fail(str(exc))
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -174,25 +193,31 @@ def list_() -> None:
 
 @app.command()
 def doctor() -> None:
-    """What this machine can emulate: root, netns, HTB/TBF, netem, mnexec, iperf3, bridge."""
+    """Which mode runs use here (native root / rootless user namespace) and what works.
+
+    Exit 1 when the chosen mode cannot run the testbed; optional features (netem, TBF)
+    missing only say what will be refused.
+    """
     from rich.console import Console
     from rich.table import Table
 
-    from testbed.cli.doctor import checks
+    from testbed.cli.doctor import checks, usable
 
+    results = checks()
     table = Table(title="netsense doctor", title_justify="left")
-    table.add_column("check")
-    table.add_column("status")
-    table.add_column("detail")
-    table.add_column("to fix")
-    all_ok = True
-    for c in checks():
-        all_ok &= bool(c.ok)
-        table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]missing[/]", c.detail or "",
-                      "" if c.ok else (c.fix or ""))
+    for col in ("check", "status", "detail", "to fix"):
+        table.add_column(col)
+    for c in results:
+        status = "[green]ok[/]" if c.ok else ("[red]FAILED[/]" if c.required
+                                              else "[yellow]missing[/]")
+        table.add_row(c.name, status, c.detail or "", "" if c.ok else (c.fix or ""))
     Console(width=max(120, Console().width)).print(table)
-    if not all_ok:
-        typer.echo("some checks failed: emulation features that need them are refused")
+    if not usable(results):
+        typer.echo("netsense run cannot work here: fix the FAILED checks")
+        raise typer.Exit(1)
+    missing = [c.name for c in results if not c.ok]
+    if missing:
+        typer.echo(f"runs work; features needing {', '.join(missing)} are refused")
 
 
 @app.command()

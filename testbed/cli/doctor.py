@@ -1,21 +1,32 @@
-"""`netsense doctor`: can this machine emulate networks, and if not, what to do about it.
+"""`netsense doctor`: which mode `netsense run` will use here, whether it can work, and if
+not, what to do about it.
 
-Each check probes for real (a throwaway veth/bridge named with a fresh testbed prefix,
-removed right away) rather than reading version numbers, because what matters is whether
-the kernel and tools accept the operation, e.g. sch_netem is missing on some kernels that
-have everything else.
+The mode comes first (testbed.emulation.rootless.choose_mode): native as root with
+CAP_NET_ADMIN, rootless (a user + network + mount namespace of the run's own) otherwise, or
+none.  The kernel checks then probe for real *in that mode's context* -- for rootless, in a
+throwaway namespace made the same way a run makes it -- with a throwaway veth/bridge named
+with a fresh testbed prefix, removed right away, rather than reading version numbers:
+what matters is whether the kernel accepts the operation, e.g. sch_netem is missing on some
+kernels that have everything else.  A failure's advice follows its cause: "Operation not
+permitted" is a permission problem (root, or user namespaces), an unknown qdisc or device
+type is a missing kernel module.  Exit status: 1 when a check the chosen mode needs fails;
+optional features (netem, TBF) only say what will be refused.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed.emulation import kernel
+from testbed.emulation import kernel, rootless
+
+OPTIONAL = ("TBF", "netem")  # the testbed shapes with HTB; netem only for delay/jitter/loss
 
 
 @dataclass(frozen=True)
@@ -25,41 +36,46 @@ class Check:
     detail: str
     fix: str
 
+    @property
+    def required(self) -> bool:
+        return self.name not in OPTIONAL
+
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
-def _userns_available() -> bool:
-    if not shutil.which("unshare"):
-        return False
-    return _run(["unshare", "--user", "--map-root-user", "--net", "true"]).returncode == 0
+def check_mode(mode: rootless.Mode) -> Check:
+    return Check("mode", mode.name != "none", f"{mode.name}: {mode.detail}", mode.fix)
 
 
-def check_root() -> Check:
-    if os.geteuid() == 0:
-        return Check("root", True, "running as root", "")
-    if _userns_available():
-        return Check("root", True, "not root, but user namespaces are available", "")
-    return Check("root", False, "not root and no unprivileged user namespaces",
-                 "run as root (sudo) or enable kernel.unprivileged_userns_clone")
-
-
-def check_netns() -> Check:
-    if not shutil.which("unshare"):
-        return Check("netns", False, "unshare not found", "apt-get install util-linux")
-    argv = ["unshare", "--net", "true"] if os.geteuid() == 0 else \
-        ["unshare", "--user", "--map-root-user", "--net", "true"]
-    res = _run(argv)
+def check_netns(mode: rootless.Mode) -> Check:
+    """Native: can this process make network namespaces?  Rootless: the mode probe made one."""
+    if mode.name == "rootless":
+        return Check("netns", True, "network namespaces inside the user namespace", "")
+    if mode.name == "none":
+        return Check("netns", False, "no mode to make them in", "see mode")
+    res = _run(["unshare", "--net", "true"])
     if res.returncode == 0:
         return Check("netns", True, "network namespaces can be created", "")
-    return Check("netns", False, res.stderr.strip() or "unshare --net failed",
-                 "enable CONFIG_NET_NS / run as root")
+    err = res.stderr.strip() or "unshare --net failed"
+    return Check("netns", False, err, _fix(err, "CONFIG_NET_NS (a kernel with network "
+                                                "namespaces)"))
 
 
-def _qdisc_check(name: str, kind: str, args: str, fix: str) -> Check:
+def _fix(err: str, module: str) -> str:
+    """Advice that fits the cause: a permission problem is not a missing kernel module."""
+    low = err.lower()
+    if "not permitted" in low or "permission denied" in low:
+        return ("a permission problem, not the kernel: run as root, or as a user where user "
+                "namespaces are allowed (rootless mode)")
+    return f"the kernel lacks {module}: as root, modprobe it (or use a kernel that has it)"
+
+
+def _qdisc_check(name: str, kind: str, args: str, module: str, effect: str = "") -> Check:
     ok, detail = kernel.probe_qdisc(kind, args)
-    return Check(name, ok, detail, "" if ok else fix)
+    fix = "" if ok else _fix(detail, module) + (f"; {effect}" if effect else "")
+    return Check(name, ok, detail, fix)
 
 
 def check_bridge() -> Check:
@@ -69,8 +85,8 @@ def check_bridge() -> Check:
     name = kernel.probe_prefix() + "b"
     res = _run(["ip", "link", "add", name, "type", "bridge"])
     if res.returncode != 0:
-        return Check("bridge", False, res.stderr.strip() or "cannot create a Linux bridge",
-                     "load the bridge module (modprobe bridge)")
+        err = res.stderr.strip() or "cannot create a Linux bridge"
+        return Check("bridge", False, err, _fix(err, "the bridge module"))
     _run(["ip", "link", "del", name])
     return Check("bridge", True, "brctl found, Linux bridge can be created", "")
 
@@ -94,18 +110,51 @@ def check_mininet() -> Check:
     return Check("mininet", True, f"mininet {VERSION} at {Path(spec.origin).parent}", "")
 
 
-def checks() -> list[Check]:
-    """All doctor checks, in a stable order (root, netns, HTB, TBF, netem, tools, bridge)."""
+def kernel_checks() -> list[Check]:
+    """The probes that need the mode's privileges (run inside the namespace when rootless)."""
     return [
-        check_root(),
-        check_netns(),
-        _qdisc_check("HTB", "htb", "default 1", "load sch_htb (modprobe sch_htb)"),
-        _qdisc_check("TBF", "tbf", "rate 10mbit burst 32kbit latency 50ms",
-                     "load sch_tbf (modprobe sch_tbf)"),
-        _qdisc_check("netem", "netem", "delay 1ms",
-                     "modprobe sch_netem; without it delay/jitter/loss scenarios are refused"),
-        check_tool("mnexec", "mininet"),
-        check_tool("iperf3", "iperf3"),
+        _qdisc_check("HTB", "htb", "default 1", "sch_htb"),
+        _qdisc_check("TBF", "tbf", "rate 10mbit burst 32kbit latency 50ms", "sch_tbf",
+                     "the testbed does not use it"),
+        _qdisc_check("netem", "netem", "delay 1ms", "sch_netem",
+                     "without it delay/jitter/loss scenarios are refused"),
         check_bridge(),
-        check_mininet(),
     ]
+
+
+def _kernel_checks_in_namespace() -> list[Check]:
+    """kernel_checks() in a fresh user + network namespace, as a rootless run makes it."""
+    env = dict(os.environ, **{rootless.MARKER_ENV: "1"})
+    res = subprocess.run([*rootless.UNSHARE, "--", sys.executable, "-m", "testbed.cli.doctor"],
+                         capture_output=True, text=True, env=env, check=False)
+    try:
+        return [Check(**c) for c in json.loads(res.stdout)]
+    except (ValueError, TypeError):
+        err = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        return [Check(n, False, f"probe in the user namespace failed: {err}", "")
+                for n in ("HTB", "TBF", "netem", "bridge")]
+
+
+def checks() -> list[Check]:
+    """All doctor checks, in a stable order (mode, netns, HTB, TBF, netem, bridge, tools)."""
+    mode = rootless.choose_mode()
+    out = [check_mode(mode), check_netns(mode)]
+    if mode.name == "native" or rootless.in_namespace():
+        out += kernel_checks()
+    elif mode.name == "rootless":
+        out += _kernel_checks_in_namespace()
+    else:
+        out += [Check(n, False, "not probed: no mode can emulate here", "see mode")
+                for n in ("HTB", "TBF", "netem", "bridge")]
+    out += [check_tool("mnexec", "mininet"), check_tool("iperf3", "iperf3"),
+            check_tool("tc", "iproute2"), check_mininet()]
+    return out
+
+
+def usable(results: list[Check]) -> bool:
+    """Can `netsense run` work here: every check the chosen mode needs passed."""
+    return all(c.ok for c in results if c.required)
+
+
+if __name__ == "__main__":  # the rootless probe: kernel_checks() inside the namespace, as JSON
+    print(json.dumps([asdict(c) for c in kernel_checks()]))

@@ -13,21 +13,46 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+from testbed.emulation import rootless
 
 PREFIX_RE = re.compile(r"^nst[0-9a-z]{4}")
 
 
 def default_state_dir() -> Path:
-    """$NETSENSE_STATE_DIR, else /run/netsense (root), else /tmp/netsense-state."""
+    """Where run registries live: $NETSENSE_STATE_DIR, else per user.
+
+    Root: /run/netsense.  Anyone else (rootless runs): $XDG_RUNTIME_DIR/netsense (the
+    user's own tmpfs, gone at logout like the runs it records), else /tmp/netsense-<uid>,
+    one per user so that users never share (or fight over) a registry folder.
+    """
     env = os.environ.get("NETSENSE_STATE_DIR")
     if env:
         return Path(env)
-    if os.geteuid() == 0 and Path("/run").is_dir():
+    if os.geteuid() == 0 and os.access("/run", os.W_OK):
         return Path("/run/netsense")
-    return Path("/tmp/netsense-state")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
+        return Path(xdg) / "netsense"
+    return Path(tempfile.gettempdir()) / f"netsense-{os.getuid()}"
+
+
+def ensure_own_dir(path: Path) -> None:
+    """Create path (mode 0700 when new) and refuse one that another user owns or a symlink.
+
+    Why: /tmp/netsense-<uid> could be created first by someone else to feed us a registry
+    (whose PIDs `netsense clean` would kill) or to read ours.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+        raise PermissionError(f"state dir {path} is not a folder of uid {os.geteuid()}; "
+                              "remove it or set NETSENSE_STATE_DIR")
 
 
 def proc_starttime(pid: int) -> int | None:
@@ -71,13 +96,15 @@ class Registry:
         self.path = self.dir / f"{prefix}.json"
         self.processes: list[dict] = []
         self.owner = process_entry(os.getpid(), "owner")
+        # A rootless run's interfaces die with its namespaces: clean only kills processes.
+        self.rootless = rootless.in_namespace()
 
     def save(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_own_dir(self.dir)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps({"prefix": self.prefix, "owner": self.owner,
-                                   "created": time.time(), "processes": self.processes},
-                                  indent=1))
+                                   "rootless": self.rootless, "created": time.time(),
+                                   "processes": self.processes}, indent=1))
         os.replace(tmp, self.path)
 
     def add(self, pid: int, role: str) -> None:
@@ -194,7 +221,8 @@ def clean(state_dir: Path | None = None, force: bool = False) -> dict:
     """Remove leftovers of runs named by a registry; only their prefixes and PIDs.
 
     A registry whose owner process is still alive belongs to a run in progress and is
-    skipped unless force=True.  Returns a report: {"interfaces_removed", "pids_killed",
+    skipped unless force=True.  A rootless run's registry (in the user's state dir) names
+    only processes: killing them removes its namespaces and every interface in them.  Returns a report: {"interfaces_removed", "pids_killed",
     "registries_removed", "skipped_active", "failed"}.
     """
     d = Path(state_dir) if state_dir else default_state_dir()
@@ -209,9 +237,15 @@ def clean(state_dir: Path | None = None, force: bool = False) -> dict:
         if owner and not force and is_same_process(owner):
             report["skipped_active"].append(prefix)
             continue
-        report["pids_killed"] += kill_entries(data.get("processes", []))
-        removed, failed = remove_prefixed(prefix)
-        report["interfaces_removed"] += removed
+        entries = data.get("processes", [])
+        report["pids_killed"] += kill_entries(entries)
+        failed = [f"pid {e['pid']}" for e in entries if is_same_process(e)]
+        if not data.get("rootless"):
+            # A rootless run's interfaces were in its own namespaces, gone with their last
+            # process; the same prefix here would be someone else's.
+            removed, failed_intfs = remove_prefixed(prefix)
+            report["interfaces_removed"] += removed
+            failed += failed_intfs
         report["failed"] += failed
         if not failed:
             path.unlink(missing_ok=True)

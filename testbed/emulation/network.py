@@ -47,7 +47,7 @@ import time
 import warnings
 from pathlib import Path
 
-from testbed.emulation import kernel, leftovers
+from testbed.emulation import kernel, leftovers, rootless
 from topologies import shaping
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,7 @@ class Emulation:
                     return node
 
             self._net = TrackedMininet(topo=self.topo, switch=LinuxBridge, controller=None,
+                                       host=_host_class(),
                                        link=ShapedLink, build=False)
             self._net.build()
             self._net.start()
@@ -434,6 +435,30 @@ def name_servers(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
             if addr.version == 4 and not addr.is_loopback and str(addr) not in out:
                 out.append(str(addr))
     return out
+
+
+def _host_class():
+    """Mininet's Host, or, where a new network namespace cannot mount its own sysfs, a Host
+    whose shell gets its namespace from ``unshare --net`` instead of ``mnexec -n``.
+
+    Why: ``mnexec -n`` mounts a sysfs for the new namespace and gives up when that is
+    refused, which an unprivileged container does (its /sys is read-only with masked
+    paths, so a fresh sysfs would show more; see rootless.sysfs_mountable), leaving Mininet
+    waiting for a shell that never starts.  Nothing of the testbed reads a host's sysfs.
+    """
+    from mininet.node import Host
+
+    if rootless.sysfs_mountable():
+        return Host
+
+    class UnshareNetHost(Host):
+        def _popen(self, cmd, **params):
+            opts = cmd[1] if cmd[:1] == ["mnexec"] and len(cmd) > 1 else ""
+            if opts.startswith("-") and "n" in opts and "a" not in opts:  # the host's shell
+                cmd = ["mnexec", opts.replace("n", ""), "unshare", "--net", "--", *cmd[2:]]
+            return super()._popen(cmd, **params)
+
+    return UnshareNetHost
 
 
 def _kill_groups(procs: list[subprocess.Popen], grace_s: float) -> None:

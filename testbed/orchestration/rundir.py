@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.common import files
+from testbed.emulation import rootless
 from testbed.orchestration import records
 
 
@@ -42,7 +43,8 @@ def host_facts() -> dict[str, Any]:
         "hostname": platform.node(),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
-        "euid": os.geteuid(),
+        "euid": os.geteuid(),  # 0 also in the rootless mode: root of the run's user namespace
+        "emulation": "rootless" if rootless.in_namespace() else "native",
     }
 
 

@@ -173,7 +173,7 @@ def test_list_and_help(tmp_path, monkeypatch):
 def test_doctor_reports_each_capability(tmp_path, monkeypatch):
     proc = netsense(["doctor"], tmp_path, monkeypatch)
     assert proc.exit_code == 0, proc.stderr
-    for check in ("root", "netns", "HTB", "TBF", "netem", "mnexec", "iperf3", "bridge"):
+    for check in ("mode", "netns", "HTB", "TBF", "netem", "mnexec", "iperf3", "bridge"):
         assert check in proc.stdout
     netem_line = next(line for line in proc.stdout.splitlines() if "netem" in line)
     assert ("ok" in netem_line) == kernel.has_netem()

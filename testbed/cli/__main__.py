@@ -1,0 +1,7 @@
+"""``python -m testbed.cli``: the ``netsense`` command; the rootless mode re-executes this."""
+
+import sys
+
+from testbed.cli.app import app
+
+sys.exit(app())
