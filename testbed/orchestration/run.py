@@ -204,8 +204,7 @@ class _Run:
         self.launch_wall = time.time()
         self.timing["launch_wall"] = self.launch_wall
         self.workers.launch(hosts, self.config["worker_argv"], self.config["master_port"],
-                            zygote)
-        self._write_pids()
+                            zygote, on_spawn=self._write_pids)
 
     def _start_zygote(self) -> None:
         """A zygote for this run alone, when no shared one exists (imports overlap the build)."""

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -76,11 +77,13 @@ class WorkerGroup:
         return [p.pid for p in self.procs]
 
     def launch(self, hosts: list[str], argv: list[str], master_port: int,
-               zygote: Any = None) -> None:
+               zygote: Any = None, on_spawn: Callable[[], None] | None = None) -> None:
         """Starts rank r on ``hosts[r]``; rank 0's host is the rendezvous master.
 
         With ``zygote`` (a ready ``launcher.Zygote``) each rank is forked from it into its
-        host's namespace; else a fresh interpreter is started there.
+        host's namespace; else a fresh interpreter is started there. ``on_spawn`` runs
+        after each start (the run records its PIDs there: a rank can be training before
+        the last one is started, and a killed orchestrator must leave every PID on record).
         """
         base_env = dict(os.environ)
         base_env.update(
@@ -103,6 +106,8 @@ class WorkerGroup:
                 proc = self.emu.popen(host, argv, env=envs[rank], stdout=log,
                                       stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
             self.procs.append(proc)
+            if on_spawn is not None:
+                on_spawn()
 
     def exit_codes(self) -> list[int | None]:
         return [p.poll() for p in self.procs]

@@ -55,6 +55,13 @@ def digest(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _pids_recorded(run: Path, rank: int) -> bool:
+    try:
+        return len(json.loads((run / "pids.json").read_text())["workers"]) > rank
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def wait_new_run(root: Path, old: set[Path], rank: int, timeout: float = 180) -> Path:
     """Wait until a run folder not in `old` has a step record of `rank`; return it."""
     deadline = time.monotonic() + timeout
@@ -62,7 +69,7 @@ def wait_new_run(root: Path, old: set[Path], rank: int, timeout: float = 180) ->
         for d in run_dirs(root):
             jl = d / "workers" / f"rank{rank}.jsonl"
             if d not in old and jl.exists() and '"kind": "step"' in jl.read_text(
-                    errors="replace"):
+                    errors="replace") and _pids_recorded(d, rank):
                 return d
         time.sleep(0.3)
     raise AssertionError(f"no new run under {root} reached a step within {timeout} s")
