@@ -10,14 +10,48 @@ x1 crosses the bottleneck.  Named links: "bottleneck", "w0".., "x0".. (access li
 
 from __future__ import annotations
 
+from pydantic import Field
+
 try:
-    from topologies._common import NamedTopo, check_count, check_queue
+    from topologies import spec
+    from topologies.base import NamedTopo, check_count, check_queue
 except ImportError:  # `mn --custom` from the repository root without the package installed
     import os
     import sys
 
     sys.path.insert(0, os.getcwd())
-    from topologies._common import NamedTopo, check_count, check_queue
+    from topologies import spec
+    from topologies.base import NamedTopo, check_count, check_queue
+
+
+class DumbbellParams(spec.ShapedParams):
+    """Workers split over two switches joined by one shaped bottleneck."""
+
+    n_left: int = Field(gt=0, le=32)
+    n_right: int = Field(gt=0, le=32)
+    n_cross: int = Field(2, ge=0, le=16)
+    bottleneck_mbit: float = Field(gt=0, le=100000)
+    access_mbit: float = Field(1000.0, gt=0, le=100000)
+
+    def worker_hosts(self) -> list[str]:
+        return spec.workers(self.n_left + self.n_right)
+
+    def cross_hosts(self) -> list[str]:
+        return spec.cross(self.n_cross)
+
+    def link_rates(self) -> dict[str, float | None]:
+        return {"bottleneck": self.bottleneck_mbit,
+                **{h: self.access_mbit for h in self.hosts()}}
+
+    def side(self, host: str) -> int:
+        """0 for a host on s0 (left), 1 on s1: workers by index, cross hosts alternate."""
+        i = int(host[1:])
+        return (0 if i < self.n_left else 1) if host[0] == "w" else i % 2
+
+    def probe_pairs(self) -> dict[str, tuple[str, str]]:
+        pairs = spec.access_pairs(self.hosts(), self.side)
+        pairs["bottleneck"] = ("w0", f"w{self.n_left}")  # first left to first right worker
+        return pairs
 
 
 class DumbbellTopo(NamedTopo):
@@ -26,6 +60,8 @@ class DumbbellTopo(NamedTopo):
     access_mbit=None leaves access links unshaped (only the bottleneck is shaped).
     Delay/jitter/loss apply to the bottleneck only.
     """
+
+    Params = DumbbellParams
 
     def build(self, n_left=2, n_right=2, bottleneck_mbit=100.0, access_mbit=1000.0,
               queue_pkts=100, n_cross=2, prefix="", delay_ms=None, jitter_ms=None,

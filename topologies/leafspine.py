@@ -20,18 +20,47 @@ worker n is 10.1.n.2/24 behind its leaf's 10.1.n.1; uplink (i, j) is 10.2.(i*spi
 
 from __future__ import annotations
 
+from pydantic import Field
+
 try:
-    from topologies._common import NamedTopo, check_count, check_queue
+    from topologies import spec
+    from topologies.base import NamedTopo, check_count, check_queue
 except ImportError:  # `mn --custom` from the repository root without the package installed
     import os
     import sys
 
     sys.path.insert(0, os.getcwd())
-    from topologies._common import NamedTopo, check_count, check_queue
+    from topologies import spec
+    from topologies.base import NamedTopo, check_count, check_queue
+
+
+class LeafSpineParams(spec.ShapedParams):
+    """Two-tier Clos: hosts under leaves, every leaf wired to every spine."""
+
+    leaves: int = Field(2, gt=0, le=16)
+    spines: int = Field(2, gt=0, le=16)
+    hosts_per_leaf: int = Field(2, gt=0, le=16)
+    access_mbit: float = Field(1000.0, gt=0, le=100000)
+    uplink_mbit: float = Field(100.0, gt=0, le=100000)
+
+    def worker_hosts(self) -> list[str]:
+        return spec.workers(self.leaves * self.hosts_per_leaf)
+
+    def link_rates(self) -> dict[str, float | None]:
+        uplinks = {f"l{i}-p{j}": self.uplink_mbit
+                   for i in range(self.leaves) for j in range(self.spines)}
+        return {**uplinks, **{h: self.access_mbit for h in self.hosts()}}
+
+    def probe_pairs(self) -> dict[str, tuple[str, str]]:
+        # Access links only, from a host under the same leaf; which uplink carries a flow
+        # is the ECMP hash's choice, so no pair is known to cross a given uplink.
+        return spec.access_pairs(self.hosts(), lambda h: int(h[1:]) // self.hosts_per_leaf)
 
 
 class LeafSpineTopo(NamedTopo):
     """k leaves x s spines (routers), hosts_per_leaf workers per leaf, numbered leaf by leaf."""
+
+    Params = LeafSpineParams
 
     def build(self, leaves=2, spines=2, hosts_per_leaf=2, access_mbit=1000.0,
               uplink_mbit=100.0, queue_pkts=100, prefix="", delay_ms=None, jitter_ms=None,

@@ -11,18 +11,44 @@ Named links: "w0".."w{n-1}", "x0".. (each host's access link).
 
 from __future__ import annotations
 
+from pydantic import Field
+
 try:
-    from topologies._common import NamedTopo, check_count, check_queue
+    from topologies import spec
+    from topologies.base import NamedTopo, check_count, check_queue
 except ImportError:  # `mn --custom` from the repository root without the package installed
     import os
     import sys
 
     sys.path.insert(0, os.getcwd())
-    from topologies._common import NamedTopo, check_count, check_queue
+    from topologies import spec
+    from topologies.base import NamedTopo, check_count, check_queue
+
+
+class StarParams(spec.ShapedParams):
+    """n workers and n_cross cross-traffic hosts on one switch; every access link shaped."""
+
+    n_workers: int = Field(gt=0, le=64)
+    n_cross: int = Field(1, ge=0, le=16)
+    rate_mbit: float = Field(gt=0, le=100000)
+
+    def worker_hosts(self) -> list[str]:
+        return spec.workers(self.n_workers)
+
+    def cross_hosts(self) -> list[str]:
+        return spec.cross(self.n_cross)
+
+    def link_rates(self) -> dict[str, float | None]:
+        return {h: self.rate_mbit for h in self.hosts()}
+
+    def probe_pairs(self) -> dict[str, tuple[str, str]]:
+        return spec.access_pairs(self.hosts(), lambda h: 0)  # all hosts share s0
 
 
 class StarTopo(NamedTopo):
     """n_workers workers and n_cross cross hosts, each on its own access link to one switch."""
+
+    Params = StarParams
 
     def build(self, n_workers=2, rate_mbit=100.0, queue_pkts=100, n_cross=0, prefix="",
               delay_ms=None, jitter_ms=None, loss_pct=None):

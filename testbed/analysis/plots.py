@@ -34,6 +34,7 @@ import pandas as pd  # noqa: E402
 
 from netsenseml import methods  # noqa: E402
 from testbed.analysis import tables  # noqa: E402
+from topologies import registry as topology_registry  # noqa: E402
 
 FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
 
@@ -190,16 +191,17 @@ def network_series(config: dict[str, Any], events: pd.DataFrame, t_end: float
                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Step series (t, value) of the configured rate and of the cross-traffic stream count.
 
-    Start values come from config.json (the topology's rate; no cross traffic). Each applied
-    ``set_rate`` sets its link's rate and the series shows the lowest rate over the links (the
-    bottleneck); each ``cross_start`` adds ``value`` streams to its group (a ramp level adds
-    its increment), ``cross_stop`` zeroes the group; the stream series sums the groups.
+    Start values come from config.json: each link's configured rate as its topology
+    declares it (``topologies.registry``), no cross traffic. Each applied ``set_rate`` sets
+    its link's rate, and the rate series is the lowest rate over the links training
+    crosses (the topology's ``training_links``: a dumbbell's bottleneck and access links, a
+    star's worker links); each ``cross_start`` adds ``value`` streams to its group (a ramp
+    level adds its increment), ``cross_stop`` zeroes the group; the stream series sums the
+    groups. A topology that cannot be read (a plug-in no longer importable) counts every
+    link an event set, from its first rate-like field.
     """
-    topo = tables.find_key(config, "topology") or {}
-    r0 = topo.get("rate_mbit") or topo.get("bottleneck_mbit") or topo.get("uplink_mbit")
-    base = float(r0) if r0 is not None else math.nan
-    links: dict[str, float] = {}
-    rate = [(0.0, base)]
+    links, training = _link_rates(tables.find_key(config, "topology") or {})
+    rate = [(0.0, _lowest(links, training))]
     groups: dict[str, float] = {}
     streams = [(0.0, 0.0)]
     ev = events.dropna(subset=["t_applied"]).sort_values("t_applied", kind="stable") \
@@ -211,12 +213,7 @@ def network_series(config: dict[str, Any], events: pd.DataFrame, t_end: float
         gid = str(e.get("target", ""))
         if kind == "set_rate" and not math.isnan(val):
             links[gid] = float(val)
-            if "bottleneck" in links:  # dumbbell: the one shaped bottleneck decides
-                rate.append((t, links["bottleneck"]))
-            elif _all_links_set(topo, links) or math.isnan(base):
-                rate.append((t, min(links.values())))
-            else:  # links never changed still run at the topology's rate
-                rate.append((t, min([base, *links.values()])))
+            rate.append((t, _lowest(links, training)))
         elif kind == "cross_start":
             groups[gid] = groups.get(gid, 0.0) + (0.0 if math.isnan(val) else float(val))
             streams.append((t, sum(groups.values())))
@@ -229,13 +226,26 @@ def network_series(config: dict[str, Any], events: pd.DataFrame, t_end: float
             pd.DataFrame(streams, columns=["t", "streams"]))
 
 
-def _all_links_set(topo: dict[str, Any], links: dict[str, float]) -> bool:
-    """True when every worker link of a star has its own rate (the base rate no longer holds).
+def _link_rates(topo: dict[str, Any]) -> tuple[dict[str, float], list[str] | None]:
+    """(configured rate of each link, the links training crosses) of a config's topology;
+    unreadable: ({"": first rate-like field}, None), every link set later counting."""
+    try:
+        spec = topology_registry.parse(topo)
+        rates = spec.link_rates()
+        return ({k: math.inf if v is None else float(v) for k, v in rates.items()},
+                spec.training_links())
+    except (ValueError, TypeError, NotImplementedError):  # ValidationError is a ValueError
+        r0 = next((topo[k] for k in tables.RATE_KEYS if isinstance(topo.get(k), int | float)),
+                  None)
+        return {"": math.nan if r0 is None else float(r0)}, None
 
-    Cross-traffic hosts' links are left out: they carry no training traffic.
-    """
-    n = topo.get("n_workers")
-    return isinstance(n, int) and sum(1 for k in links if k.startswith("w")) >= n
+
+def _lowest(links: dict[str, float], training: list[str] | None) -> float:
+    values = [links[k] for k in training if k in links] if training is not None \
+        else list(links.values())
+    finite = [v for v in values if not math.isnan(v)]
+    low = min(finite) if finite else math.nan
+    return math.nan if low == math.inf else low
 
 
 def timeline_runs(runs: pd.DataFrame) -> pd.DataFrame:

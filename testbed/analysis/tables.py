@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from topologies import registry as topology_registry
+
 ADAPTIVE = "netsenseml"
 SPEEDUP_KINDS = ("throughput", "tta")
 RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
@@ -133,6 +135,13 @@ def run_tta(steps: pd.DataFrame, target: float | None) -> float:
 
 
 def _rate_of(params: dict[str, Any], config: dict[str, Any]) -> float:
+    """The run's nominal rate: what its topology declares (``topologies.registry``: the
+    lowest configured rate over the links training crosses), else the first rate-like key
+    (runs whose topology kind can no longer be read)."""
+    topo = (config.get("scenario") or {}).get("topology")
+    rate = topology_registry.rate_of(topo) if isinstance(topo, dict) else None
+    if rate is not None:
+        return float(rate)
     for k in RATE_KEYS:
         if k in params:
             return float(params[k])

@@ -1,7 +1,8 @@
 """Scenario files: the pydantic schema, loading by name or path, and overrides.
 
 A scenario says everything one experiment needs: which topology to build and how big,
-the link rates (Mbit/s) and queue sizes, the training workload, the methods and seeds to
+the link rates (Mbit/s) and queue sizes (the topology's own ``Params`` model, found
+through ``topologies.registry``), the training workload, the methods and seeds to
 compare, and a timeline of network events. All validation happens here, *before* anything
 is built, so that a typo costs an error line and never a half-built network: unknown
 fields are refused (``extra="forbid"``), methods go through ``netsenseml.methods.parse``,
@@ -13,13 +14,13 @@ Overrides (used by sweeps and ``netsense run --set``) address fields by dotted p
 re-validate the whole scenario. Paths (``N`` is a list index)::
 
     name, description, timeline_origin, probe_links, probe_seconds, timeout_s
-    topology.kind                       star | dumbbell | leafspine
-    topology.n_workers, topology.n_cross, topology.rate_mbit            (star)
-    topology.n_left, topology.n_right, topology.n_cross,
-    topology.bottleneck_mbit, topology.access_mbit                      (dumbbell)
-    topology.leaves, topology.spines, topology.hosts_per_leaf,
-    topology.access_mbit, topology.uplink_mbit                          (leafspine)
-    topology.queue_pkts, topology.delay_ms, topology.jitter_ms, topology.loss_pct
+    topology.kind     a name in topologies.registry (star | dumbbell | leafspine), or
+                      package.module:Class for a user's topology (topologies/PLUGINS.md)
+    topology.<field>  the kind's own fields, from its Params model, e.g.
+                      topology.n_workers, topology.rate_mbit (star),
+                      topology.bottleneck_mbit (dumbbell), topology.uplink_mbit (leafspine),
+                      topology.queue_pkts, topology.delay_ms, topology.jitter_ms,
+                      topology.loss_pct (every built-in)
     workload.model (a name in workloads.registry, or package.module:factory for a user's
     model importable by the workers), workload.dataset (a name in workloads.registry),
     workload.batch_size, workload.steps,
@@ -41,20 +42,24 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    SerializeAsAny,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from netsenseml import methods
+from topologies import registry as topology_registry
+from topologies.spec import TopologyParams
 from workloads import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-NETEM_FIELDS = ("delay_ms", "jitter_ms", "loss_pct")
 
 
 class ScenarioError(ValueError):
@@ -68,92 +73,36 @@ class _Strict(BaseModel):
 # --------------------------------------------------------------------------- topology
 
 
-class _LinkFields(_Strict):
-    """Fields every topology shares: queue size and the netem-only impairments."""
-
-    queue_pkts: int = Field(100, gt=0, le=100000)
-    delay_ms: float = Field(0.0, ge=0)
-    jitter_ms: float = Field(0.0, ge=0)
-    loss_pct: float = Field(0.0, ge=0, le=100)
+def _topology(value: Any) -> TopologyParams:
+    """The kind's own Params model (registry or plug-in import path), validated."""
+    return topology_registry.parse(value)
 
 
-class StarTopology(_LinkFields):
-    """n workers and n_cross cross-traffic hosts on one switch; every access link shaped."""
-
-    kind: Literal["star"]
-    n_workers: int = Field(gt=0, le=64)
-    n_cross: int = Field(1, ge=0, le=16)
-    rate_mbit: float = Field(gt=0, le=100000)
+# The registered kinds and plug-ins (``topologies.registry``); errors are located at the
+# topology's fields. SerializeAsAny: dumps keep the kind's own fields, not just ``kind``.
+Topology = SerializeAsAny[Annotated[TopologyParams, BeforeValidator(_topology),
+                                    WithJsonSchema(topology_registry.json_schema())]]
 
 
-class DumbbellTopology(_LinkFields):
-    """Workers split over two switches joined by one shaped bottleneck."""
-
-    kind: Literal["dumbbell"]
-    n_left: int = Field(gt=0, le=32)
-    n_right: int = Field(gt=0, le=32)
-    n_cross: int = Field(2, ge=0, le=16)
-    bottleneck_mbit: float = Field(gt=0, le=100000)
-    access_mbit: float = Field(1000.0, gt=0, le=100000)
-
-
-class LeafSpineTopology(_LinkFields):
-    """Two-tier Clos: hosts under leaves, every leaf wired to every spine."""
-
-    kind: Literal["leafspine"]
-    leaves: int = Field(2, gt=0, le=16)
-    spines: int = Field(2, gt=0, le=16)
-    hosts_per_leaf: int = Field(2, gt=0, le=16)
-    access_mbit: float = Field(1000.0, gt=0, le=100000)
-    uplink_mbit: float = Field(100.0, gt=0, le=100000)
-
-
-Topology = Annotated[
-    StarTopology | DumbbellTopology | LeafSpineTopology, Field(discriminator="kind")
-]
-
-
-def n_workers(topo: StarTopology | DumbbellTopology | LeafSpineTopology) -> int:
+def n_workers(topo: TopologyParams) -> int:
     """World size of the training job the topology hosts."""
-    if isinstance(topo, StarTopology):
-        return topo.n_workers
-    if isinstance(topo, DumbbellTopology):
-        return topo.n_left + topo.n_right
-    return topo.leaves * topo.hosts_per_leaf
+    return len(topo.worker_hosts())
 
 
-def host_names(topo: StarTopology | DumbbellTopology | LeafSpineTopology) -> list[str]:
+def host_names(topo: TopologyParams) -> list[str]:
     """Worker hosts w0..w(N-1) then cross hosts x0..; same names the emulation builds."""
-    n_cross = getattr(topo, "n_cross", 0)  # leaf-spine has none: workers cross-talk
-    return [f"w{i}" for i in range(n_workers(topo))] + [f"x{i}" for i in range(n_cross)]
+    return topo.hosts()
 
 
-def link_names(topo: StarTopology | DumbbellTopology | LeafSpineTopology) -> list[str]:
-    """Logical names of the shaped links, computed from the config without building.
-
-    Access links are named after their host; the dumbbell adds ``bottleneck``; a
-    leaf-spine adds ``l<i>-p<j>`` uplinks. ``run.py`` checks this against
-    ``Emulation.links()`` after the build so the two can never silently diverge.
-    """
-    names = host_names(topo)
-    if isinstance(topo, DumbbellTopology):
-        names = ["bottleneck", *names]
-    elif isinstance(topo, LeafSpineTopology):
-        names = [f"l{i}-p{j}" for i in range(topo.leaves) for j in range(topo.spines)] + names
-    return names
+def link_names(topo: TopologyParams) -> list[str]:
+    """Logical names of the links events may target, computed from the config without
+    building; ``run.py`` checks them against ``Emulation.links()`` after the build."""
+    return topo.link_names()
 
 
-def build_params(topo: StarTopology | DumbbellTopology | LeafSpineTopology) -> dict[str, Any]:
-    """The Topo.build keyword arguments for the emulation layer.
-
-    Impairments left at 0 become None: the topologies add a netem qdisc for any value
-    that is not None, and this kernel may have no netem at all.
-    """
-    params = topo.model_dump(exclude={"kind"})
-    for key in NETEM_FIELDS:
-        if not params.get(key):
-            params[key] = None
-    return params
+def build_params(topo: TopologyParams) -> dict[str, Any]:
+    """The Topo.build keyword arguments for the emulation layer (impairments 0 -> None)."""
+    return topo.build_params()
 
 
 # --------------------------------------------------------------------------- workload
@@ -399,7 +348,7 @@ class Scenario(_Strict):
                 }
                 if ev.id not in earlier:
                     raise ValueError(f"{where}: no earlier cross_start/ramp with id {ev.id!r}")
-        impaired = [f for f in NETEM_FIELDS if getattr(topo, f) > 0]
+        impaired = topo.impairments()
         if impaired and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel
 
@@ -460,8 +409,7 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("star", "dumbbell", "leafspine", "set_rate", "cross_start",
-                      "cross_stop", "ramp", "trace"):
+        elif part in ("set_rate", "cross_start", "cross_stop", "ramp", "trace"):
             continue  # discriminator tag pydantic inserts into the path
         else:
             out += f".{part}" if out else str(part)

@@ -2,7 +2,8 @@
 
 Life cycle (what the orchestrator relies on):
 
-* ``Emulation(topology, params)`` validates the topology name and its build() kwargs and
+* ``Emulation(topology, params)`` validates the topology kind (a name in
+  ``topologies.registry`` or a plug-in ``package.module:Class``) and its build() kwargs and
   builds the Topo object (pure Python: names, links, validation), so ``worker_hosts`` etc.
   are known before anything is created.
 * ``start()`` writes the run's registry (``testbed.emulation.leftovers``) *before* creating anything,
@@ -48,15 +49,12 @@ import warnings
 from pathlib import Path
 
 from testbed.emulation import kernel, leftovers, rootless
-from topologies import shaping
+from topologies import registry, shaping
+from topologies.spec import IMPAIRMENT_FIELDS
 
 log = logging.getLogger(__name__)
 
-TOPOLOGIES = {"star": ("topologies.star", "StarTopo"),
-              "dumbbell": ("topologies.dumbbell", "DumbbellTopo"),
-              "leafspine": ("topologies.leafspine", "LeafSpineTopo")}
 PREFIX_RE = re.compile(r"^nst[0-9a-z]{4}$")
-IMPAIRMENTS = ("delay_ms", "jitter_ms", "loss_pct")
 
 
 class EmulationError(RuntimeError):
@@ -75,12 +73,11 @@ def new_prefix(state_dir: Path | None = None) -> str:
 
 
 def topo_class(topology: str):
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"topology: unknown {topology!r}; allowed: {', '.join(TOPOLOGIES)}")
-    import importlib
-
-    module, cls = TOPOLOGIES[topology]
-    return getattr(importlib.import_module(module), cls)
+    """The Topo class a kind names (``topologies.registry``: a name or package.module:Class)."""
+    try:
+        return registry.topo_class(topology)
+    except registry.TopologyKindError as exc:
+        raise ValueError(f"topology: {exc} (got {topology!r})") from None
 
 
 def topo_params(topology: str) -> dict:
@@ -140,13 +137,13 @@ class Emulation:
         self._registry = leftovers.Registry(self.prefix, self.state_dir)
         self._registry.save()
         try:
-            if any(self.params.get(k) is not None for k in IMPAIRMENTS):
+            if any(self.params.get(k) is not None for k in IMPAIRMENT_FIELDS):
                 kernel.require_netem()
             _quiet_mininet()
             from mininet.net import Mininet
             from mininet.nodelib import LinuxBridge
 
-            from topologies._common import ShapedLink
+            from topologies.base import ShapedLink
 
             registry = self._registry
 

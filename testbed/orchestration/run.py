@@ -37,14 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from testbed.config.scenario import (
-    DumbbellTopology,
-    LeafSpineTopology,
-    Scenario,
-    build_params,
-    check_method,
-    link_names,
-)
+from testbed.config.scenario import Scenario, check_method
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import launcher, records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
@@ -75,38 +68,6 @@ def sanitize_method(method: str) -> str:
 def make_run_id(method: str, seed: int, now: datetime | None = None) -> str:
     now = now or datetime.now(timezone.utc)
     return f"{now:%Y%m%d-%H%M%S}-{sanitize_method(method)}-s{seed}"
-
-
-def probe_pairs(scenario: Scenario) -> dict[str, tuple[str, str]]:
-    """For each probe-able link, a (src, dst) host pair whose traffic crosses it.
-
-    Access link of host h: from another host behind the same switch toward h (so no
-    other shaped link is narrower in between, except the other host's own access link of
-    the same rate). Dumbbell bottleneck: first left worker to first right worker.
-    Leaf-spine uplinks are not probed: STP chooses which uplink carries traffic.
-    """
-    topo = scenario.topology
-    links = link_names(topo)
-    hosts = [n for n in links if n[0] in "wx" and n[1:].isdigit()]
-
-    def side(h: str) -> Any:
-        if isinstance(topo, DumbbellTopology):
-            i = int(h[1:])
-            if h[0] == "w":
-                return 0 if i < topo.n_left else 1
-            return i % 2
-        if isinstance(topo, LeafSpineTopology):
-            return int(h[1:]) // topo.hosts_per_leaf
-        return 0
-
-    pairs: dict[str, tuple[str, str]] = {}
-    for h in hosts:
-        peers = [p for p in hosts if p != h and side(p) == side(h)]
-        if peers:
-            pairs[h] = (peers[0], h)
-    if isinstance(topo, DumbbellTopology):
-        pairs["bottleneck"] = ("w0", f"w{topo.n_left}")
-    return pairs
 
 
 class _Run:
@@ -145,22 +106,26 @@ class _Run:
 
         t = time.monotonic()
         self.progress.update("building network", force=True)
-        self.emu = Emulation(self.scn.topology.kind, build_params(self.scn.topology))
+        topo = self.scn.topology
+        self.emu = Emulation(topo.kind, topo.build_params())
         self.config["prefix"] = self.emu.prefix
         self.folder.write_config(self.config)
         self.emu.start()
         self.timing["build_s"] = round(time.monotonic() - t, 3)
-        expected = set(link_names(self.scn.topology))
-        actual = set(self.emu.links())
-        if expected != actual:  # the schema's names must be the emulation's names
-            raise _RunFailed(
-                f"link names differ from the emulation's: expected {sorted(expected)}, "
-                f"got {sorted(actual)}"
-            )
+        # The topology's declared names (validated against the scenario) must be the
+        # names it built: a plug-in whose Params and build() disagree stops here.
+        for what, expected, actual in (
+            ("link names", sorted(topo.link_names()), sorted(self.emu.links())),
+            ("worker hosts", topo.worker_hosts(), list(self.emu.worker_hosts)),
+            ("cross hosts", topo.cross_hosts(), list(self.emu.cross_hosts)),
+        ):
+            if expected != actual:
+                raise _RunFailed(f"{what} differ from the emulation's: declared {expected}, "
+                                 f"built {actual}")
 
     def _probe(self) -> None:
         rows = []
-        pairs = probe_pairs(self.scn)
+        pairs = self.scn.topology.probe_pairs()
         for link in self.emu.links():
             configured = self.emu.link_rate(link)
             pair = pairs.get(link)

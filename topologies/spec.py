@@ -1,0 +1,121 @@
+"""What a topology declares about itself: its parameters and the names it will create.
+
+Why a declaration apart from the Mininet ``Topo``: the scenario schema must refuse a wrong
+link or host name, and the orchestrator must know which host pair probes which link, the
+plots which links bound training, all *before* anything is built and without Mininet
+running. So every topology class carries ``Params``, a pydantic model of its ``build()``
+keyword arguments (bounds included) whose methods compute, from the values alone, the
+logical names the built ``Topo`` will have (``worker_hosts``, ``link_rates``...). The
+orchestrator checks after the build that the two agree, so they cannot drift silently.
+
+This module imports pydantic only (no Mininet, no torch); ``topologies.registry`` maps a
+``kind`` to its class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Link impairments that need the kernel's sch_netem (``topologies.shaping``); a topology
+#: that declares them gets a netem leaf only for values that are set (not None, not 0).
+IMPAIRMENT_FIELDS = ("delay_ms", "jitter_ms", "loss_pct")
+
+
+class TopologyParams(BaseModel):
+    """Base of every topology's parameter model: ``kind`` plus the topology's own fields.
+
+    Unknown fields are refused. A subclass declares its fields with their bounds and
+    implements ``worker_hosts()`` and ``link_rates()``; the other methods have defaults.
+    Names are logical (``w0``, ``bottleneck``): the emulation adds the run's prefix.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+
+    def worker_hosts(self) -> list[str]:
+        """Hosts that run one training worker each, rank order (``w0``, ``w1``, ...)."""
+        raise NotImplementedError(f"{type(self).__name__}.worker_hosts()")
+
+    def cross_hosts(self) -> list[str]:
+        """Hosts for cross traffic only (``x0``, ...)."""
+        return []
+
+    def link_rates(self) -> dict[str, float | None]:
+        """Every link an event may target, by name, with its configured rate in Mbit/s
+        (None: unshaped)."""
+        raise NotImplementedError(f"{type(self).__name__}.link_rates()")
+
+    def hosts(self) -> list[str]:
+        return self.worker_hosts() + self.cross_hosts()
+
+    def link_names(self) -> list[str]:
+        return list(self.link_rates())
+
+    def training_links(self) -> list[str]:
+        """Links training traffic may cross: by default all but the cross hosts' own.
+
+        The plots draw the lowest configured rate over these as "the" rate over time.
+        """
+        cross = set(self.cross_hosts())
+        return [name for name in self.link_rates() if name not in cross]
+
+    def nominal_rate_mbit(self) -> float | None:
+        """The nominal rate training is bounded by (the x axis of rate sweeps)."""
+        rates = self.link_rates()
+        shaped = [r for r in (rates[n] for n in self.training_links()) if r is not None]
+        return min(shaped) if shaped else None
+
+    def probe_pairs(self) -> dict[str, tuple[str, str]]:
+        """For each link ``probe_links`` can measure, a (src, dst) host pair whose traffic
+        crosses it with nothing narrower in between; links left out are not probed."""
+        return {}
+
+    def build_params(self) -> dict[str, Any]:
+        """The ``Topo.build()`` keyword arguments (everything but ``kind``).
+
+        Impairments left at 0 become None: a topology adds a netem qdisc for any value
+        that is not None, and the kernel may have no netem at all.
+        """
+        params = self.model_dump(exclude={"kind"})
+        for key in IMPAIRMENT_FIELDS:
+            if key in params and not params[key]:
+                params[key] = None
+        return params
+
+    def impairments(self) -> list[str]:
+        """The netem fields this configuration sets (non-zero)."""
+        return [f for f in IMPAIRMENT_FIELDS if getattr(self, f, None)]
+
+
+class ShapedParams(TopologyParams):
+    """Fields every built-in topology shares: queue size and the netem-only impairments."""
+
+    queue_pkts: int = Field(100, gt=0, le=100000)
+    delay_ms: float = Field(0.0, ge=0)
+    jitter_ms: float = Field(0.0, ge=0)
+    loss_pct: float = Field(0.0, ge=0, le=100)
+
+
+def workers(n: int) -> list[str]:
+    return [f"w{i}" for i in range(n)]
+
+
+def cross(n: int) -> list[str]:
+    return [f"x{i}" for i in range(n)]
+
+
+def access_pairs(hosts: Iterable[str], group: Callable[[str], Hashable]
+                 ) -> dict[str, tuple[str, str]]:
+    """Probe pairs for hosts' access links: toward host h from the first other host of h's
+    group (same switch or leaf), so only two access links lie on the path."""
+    hosts = list(hosts)
+    pairs: dict[str, tuple[str, str]] = {}
+    for h in hosts:
+        peers = [p for p in hosts if p != h and group(p) == group(h)]
+        if peers:
+            pairs[h] = (peers[0], h)
+    return pairs
