@@ -99,7 +99,7 @@ class Router(Node):
 class NamedTopo(Topo):
     """Topo base: prefixed node names, shaped links, named links, name-length validation."""
 
-    def _init_naming(self, prefix: str) -> None:
+    def init_naming(self, prefix: str) -> None:
         self.prefix = prefix
         self.named_links: dict[str, LinkInfo] = {}
         self.worker_hosts: list[str] = []

@@ -66,7 +66,7 @@ class DumbbellTopo(NamedTopo):
     def build(self, n_left=2, n_right=2, bottleneck_mbit=100.0, access_mbit=1000.0,
               queue_pkts=100, n_cross=2, prefix="", delay_ms=None, jitter_ms=None,
               loss_pct=None):
-        self._init_naming(prefix)
+        self.init_naming(prefix)
         check_count("n_left", n_left, 1)
         check_count("n_right", n_right, 1)
         check_count("n_cross", n_cross, 0)

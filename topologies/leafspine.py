@@ -65,7 +65,7 @@ class LeafSpineTopo(NamedTopo):
     def build(self, leaves=2, spines=2, hosts_per_leaf=2, access_mbit=1000.0,
               uplink_mbit=100.0, queue_pkts=100, prefix="", delay_ms=None, jitter_ms=None,
               loss_pct=None):
-        self._init_naming(prefix)
+        self.init_naming(prefix)
         check_count("leaves", leaves, 1)
         check_count("spines", spines, 1)
         check_count("hosts_per_leaf", hosts_per_leaf, 1)

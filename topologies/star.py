@@ -52,7 +52,7 @@ class StarTopo(NamedTopo):
 
     def build(self, n_workers=2, rate_mbit=100.0, queue_pkts=100, n_cross=0, prefix="",
               delay_ms=None, jitter_ms=None, loss_pct=None):
-        self._init_naming(prefix)
+        self.init_naming(prefix)
         check_count("n_workers", n_workers, 1)
         check_count("n_cross", n_cross, 0)
         check_queue(queue_pkts)
