@@ -34,6 +34,7 @@ import pandas as pd  # noqa: E402
 
 from netsenseml import methods  # noqa: E402
 from testbed.analysis import tables  # noqa: E402
+from testbed.common import files  # noqa: E402
 from topologies import registry as topology_registry  # noqa: E402
 
 FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
@@ -55,9 +56,8 @@ def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         p = out / f"{name}.{ext}"
-        tmp = out / f".{name}.tmp.{ext}"
-        fig.savefig(tmp, dpi=130, bbox_inches="tight", format=ext)
-        tmp.replace(p)
+        with files.atomic_path(p) as tmp:
+            fig.savefig(tmp, dpi=130, bbox_inches="tight", format=ext)
         paths.append(p)
     plt.close(fig)
     return paths
@@ -392,9 +392,8 @@ def plot_speedup(sp: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with files.atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
     return path
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from testbed.analysis import plots, tables
+from testbed.common import files
 from testbed.config.sweep import SWEEPS_DIR
 
 CSS = """
@@ -134,8 +134,5 @@ def build_report(root: Path, out: Path | None = None, figures_dir: Path | None =
              "<h2>Software and host</h2>", _table(_versions(root, runs))]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>NetSense report</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
+    files.atomic_write_text(out, page)
     return out

@@ -27,7 +27,6 @@ side never reached the target in any seed (an unreached target has no time to co
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from testbed.common import files
 from topologies import registry as topology_registry
 
 ADAPTIVE = "netsenseml"
@@ -43,11 +43,7 @@ RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
 
 
 def _read_json(p: Path) -> dict[str, Any]:
-    try:
-        d = json.loads(p.read_text())
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return files.read_json(p) or {}
 
 
 def find_run_dirs(root: Path) -> list[Path]:

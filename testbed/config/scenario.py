@@ -41,9 +41,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     SerializeAsAny,
     ValidationError,
@@ -54,20 +52,18 @@ from pydantic import (
 )
 
 from netsenseml import methods
+from testbed.common import inputs, schema
+from testbed.common.names import NAME_RE, is_name
+from testbed.common.schema import StrictModel
 from topologies import registry as topology_registry
 from topologies.spec import TopologyParams
 from workloads import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class ScenarioError(ValueError):
     """A scenario that cannot be run; ``str()`` is the one line shown to the user."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
 
 # --------------------------------------------------------------------------- topology
@@ -108,7 +104,7 @@ def build_params(topo: TopologyParams) -> dict[str, Any]:
 # --------------------------------------------------------------------------- workload
 
 
-class Workload(_Strict):
+class Workload(StrictModel):
     """The training job: ``python -m workloads.train`` arguments."""
 
     model: str = "mlp"  # a name in workloads.registry or package.module:factory
@@ -159,7 +155,7 @@ class Workload(_Strict):
 # --------------------------------------------------------------------------- events
 
 
-class _Event(_Strict):
+class _Event(StrictModel):
     at: float = Field(ge=0, description="seconds after the timeline origin")
 
 
@@ -284,7 +280,7 @@ def _method_ok(spec: str) -> str:
 MethodSpec = Annotated[str, AfterValidator(_method_ok)]
 
 
-class Scenario(_Strict):
+class Scenario(StrictModel):
     """One experiment: a network, a workload, methods x seeds, and a timeline."""
 
     name: str
@@ -306,7 +302,7 @@ class Scenario(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.fullmatch(v):
+        if not is_name(v):
             raise ValueError(
                 f"invalid name {v!r}: letters, digits, '.', '_' and '-' only "
                 "(no path separators)"
@@ -388,50 +384,16 @@ def check_method(spec: str) -> None:
 
 def scenario_path(name_or_path: str | Path) -> Path:
     """A scenario file path: an existing path as given, else testbed/scenarios/<name>.yaml."""
-    raw = str(name_or_path)
-    path = Path(raw).expanduser()
-    looks_like_path = "/" in raw or raw.endswith((".yaml", ".yml")) or path.is_file()
-    if looks_like_path:
-        if not path.is_file():
-            raise ScenarioError(f"scenario file not found: {raw}")
-        return path
-    if not NAME_RE.fullmatch(raw):
-        raise ScenarioError(f"invalid scenario name {raw!r}")
-    candidate = SCENARIO_DIR / f"{raw}.yaml"
-    if not candidate.is_file():
-        known = ", ".join(p.stem for p in sorted(SCENARIO_DIR.glob("*.yaml")))
-        raise ScenarioError(f"unknown scenario {raw!r}; available: {known}")
-    return candidate
+    return inputs.resolve(name_or_path, SCENARIO_DIR, "scenario", ScenarioError)
 
 
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("set_rate", "cross_start", "cross_stop", "ramp", "trace"):
-            continue  # discriminator tag pydantic inserts into the path
-        else:
-            out += f".{part}" if out else str(part)
-    return out
+#: Discriminator tags pydantic puts into the location of an event's error (left out).
+EVENT_KINDS = ("set_rate", "cross_start", "cross_stop", "ramp", "trace")
 
 
 def format_validation_error(exc: ValidationError) -> str:
     """First error of a pydantic ValidationError as ``path: message (got X)``."""
-    err = exc.errors(include_url=False)[0]
-    loc = _format_loc(tuple(err.get("loc", ())))
-    msg = str(err.get("msg", "invalid"))
-    msg = msg.removeprefix("Value error, ")
-    etype = err.get("type", "")
-    if etype == "extra_forbidden":
-        msg = "unknown field"
-    elif etype == "missing":
-        msg = "required field missing"
-    elif "input" in err and etype not in ("union_tag_invalid", "model_type", "value_error"):
-        got = err["input"]
-        if isinstance(got, str | int | float | bool) or got is None:
-            msg = f"{msg} (got {got!r})"
-    return f"{loc}: {msg}" if loc else msg
+    return schema.one_line(exc, tags=EVENT_KINDS)
 
 
 def validate_scenario(
@@ -454,17 +416,7 @@ def load_scenario(name_or_path: str | Path, *, skip_kernel_checks: bool = False)
     """
     path = scenario_path(name_or_path)
     label = path.name
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ScenarioError(f"scenario {label}: YAML syntax error at{where}: {problem}") from None
-    except OSError as exc:
-        raise ScenarioError(f"scenario {label}: cannot read: {exc.strerror}") from None
-    if not isinstance(data, dict):
-        raise ScenarioError(f"scenario {label}: top level must be a mapping")
+    data = inputs.load_mapping(path, f"scenario {label}", ScenarioError)
     try:
         scn = validate_scenario(
             data, base_dir=path.resolve().parent, skip_kernel_checks=skip_kernel_checks

@@ -42,23 +42,22 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     model_validator,
 )
 
 from netsenseml import methods
+from testbed.common import inputs, schema
+from testbed.common.names import is_name, slug
+from testbed.common.schema import StrictModel
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
@@ -75,15 +74,10 @@ FALLBACK_STEP_S = 0.25
 
 Kind = Literal["throughput", "tta", "timeline", "other"]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class SweepError(ValueError):
     """Bad sweep input; the message is one line naming the field (the CLI exits 2 with it)."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _check_methods(v: list[str]) -> list[str]:
@@ -124,7 +118,7 @@ Grid = Annotated[dict[str, list[Any]], AfterValidator(_check_grid)]
 
 
 def _check_name(v: str) -> str:
-    if not _NAME_RE.match(v):
+    if not is_name(v):
         raise ValueError("must be letters, digits, '_', '-', '.' (it names a folder)")
     return v
 
@@ -132,7 +126,7 @@ def _check_name(v: str) -> str:
 Name = Annotated[str, AfterValidator(_check_name)]
 
 
-class ExperimentSpec(_Strict):
+class ExperimentSpec(StrictModel):
     """One base scenario, a grid over some of its fields, and the methods/seeds to run."""
 
     name: Name
@@ -144,7 +138,7 @@ class ExperimentSpec(_Strict):
     seeds: Seeds | None = None
 
 
-class SweepSpec(_Strict):
+class SweepSpec(StrictModel):
     """A whole sweep file; see the module docstring for the layout."""
 
     name: Name
@@ -204,12 +198,6 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def slug(text: str) -> str:
-    """Folder-safe form of a method or value: 'topk:0.01' -> 'topk-0.01'; stable across runs."""
-    s = re.sub(r"[^A-Za-z0-9_.=-]+", "-", text).strip("-")
-    return s or "x"
-
-
 def param_slug(params: dict[str, Any]) -> str:
     if not params:
         return "base"
@@ -222,42 +210,17 @@ def method_slug(method: str, seed: int) -> str:
 
 def resolve_sweep_path(name_or_path: str | os.PathLike[str]) -> Path:
     """A path to an existing file, or a name in testbed/sweeps/ ('paper-quick')."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise SweepError(f"sweep: no such file {str(p)!r}")
-        return p
-    cand = SWEEPS_DIR / f"{name_or_path}.yaml"
-    if not cand.is_file():
-        known = ", ".join(sorted(x.stem for x in SWEEPS_DIR.glob("*.yaml"))) or "none"
-        raise SweepError(f"sweep: unknown sweep {str(name_or_path)!r}; known: {known}")
-    return cand
-
-
-def _one_line(err: ValidationError, source: str) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
-    msg = e["msg"].removeprefix("Value error, ")
-    if e["type"] == "extra_forbidden":
-        msg = "unknown field"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {loc}: {msg}{more}"
+    return inputs.resolve(name_or_path, SWEEPS_DIR, "sweep", SweepError)
 
 
 def load_sweep(name_or_path: str | os.PathLike[str]) -> SweepSpec:
     path = resolve_sweep_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SweepError(f"{path.name}:{where} not valid YAML") from None
-    if not isinstance(data, dict):
-        raise SweepError(f"{path.name}: must be a mapping with 'name' and 'experiments'")
+    data = inputs.load_mapping(path, f"sweep {path.name}", SweepError)
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as err:
-        raise SweepError(_one_line(err, path.name)) from None
+        more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise SweepError(f"sweep {path.name}: {schema.one_line(err)}{more}") from None
 
 
 def expand(spec: SweepSpec, results_root: Path) -> list[RunSpec]:

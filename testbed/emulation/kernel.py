@@ -9,8 +9,9 @@ tries the feature on it and deletes it again.  Results are cached per process.
 from __future__ import annotations
 
 import functools
-import secrets
 import subprocess
+
+from testbed.common import names
 
 NETEM_MISSING_MSG = (
     "delay, jitter and loss need the netem qdisc (sch_netem), which this kernel does not "
@@ -18,7 +19,6 @@ NETEM_MISSING_MSG = (
     "sch_netem (modprobe sch_netem)"
 )
 
-_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 class NetemUnavailable(RuntimeError):
@@ -30,8 +30,8 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def probe_prefix() -> str:
-    """A fresh 'nst' + 4 base36 characters prefix for a throwaway probe interface."""
-    return "nst" + "".join(secrets.choice(_ALPHABET) for _ in range(4))
+    """A fresh prefix for a throwaway probe interface (the runs' form, so that clean finds it)."""
+    return names.random_prefix()
 
 
 class ThrowawayVeth:

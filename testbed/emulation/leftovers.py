@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import stat
 import subprocess
@@ -19,9 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed.common import files, names
 from testbed.emulation import rootless
-
-PREFIX_RE = re.compile(r"^nst[0-9a-z]{4}")
 
 
 def default_state_dir() -> Path:
@@ -101,11 +99,9 @@ class Registry:
 
     def save(self) -> None:
         ensure_own_dir(self.dir)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"prefix": self.prefix, "owner": self.owner,
-                                   "rootless": self.rootless, "created": time.time(),
-                                   "processes": self.processes}, indent=1))
-        os.replace(tmp, self.path)
+        files.atomic_write_text(self.path, json.dumps(
+            {"prefix": self.prefix, "owner": self.owner, "rootless": self.rootless,
+             "created": time.time(), "processes": self.processes}, indent=1))
 
     def add(self, pid: int, role: str) -> None:
         self.processes.append(process_entry(pid, role))
@@ -192,13 +188,6 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _load(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def find(state_dir: Path | None = None, prefix: str | None = None) -> dict:
     """What is left: interfaces matching ^nst[0-9a-z]{4} (or `prefix`) and live registered PIDs.
 
@@ -206,10 +195,10 @@ def find(state_dir: Path | None = None, prefix: str | None = None) -> dict:
     """
     d = Path(state_dir) if state_dir else default_state_dir()
     intfs = [n for n in list_interfaces()
-             if (n.startswith(prefix) if prefix else PREFIX_RE.match(n))]
+             if (n.startswith(prefix) if prefix else names.has_prefix_form(n))]
     pids, regs = [], []
     for path in sorted(d.glob("nst*.json")) if d.is_dir() else []:
-        data = _load(path)
+        data = files.read_json(path)
         if not data or (prefix and data.get("prefix") != prefix):
             continue
         regs.append(str(path))
@@ -229,8 +218,8 @@ def clean(state_dir: Path | None = None, force: bool = False) -> dict:
     report: dict = {"interfaces_removed": [], "pids_killed": [], "registries_removed": [],
                     "skipped_active": [], "failed": []}
     for path in sorted(d.glob("nst*.json")) if d.is_dir() else []:
-        data = _load(path)
-        if not data or not PREFIX_RE.match(str(data.get("prefix", ""))):
+        data = files.read_json(path)
+        if not data or not names.is_prefix(str(data.get("prefix", ""))):
             continue
         prefix = data["prefix"]
         owner = data.get("owner")

@@ -40,7 +40,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -48,13 +47,13 @@ import time
 import warnings
 from pathlib import Path
 
-from testbed.emulation import kernel, leftovers, rootless
+from testbed.common import names
+from testbed.emulation import kernel, leftovers, netns, rootless
 from topologies import registry, shaping
 from topologies.spec import IMPAIRMENT_FIELDS
 
 log = logging.getLogger(__name__)
 
-PREFIX_RE = re.compile(r"^nst[0-9a-z]{4}$")
 
 
 class EmulationError(RuntimeError):
@@ -66,7 +65,7 @@ def new_prefix(state_dir: Path | None = None) -> str:
     sdir = Path(state_dir) if state_dir else leftovers.default_state_dir()
     names = leftovers.list_interfaces()
     for _ in range(100):
-        p = kernel.probe_prefix()
+        p = names.random_prefix()
         if not any(n.startswith(p) for n in names) and not (sdir / f"{p}.json").exists():
             return p
     raise EmulationError("could not find a free interface prefix")
@@ -106,7 +105,7 @@ class Emulation:
             if key not in allowed:
                 raise ValueError(f"params.{key}: unknown for topology {topology!r}; allowed: "
                                  f"{', '.join(allowed)}")
-        if prefix is not None and not PREFIX_RE.match(prefix):
+        if prefix is not None and not names.is_prefix(prefix):
             raise ValueError(f"prefix: must match nst + 4 chars [0-9a-z], got {prefix!r}")
         self.topology = topology
         self.params = params
@@ -388,7 +387,7 @@ class Emulation:
         if interval_s:
             argv += ["-i", str(interval_s)]
         server = self.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        if not _wait_listening(server.pid, port, timeout_s=5.0):
+        if not netns.wait_listening(server.pid, port, timeout_s=5.0):
             self.kill(server)
             raise EmulationError(f"iperf3 server on {host}:{port} did not start listening")
         return server
@@ -481,21 +480,3 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _wait_listening(pid: int, port: int, timeout_s: float) -> bool:
-    """Poll /proc/<pid>/net/tcp{,6} (the process's own namespace) for a LISTEN on port."""
-    want = f":{port:04X}"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for table in ("tcp", "tcp6"):
-            try:
-                lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-            except OSError:
-                return False
-            for line in lines:
-                parts = line.split()
-                if parts[1].endswith(want) and parts[3] == "0A":
-                    return True
-        time.sleep(0.01)
-    return False

@@ -17,6 +17,8 @@ from pathlib import Path
 from subprocess import Popen
 from typing import IO, Any
 
+from testbed.emulation import netns
+
 IPERF_BASE_PORT = 5301
 IPERF_LONG_S = 86400  # clients run until stopped
 
@@ -41,26 +43,6 @@ class _Group:
     src: str
     dst: str
     slots: list[_Slot] = field(default_factory=list)
-
-
-def _listening(pid: int, port: int) -> bool:
-    """Is a TCP socket listening on ``port`` in the network namespace of ``pid``?
-
-    /proc/<pid>/net/tcp* shows the sockets of that process's namespace, so this needs no
-    process spawn inside the namespace.
-    """
-    want = f":{port:04X}"
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(f"/proc/{pid}/net/{name}") as fh:
-                next(fh, None)
-                for line in fh:
-                    parts = line.split()
-                    if len(parts) > 3 and parts[1].endswith(want) and parts[3] == "0A":
-                        return True
-        except OSError:
-            continue
-    return False
 
 
 class CrossTraffic:
@@ -115,7 +97,7 @@ class CrossTraffic:
                 pending.append(s)
         deadline = time.monotonic() + timeout_s
         while pending:
-            pending = [s for s in pending if not _listening(s.server.pid, s.port)]
+            pending = [s for s in pending if not netns.listening(s.server.pid, s.port)]
             for s in pending:
                 if s.server.poll() is not None:
                     raise RuntimeError(

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import time
 import traceback
@@ -37,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import launcher, records
@@ -62,7 +62,7 @@ class _RunFailed(Exception):
 
 def sanitize_method(method: str) -> str:
     """Method spec as a path component: 'topk:0.01' -> 'topk-0.01'."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", method)
+    return slug(method)
 
 
 def make_run_id(method: str, seed: int, now: datetime | None = None) -> str:

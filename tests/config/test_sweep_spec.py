@@ -74,16 +74,16 @@ def test_bad_sweep_fields_name_the_field(tmp_path: Path, patch: dict, needle: st
 def test_bad_grid_and_experiment_fields(tmp_path: Path) -> None:
     bad = json.loads(json.dumps(BASE))
     bad["experiments"][0]["grid"] = {"topology.rate_mbit": []}
-    with pytest.raises(sw.SweepError, match=r"experiments\.0\.grid: .*non-empty list"):
+    with pytest.raises(sw.SweepError, match=r"experiments\[0\]\.grid: .*non-empty list"):
         sw.load_sweep(_write(tmp_path, bad))
     bad["experiments"][0]["grid"] = {"topology.rate_mbit": [1]}
     bad["experiments"][0]["kind"] = "speed"
-    with pytest.raises(sw.SweepError, match=r"experiments\.0\.kind"):
+    with pytest.raises(sw.SweepError, match=r"experiments\[0\]\.kind"):
         sw.load_sweep(_write(tmp_path, bad))
 
 
 def test_unknown_sweep_name_lists_known() -> None:
-    with pytest.raises(sw.SweepError, match="known: .*paper-quick"):
+    with pytest.raises(sw.SweepError, match="unknown sweep .*; available: .*paper-quick"):
         sw.load_sweep("no-such-sweep")
 
 
