@@ -142,7 +142,7 @@ class Emulation:
             from mininet.net import Mininet
             from mininet.nodelib import LinuxBridge
 
-            from topologies.base import ShapedLink
+            from topologies.links import ShapedLink
 
             registry = self._registry
 
