@@ -53,8 +53,9 @@ from pydantic import (
 
 from netsenseml import methods
 from testbed.common import inputs, schema
-from testbed.common.names import NAME_RE, is_name
+from testbed.common.names import is_name
 from testbed.common.schema import StrictModel
+from testbed.config.events import EVENT_KINDS, Event, Names
 from topologies import registry as topology_registry
 from topologies.spec import TopologyParams
 from workloads import registry
@@ -152,122 +153,6 @@ class Workload(StrictModel):
         return v
 
 
-# --------------------------------------------------------------------------- events
-
-
-class _Event(StrictModel):
-    at: float = Field(ge=0, description="seconds after the timeline origin")
-
-
-class SetRate(_Event):
-    """Change a shaped link's rate in place (tc class change)."""
-
-    kind: Literal["set_rate"]
-    link: str
-    mbit: float = Field(gt=0, le=100000)
-
-
-class CrossStart(_Event):
-    """Start a group of N parallel iperf3 TCP streams from src to dst."""
-
-    kind: Literal["cross_start"]
-    id: str = Field(pattern=NAME_RE.pattern)
-    src: str
-    dst: str
-    streams: int = Field(1, gt=0, le=128)
-    bitrate_mbit: float | None = Field(None, gt=0, description="per-stream cap (iperf3 -b)")
-
-
-class CrossStop(_Event):
-    """Stop every iperf3 client of a cross_start or ramp group."""
-
-    kind: Literal["cross_stop"]
-    id: str
-
-
-class Ramp(_Event):
-    """The paper's congestion ramp: parallel streams rising step by step.
-
-    Levels are start_streams, then each multiple of step_streams above it, up to
-    max_streams (1, 10, 20, ..., 50 with step 10; 1, 2, ..., 50 with step 1), one level
-    every every_s seconds. Each level adds one iperf3 client carrying the increment
-    (iperf3 fixes -P per process), so the process count stays at the number of levels.
-    """
-
-    kind: Literal["ramp"]
-    id: str = Field(pattern=NAME_RE.pattern)
-    src: str
-    dst: str
-    start_streams: int = Field(1, gt=0, le=128)
-    max_streams: int = Field(50, gt=0, le=1024)
-    step_streams: int = Field(10, gt=0, le=128)
-    every_s: float = Field(10.0, gt=0)
-    hold_s: float | None = Field(None, ge=0, description="stop this long after the last level")
-
-    @model_validator(mode="after")
-    def _order(self) -> Ramp:
-        if self.max_streams < self.start_streams:
-            raise ValueError(
-                f"max_streams ({self.max_streams}) < start_streams ({self.start_streams})"
-            )
-        return self
-
-    def levels(self) -> list[int]:
-        """Total stream counts at each step."""
-        out = [self.start_streams]
-        k = 1
-        while k * self.step_streams <= self.max_streams:
-            if k * self.step_streams > out[-1]:
-                out.append(k * self.step_streams)
-            k += 1
-        if out[-1] != self.max_streams:
-            out.append(self.max_streams)
-        return out
-
-
-class Trace(_Event):
-    """Replay a bandwidth trace on a link as a series of rate changes.
-
-    ``csv``: lines ``time,rate`` (seconds, Mbit/s), optional header. ``mahimahi``: one
-    line per packet-delivery opportunity, in ms (each one MTU of 1500 bytes), binned
-    into ``bin_ms`` windows to give a rate. Rates are multiplied by ``scale`` and floored
-    at ``min_mbit`` (an HTB class cannot have rate 0).
-    """
-
-    kind: Literal["trace"]
-    link: str
-    file: str
-    format: Literal["csv", "mahimahi"] = "csv"
-    scale: float = Field(1.0, gt=0)
-    min_mbit: float = Field(0.1, gt=0)
-    bin_ms: int = Field(1000, gt=0)
-    duration_s: float | None = Field(
-        None, gt=0, description="replay this long, looping the trace; default: once"
-    )
-
-    @model_validator(mode="after")
-    def _resolve(self, info: ValidationInfo) -> Trace:
-        from testbed.config.traces import TraceError, parse_trace
-
-        base = (info.context or {}).get("base_dir") or Path.cwd()
-        path = Path(self.file).expanduser()
-        if not path.is_absolute():
-            path = Path(base) / path
-        if not path.is_file():
-            raise ValueError(f"trace file not found: {path}")
-        try:
-            parse_trace(path, self.format, bin_ms=self.bin_ms)
-        except TraceError as exc:
-            raise ValueError(str(exc)) from None
-        self.file = str(path.resolve())
-        return self
-
-
-Event = Annotated[
-    SetRate | CrossStart | CrossStop | Ramp | Trace, Field(discriminator="kind")
-]
-
-
 # --------------------------------------------------------------------------- scenario
 
 
@@ -319,31 +204,12 @@ class Scenario(StrictModel):
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> Scenario:
         topo = self.topology
-        links = link_names(topo)
-        hosts = host_names(topo)
-        ids: set[str] = set()
-        for i, ev in enumerate(self.timeline):
-            where = f"timeline[{i}] ({ev.kind})"
-            if isinstance(ev, SetRate | Trace) and ev.link not in links:
-                raise ValueError(f"{where}: unknown link {ev.link!r}; links: {', '.join(links)}")
-            if isinstance(ev, CrossStart | Ramp):
-                for role in ("src", "dst"):
-                    host = getattr(ev, role)
-                    if host not in hosts:
-                        raise ValueError(
-                            f"{where}: unknown {role} host {host!r}; hosts: {', '.join(hosts)}"
-                        )
-                if ev.src == ev.dst:
-                    raise ValueError(f"{where}: src and dst are the same host")
-                if ev.id in ids:
-                    raise ValueError(f"{where}: duplicate id {ev.id!r}")
-                ids.add(ev.id)
-            if isinstance(ev, CrossStop):
-                earlier = {
-                    e.id for e in self.timeline[:i] if isinstance(e, CrossStart | Ramp)
-                }
-                if ev.id not in earlier:
-                    raise ValueError(f"{where}: no earlier cross_start/ramp with id {ev.id!r}")
+        names = Names(topo.link_names(), topo.hosts())
+        for i, ev in enumerate(self.timeline):  # in file order: a stop needs its start
+            try:
+                ev.check(names)
+            except ValueError as exc:
+                raise ValueError(f"timeline[{i}] ({ev.kind}): {exc}") from None
         impaired = topo.impairments()
         if impaired and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel
@@ -385,10 +251,6 @@ def check_method(spec: str) -> None:
 def scenario_path(name_or_path: str | Path) -> Path:
     """A scenario file path: an existing path as given, else testbed/scenarios/<name>.yaml."""
     return inputs.resolve(name_or_path, SCENARIO_DIR, "scenario", ScenarioError)
-
-
-#: Discriminator tags pydantic puts into the location of an event's error (left out).
-EVENT_KINDS = ("set_rate", "cross_start", "cross_stop", "ramp", "trace")
 
 
 def format_validation_error(exc: ValidationError) -> str:

@@ -31,6 +31,7 @@ import random
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -147,17 +148,25 @@ class _Run:
         self.traffic.start_servers()
 
     def _apply(self, action: Action) -> str:
+        """Apply one timeline action (``ACTIONS``); the detail goes to events.csv."""
         assert self.traffic is not None
-        if action.kind == "set_rate":
-            self.emu.set_rate(action.target, float(action.value))
-            return f"{action.value:g} Mbit/s"
-        if action.kind == "cross_start":
-            detail = self.traffic.start_slot(action.target, action.slot)
-            self._write_pids()
-            return detail
-        if action.kind == "cross_stop":
-            return self.traffic.stop(action.target)
-        raise ValueError(f"unknown action {action.kind}")
+        try:
+            apply = ACTIONS[action.kind]
+        except KeyError:
+            raise ValueError(f"unknown action {action.kind}") from None
+        return apply(self, action)
+
+    def _set_rate(self, action: Action) -> str:
+        self.emu.set_rate(action.target, float(action.value))
+        return f"{action.value:g} Mbit/s"
+
+    def _cross_start(self, action: Action) -> str:
+        detail = self.traffic.start_slot(action.target, action.slot)
+        self._write_pids()
+        return detail
+
+    def _cross_stop(self, action: Action) -> str:
+        return self.traffic.stop(action.target)
 
     def _launch(self) -> None:
         hosts = list(self.emu.worker_hosts)
@@ -377,6 +386,12 @@ class _Run:
         if interrupted is not None:
             raise interrupted
         return RunOutcome(self.folder.path, self.summary["status"], self.summary)
+
+
+#: How each primitive action of ``testbed.config.events.ACTION_KINDS`` is applied.
+ACTIONS: dict[str, Callable[[_Run, Action], str]] = {
+    "set_rate": _Run._set_rate, "cross_start": _Run._cross_start, "cross_stop": _Run._cross_stop,
+}
 
 
 def _final_line(s: dict[str, Any]) -> str:

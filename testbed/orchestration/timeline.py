@@ -1,10 +1,7 @@
 """The timeline: scenario events expanded into timed actions, applied on wall-clock time.
 
-Expansion is pure (unit-testable without a network): a ``set_rate`` is one action; a
-``cross_start`` is one client start; a ``ramp`` is one client start per level (each adds
-the increment over the previous level) plus an optional stop; a ``trace`` is one
-``set_rate`` per rate change. The flow plan (which iperf3 clients with how many streams)
-comes out of the same pass so that all servers can be started before training.
+Each event kind expands itself (``testbed.config.events``: the registry of kinds, pure and
+unit-testable without a network); this module applies the resulting actions.
 
 At run time a daemon thread sleeps until each action's time and applies it. Times are
 seconds since the workers were launched (the run's origin, also used for steps.csv ``t``),
@@ -16,35 +13,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from testbed.config.scenario import CrossStart, CrossStop, Ramp, SetRate, Trace
-from testbed.config.traces import parse_trace, trace_rate_changes
-
-
-@dataclass(frozen=True)
-class Action:
-    """One thing to do at ``at`` seconds after the timeline origin."""
-
-    at: float
-    kind: str  # set_rate | cross_start | cross_stop
-    target: str  # link name or flow-group id
-    value: float | int | None = None  # Mbit/s, or streams added
-    slot: int = 0  # cross_start: which client of the group
-    source: str = ""  # the scenario event it came from, e.g. "timeline[2] ramp"
-
-
-@dataclass(frozen=True)
-class FlowPlan:
-    """iperf3 clients a flow group will need: one entry per client process."""
-
-    id: str
-    src: str
-    dst: str
-    streams: list[int]
-    bitrate_mbit: float | None = None
+from testbed.config.events import Action, FlowPlan, expand
 
 
 @dataclass
@@ -59,41 +31,7 @@ class EventRecord:
 
 EVENT_COLUMNS = ["t_scheduled", "t_applied", "kind", "target", "value", "detail"]
 
-
-def expand(events: Sequence[SetRate | CrossStart | CrossStop | Ramp | Trace]) -> tuple[
-    list[Action], list[FlowPlan]
-]:
-    """Scenario events -> (actions sorted by time, flow plans)."""
-    actions: list[Action] = []
-    plans: list[FlowPlan] = []
-    for i, ev in enumerate(events):
-        src = f"timeline[{i}] {ev.kind}"
-        if isinstance(ev, SetRate):
-            actions.append(Action(ev.at, "set_rate", ev.link, ev.mbit, source=src))
-        elif isinstance(ev, CrossStart):
-            plans.append(FlowPlan(ev.id, ev.src, ev.dst, [ev.streams], ev.bitrate_mbit))
-            actions.append(Action(ev.at, "cross_start", ev.id, ev.streams, 0, src))
-        elif isinstance(ev, CrossStop):
-            actions.append(Action(ev.at, "cross_stop", ev.id, source=src))
-        elif isinstance(ev, Ramp):
-            levels = ev.levels()
-            adds = [levels[0]] + [b - a for a, b in zip(levels, levels[1:], strict=False)]
-            plans.append(FlowPlan(ev.id, ev.src, ev.dst, adds))
-            for k, add in enumerate(adds):
-                actions.append(Action(ev.at + k * ev.every_s, "cross_start", ev.id, add, k, src))
-            if ev.hold_s is not None:
-                end = ev.at + (len(adds) - 1) * ev.every_s + ev.hold_s
-                actions.append(Action(end, "cross_stop", ev.id, source=src))
-        elif isinstance(ev, Trace):
-            rows = parse_trace(Path(ev.file), ev.format, bin_ms=ev.bin_ms)
-            changes = trace_rate_changes(
-                rows, scale=ev.scale, min_mbit=ev.min_mbit, duration_s=ev.duration_s
-            )
-            for t, mbit in changes:
-                actions.append(Action(ev.at + t, "set_rate", ev.link, round(mbit, 4), source=src))
-    # Stable sort: equal times keep file order (e.g. a stop listed after a start).
-    actions.sort(key=lambda a: a.at)
-    return actions, plans
+__all__ = ["EVENT_COLUMNS", "Action", "EventRecord", "FlowPlan", "Timeline", "expand"]
 
 
 class Timeline:

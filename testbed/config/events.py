@@ -1,0 +1,255 @@
+"""Timeline event kinds: each is one class here, with its fields (the schema), its checks
+against the topology's names, and the timed actions it expands into.
+
+Why one class per kind holds all three: adding an event kind is then this one file (the
+class and its line in ``EVENTS``). Events expand into a few primitive actions that the
+orchestrator knows how to apply (``ACTION_KINDS``: change a link's rate, start one
+iperf3 client of a flow group, stop a group); a kind made of these needs nothing else. A
+new primitive also needs its apply function in ``testbed.orchestration.run``'s action table.
+
+Expansion is pure (no network, unit-testable): a ``set_rate`` is one action; a
+``cross_start`` one client start; a ``ramp`` one client start per level (each adds the
+increment over the previous level) plus an optional stop; a ``trace`` one ``set_rate``
+per rate change. The flow plans (which iperf3 clients with how many streams) come out of
+the same pass, so that every server is started before training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, ValidationInfo, model_validator
+
+from testbed.common.names import NAME_RE
+from testbed.common.schema import StrictModel
+from testbed.config.traces import TraceError, parse_trace, trace_rate_changes
+
+#: The primitive actions a run applies (``testbed.orchestration.run``).
+ACTION_KINDS = ("set_rate", "cross_start", "cross_stop")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing to do at ``at`` seconds after the timeline origin."""
+
+    at: float
+    kind: str  # one of ACTION_KINDS
+    target: str  # link name or flow-group id
+    value: float | int | None = None  # Mbit/s, or streams added
+    slot: int = 0  # cross_start: which client of the group
+    source: str = ""  # the scenario event it came from, e.g. "timeline[2] ramp"
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """iperf3 clients a flow group will need: one entry per client process."""
+
+    id: str
+    src: str
+    dst: str
+    streams: list[int]
+    bitrate_mbit: float | None = None
+
+
+@dataclass
+class Names:
+    """What an event is checked against: the topology's names, and the flow-group ids the
+    events before it defined (filled in as the timeline is checked, in file order)."""
+
+    links: list[str]
+    hosts: list[str]
+    groups: set[str] = field(default_factory=set)
+
+    def link(self, name: str) -> None:
+        if name not in self.links:
+            raise ValueError(f"unknown link {name!r}; links: {', '.join(self.links)}")
+
+    def flow(self, src: str, dst: str, group: str) -> None:
+        for role, host in (("src", src), ("dst", dst)):
+            if host not in self.hosts:
+                raise ValueError(f"unknown {role} host {host!r}; hosts: {', '.join(self.hosts)}")
+        if src == dst:
+            raise ValueError("src and dst are the same host")
+        if group in self.groups:
+            raise ValueError(f"duplicate id {group!r}")
+        self.groups.add(group)
+
+
+class TimelineEvent(StrictModel):
+    """Base of an event kind: ``at`` plus the kind's fields; ``check`` and ``expand``."""
+
+    at: float = Field(ge=0, description="seconds after the timeline origin")
+
+    def check(self, names: Names) -> None:
+        """Raise ValueError (one line) when the event names what the topology lacks."""
+
+    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+        raise NotImplementedError(type(self).__name__)
+
+
+class SetRate(TimelineEvent):
+    """Change a shaped link's rate in place (tc class change)."""
+
+    kind: Literal["set_rate"]
+    link: str
+    mbit: float = Field(gt=0, le=100000)
+
+    def check(self, names: Names) -> None:
+        names.link(self.link)
+
+    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+        return [Action(self.at, "set_rate", self.link, self.mbit, source=source)], []
+
+
+class CrossStart(TimelineEvent):
+    """Start a group of N parallel iperf3 TCP streams from src to dst."""
+
+    kind: Literal["cross_start"]
+    id: str = Field(pattern=NAME_RE.pattern)
+    src: str
+    dst: str
+    streams: int = Field(1, gt=0, le=128)
+    bitrate_mbit: float | None = Field(None, gt=0, description="per-stream cap (iperf3 -b)")
+
+    def check(self, names: Names) -> None:
+        names.flow(self.src, self.dst, self.id)
+
+    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+        plan = FlowPlan(self.id, self.src, self.dst, [self.streams], self.bitrate_mbit)
+        return [Action(self.at, "cross_start", self.id, self.streams, 0, source)], [plan]
+
+
+class CrossStop(TimelineEvent):
+    """Stop every iperf3 client of a cross_start or ramp group."""
+
+    kind: Literal["cross_stop"]
+    id: str
+
+    def check(self, names: Names) -> None:
+        if self.id not in names.groups:
+            raise ValueError(f"no earlier cross_start/ramp with id {self.id!r}")
+
+    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+        return [Action(self.at, "cross_stop", self.id, source=source)], []
+
+
+class Ramp(TimelineEvent):
+    """The paper's congestion ramp: parallel streams rising step by step.
+
+    Levels are start_streams, then each multiple of step_streams above it, up to
+    max_streams (1, 10, 20, ..., 50 with step 10; 1, 2, ..., 50 with step 1), one level
+    every every_s seconds. Each level adds one iperf3 client carrying the increment
+    (iperf3 fixes -P per process), so the process count stays at the number of levels.
+    """
+
+    kind: Literal["ramp"]
+    id: str = Field(pattern=NAME_RE.pattern)
+    src: str
+    dst: str
+    start_streams: int = Field(1, gt=0, le=128)
+    max_streams: int = Field(50, gt=0, le=1024)
+    step_streams: int = Field(10, gt=0, le=128)
+    every_s: float = Field(10.0, gt=0)
+    hold_s: float | None = Field(None, ge=0, description="stop this long after the last level")
+
+    @model_validator(mode="after")
+    def _order(self) -> Ramp:
+        if self.max_streams < self.start_streams:
+            raise ValueError(
+                f"max_streams ({self.max_streams}) < start_streams ({self.start_streams})"
+            )
+        return self
+
+    def levels(self) -> list[int]:
+        """Total stream counts at each step."""
+        out = [self.start_streams]
+        k = 1
+        while k * self.step_streams <= self.max_streams:
+            if k * self.step_streams > out[-1]:
+                out.append(k * self.step_streams)
+            k += 1
+        if out[-1] != self.max_streams:
+            out.append(self.max_streams)
+        return out
+
+    def check(self, names: Names) -> None:
+        names.flow(self.src, self.dst, self.id)
+
+    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+        levels = self.levels()
+        adds = [levels[0]] + [b - a for a, b in zip(levels, levels[1:], strict=False)]
+        actions = [Action(self.at + k * self.every_s, "cross_start", self.id, add, k, source)
+                   for k, add in enumerate(adds)]
+        if self.hold_s is not None:
+            end = self.at + (len(adds) - 1) * self.every_s + self.hold_s
+            actions.append(Action(end, "cross_stop", self.id, source=source))
+        return actions, [FlowPlan(self.id, self.src, self.dst, adds)]
+
+
+class Trace(TimelineEvent):
+    """Replay a bandwidth trace on a link as a series of rate changes.
+
+    ``csv``: lines ``time,rate`` (seconds, Mbit/s), optional header. ``mahimahi``: one
+    line per packet-delivery opportunity, in ms (each one MTU of 1500 bytes), binned
+    into ``bin_ms`` windows to give a rate. Rates are multiplied by ``scale`` and floored
+    at ``min_mbit`` (an HTB class cannot have rate 0).
+    """
+
+    kind: Literal["trace"]
+    link: str
+    file: str
+    format: Literal["csv", "mahimahi"] = "csv"
+    scale: float = Field(1.0, gt=0)
+    min_mbit: float = Field(0.1, gt=0)
+    bin_ms: int = Field(1000, gt=0)
+    duration_s: float | None = Field(
+        None, gt=0, description="replay this long, looping the trace; default: once"
+    )
+
+    @model_validator(mode="after")
+    def _resolve(self, info: ValidationInfo) -> Trace:
+        base = (info.context or {}).get("base_dir") or Path.cwd()
+        path = Path(self.file).expanduser()
+        if not path.is_absolute():
+            path = Path(base) / path
+        if not path.is_file():
+            raise ValueError(f"trace file not found: {path}")
+        try:
+            parse_trace(path, self.format, bin_ms=self.bin_ms)
+        except TraceError as exc:
+            raise ValueError(str(exc)) from None
+        self.file = str(path.resolve())
+        return self
+
+    def check(self, names: Names) -> None:
+        names.link(self.link)
+
+    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+        rows = parse_trace(Path(self.file), self.format, bin_ms=self.bin_ms)
+        changes = trace_rate_changes(rows, scale=self.scale, min_mbit=self.min_mbit,
+                                     duration_s=self.duration_s)
+        return [Action(self.at + t, "set_rate", self.link, round(mbit, 4), source=source)
+                for t, mbit in changes], []
+
+
+#: The registered event kinds: one line each; the ``kind`` literal of each class is its name.
+EVENTS: list[type[TimelineEvent]] = [SetRate, CrossStart, CrossStop, Ramp, Trace]
+
+EVENT_KINDS = tuple(cls.model_fields["kind"].annotation.__args__[0] for cls in EVENTS)
+
+Event = Annotated[Union[tuple(EVENTS)], Field(discriminator="kind")]  # noqa: UP007
+
+
+def expand(events: list[TimelineEvent]) -> tuple[list[Action], list[FlowPlan]]:
+    """Scenario events -> (actions sorted by time, flow plans)."""
+    actions: list[Action] = []
+    plans: list[FlowPlan] = []
+    for i, ev in enumerate(events):
+        more, flows = ev.expand(f"timeline[{i}] {ev.kind}")
+        actions += more
+        plans += flows
+    # Stable sort: equal times keep file order (e.g. a stop listed after a start).
+    actions.sort(key=lambda a: a.at)
+    return actions, plans
