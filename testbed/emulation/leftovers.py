@@ -145,11 +145,11 @@ def remove_prefixed(prefix: str, wait_s: float = 3.0) -> tuple[list[str], list[s
     removed: list[str] = []
     deadline = time.monotonic() + wait_s
     while True:
-        names = interfaces_with_prefix(prefix)
-        if not names:
+        found = interfaces_with_prefix(prefix)
+        if not found:
             return removed, []
-        failed = delete_interfaces(names)
-        removed += [n for n in names if n not in failed]
+        failed = delete_interfaces(found)
+        removed += [n for n in found if n not in failed]
         if time.monotonic() > deadline:
             return removed, failed
         if failed:

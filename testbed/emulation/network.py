@@ -63,10 +63,10 @@ class EmulationError(RuntimeError):
 def new_prefix(state_dir: Path | None = None) -> str:
     """'nst' + 4 random base36 chars, used by no interface and no registry right now."""
     sdir = Path(state_dir) if state_dir else leftovers.default_state_dir()
-    names = leftovers.list_interfaces()
+    in_use = leftovers.list_interfaces()
     for _ in range(100):
         p = names.random_prefix()
-        if not any(n.startswith(p) for n in names) and not (sdir / f"{p}.json").exists():
+        if not any(n.startswith(p) for n in in_use) and not (sdir / f"{p}.json").exists():
             return p
     raise EmulationError("could not find a free interface prefix")
 
