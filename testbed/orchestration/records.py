@@ -1,6 +1,6 @@
 """The run folder's records: worker JSONL -> steps.csv rows and the metrics in summary.json.
 
-Layout (see DESIGN.md)::
+Layout (DESIGN.md, "The run folder")::
 
     <run_dir>/config.json   resolved scenario + method + seed + versions + host facts
     <run_dir>/steps.csv     one row per worker per step (eval accuracy on its step's row)
