@@ -119,3 +119,28 @@ def test_plugin_file_loads_like_mn_custom(plugin):
     exec(compile(plugin.read_text(), str(plugin), "exec"), customs, customs)
     topo = customs["topos"]["pair"](50)
     assert topo.worker_hosts == ["w0", "w1"] and topo.named_links["cable"].rate_mbit == 50
+
+
+def test_plots_and_tables_take_rates_from_the_topology_declaration(plugin):
+    import pandas as pd
+
+    from testbed.analysis import plots, tables
+
+    def events(*rows):
+        return pd.DataFrame([dict(t_scheduled=t, t_applied=t, kind=k, target=g, value=v)
+                             for t, k, g, v in rows])
+
+    star = {"scenario": {"topology": {"kind": "star", "n_workers": 2, "n_cross": 1,
+                                      "rate_mbit": 100}}}
+    rate, streams = plots.network_series(star, events(
+        (1, "set_rate", "w0", 10), (2, "set_rate", "x0", 5), (3, "cross_start", "g", 3)), 9)
+    assert rate.values.tolist() == [[0, 100], [1, 10], [2, 10], [9, 10]]  # x0 is no training link
+    assert streams["streams"].max() == 3
+    bell = {"scenario": {"topology": {"kind": "dumbbell", "n_left": 1, "n_right": 1,
+                                      "bottleneck_mbit": 200, "access_mbit": 50}}}
+    rate, _ = plots.network_series(bell, events((1, "set_rate", "bottleneck", 20)), 5)
+    assert rate["rate_mbit"].tolist() == [50, 20, 20]  # access links bound it at first
+    pair = {"scenario": {"topology": {"kind": KIND, "cable_mbit": 40}}}
+    assert tables._rate_of({}, pair) == 40.0
+    rate, _ = plots.network_series(pair, events((1, "set_rate", "cable", 4)), 5)
+    assert rate["rate_mbit"].tolist() == [40, 4, 4]
