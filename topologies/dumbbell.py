@@ -10,11 +10,10 @@ x1 crosses the bottleneck.  Named links: "bottleneck", "w0".., "x0".. (access li
 
 from __future__ import annotations
 
-from pydantic import Field
-
 try:
     from topologies import spec
     from topologies.base import NamedTopo, check_count, check_queue
+    from topologies.spec import Field
 except ImportError:  # `mn --custom` from the repository root without the package installed
     import os
     import sys
@@ -22,6 +21,7 @@ except ImportError:  # `mn --custom` from the repository root without the packag
     sys.path.insert(0, os.getcwd())
     from topologies import spec
     from topologies.base import NamedTopo, check_count, check_queue
+    from topologies.spec import Field
 
 
 class DumbbellParams(spec.ShapedParams):

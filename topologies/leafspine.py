@@ -20,11 +20,10 @@ worker n is 10.1.n.2/24 behind its leaf's 10.1.n.1; uplink (i, j) is 10.2.(i*spi
 
 from __future__ import annotations
 
-from pydantic import Field
-
 try:
     from topologies import spec
     from topologies.base import NamedTopo, check_count, check_queue
+    from topologies.spec import Field
 except ImportError:  # `mn --custom` from the repository root without the package installed
     import os
     import sys
@@ -32,6 +31,7 @@ except ImportError:  # `mn --custom` from the repository root without the packag
     sys.path.insert(0, os.getcwd())
     from topologies import spec
     from topologies.base import NamedTopo, check_count, check_queue
+    from topologies.spec import Field
 
 
 class LeafSpineParams(spec.ShapedParams):

@@ -9,7 +9,10 @@ logical names the built ``Topo`` will have (``worker_hosts``, ``link_rates``...)
 orchestrator checks after the build that the two agree, so they cannot drift silently.
 
 This module imports pydantic only (no Mininet, no torch); ``topologies.registry`` maps a
-``kind`` to its class.
+``kind`` to its class. ``mn --custom topologies/X.py`` runs under the interpreter of the
+``mn`` script, often the system Python without pydantic: there the models below are plain
+classes (``Field`` returns its default), enough to define the topology files, never used
+to validate (only the testbed validates, in its own environment).
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+try:
+    from pydantic import BaseModel, ConfigDict, Field
+except ImportError:  # pragma: no cover - `mn --custom` under a Python without pydantic
+    BaseModel = object  # type: ignore[assignment,misc]
+    ConfigDict = dict  # type: ignore[assignment,misc]
+
+    def Field(default: Any = None, **_: Any) -> Any:  # type: ignore[no-redef]  # noqa: N802
+        return default
 
 #: Link impairments that need the kernel's sch_netem (``topologies.shaping``); a topology
 #: that declares them gets a netem leaf only for values that are set (not None, not 0).

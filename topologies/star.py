@@ -11,11 +11,10 @@ Named links: "w0".."w{n-1}", "x0".. (each host's access link).
 
 from __future__ import annotations
 
-from pydantic import Field
-
 try:
     from topologies import spec
     from topologies.base import NamedTopo, check_count, check_queue
+    from topologies.spec import Field
 except ImportError:  # `mn --custom` from the repository root without the package installed
     import os
     import sys
@@ -23,6 +22,7 @@ except ImportError:  # `mn --custom` from the repository root without the packag
     sys.path.insert(0, os.getcwd())
     from topologies import spec
     from topologies.base import NamedTopo, check_count, check_queue
+    from topologies.spec import Field
 
 
 class StarParams(spec.ShapedParams):

@@ -144,3 +144,16 @@ def test_plots_and_tables_take_rates_from_the_topology_declaration(plugin):
     assert tables._rate_of({}, pair) == 40.0
     rate, _ = plots.network_series(pair, events((1, "set_rate", "cable", 4)), 5)
     assert rate["rate_mbit"].tolist() == [40, 4, 4]
+
+
+def test_plugin_file_loads_under_the_mn_interpreter(plugin):
+    """`sudo env PYTHONPATH=<repo>:<plugins> mn --custom pair_topology.py --topo pair,50`,
+    as PLUGINS.md says, under mn's own Python."""
+    from tests.emulation.test_topologies import MN_LOAD, mn_interpreter
+
+    proc = subprocess.run([mn_interpreter(), "-c", MN_LOAD, str(plugin), "pair", "50"],
+                          cwd=plugin.parent, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                               "PYTHONPATH": f"{REPO}:{plugin.parent}"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["w0", "w1", "cable"]

@@ -86,3 +86,46 @@ def test_loadable_like_mn_custom(name):
     exec(compile(path.read_text(), str(path), "exec"), customs, customs)  # as mn does
     topo = customs["topos"][name](2)  # mn passes --topo arguments positionally
     assert topo.worker_hosts[:2] == ["w0", "w1"] and topo.named_links
+
+
+def mn_interpreter() -> str:
+    """The Python that runs the `mn` script (its shebang), often the system's."""
+    import shutil
+
+    mn = shutil.which("mn")
+    if mn is None:
+        pytest.skip("no mn on PATH")
+    with open(mn) as fh:
+        first = fh.readline()
+    if not first.startswith("#!"):
+        pytest.skip(f"{mn} is not a script")
+    return first[2:].split()[0]
+
+
+MN_LOAD = """
+import sys
+sys.path.pop(0)  # like the mn script, whose own folder (not the cwd) is first on the path
+customs = {}
+path, name, *args = sys.argv[1:]
+exec(compile(open(path).read(), path, "exec"), customs, customs)
+topo = customs["topos"][name](*[int(a) for a in args])
+print(" ".join(topo.worker_hosts))
+print(" ".join(topo.named_links))
+"""
+
+
+@pytest.mark.parametrize("name,args", [("star", ["3"]), ("dumbbell", ["1", "1"]),
+                                       ("leafspine", ["2", "1", "1"])])
+def test_loadable_by_the_mn_interpreter(name, args):
+    """`mn --custom topologies/<name>.py` from the repository root, under mn's own Python
+    (which may lack pydantic and this package), with no PYTHONPATH."""
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([mn_interpreter(), "-c", MN_LOAD, f"topologies/{name}.py", name, *args],
+                          cwd=repo, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    workers, links = proc.stdout.strip().splitlines()
+    assert workers.split()[:1] == ["w0"] and links
