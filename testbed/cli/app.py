@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 
 app = typer.Typer(
     name="netsense",
@@ -36,15 +35,26 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+MAX_SET_BYTES = 64 * 1024
+
+
 def _parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``dotted.path=value`` items; values are YAML under the same bounds as files
+    (testbed.common.bounded), and text that is not YAML stays a plain string."""
+    from testbed.common import bounded
+
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             fail(f"--set {item!r}: expected dotted.path=value")
         key, raw = item.split("=", 1)
+        if len(raw.encode()) > MAX_SET_BYTES:
+            fail(f"--set {key.strip()}: value longer than {MAX_SET_BYTES} bytes")
         try:
-            out[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            out[key.strip()] = bounded.parse_yaml(raw, f"--set {key.strip()}")
+        except bounded.BoundError as exc:
+            if "YAML syntax error" not in str(exc):
+                fail(str(exc))
             out[key.strip()] = raw
     return out
 
@@ -84,6 +94,12 @@ def run(
         seeds = list(seed) if seed else list(scn.seeds)
     except ScenarioError as exc:
         fail(str(exc))
+    from testbed.common.outputs import OutputError, check_dir
+
+    try:
+        check_dir(out, "--out")
+    except OutputError as exc:
+        fail(str(exc))
     preflight()
 
     from testbed.orchestration import launcher
@@ -101,6 +117,10 @@ def run(
         _print_table(scn.name, outcomes)
         typer.echo(f"interrupted ({exc}); torn down, run marked failed", err=True)
         raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:  # between two runs: no run folder is half-made (run.py)
+        _print_table(scn.name, outcomes)
+        typer.echo("interrupted between runs; every run folder is final", err=True)
+        raise typer.Exit(130) from None
     _print_table(scn.name, outcomes)
     if any(o.status != "ok" for o in outcomes):
         raise typer.Exit(1)
@@ -228,10 +248,12 @@ def clean(
 ) -> None:
     """Remove leftovers of this testbed's own runs (found by prefix and recorded PIDs)."""
     from testbed.emulation import leftovers
+    from testbed.orchestration.rundir import repair_dead_runs
 
     report = leftovers.clean(force=force)
-    for key in ("interfaces_removed", "pids_killed", "registries_removed", "skipped_active",
-                "failed"):
+    report["records_repaired"] = repair_dead_runs()
+    for key in ("interfaces_removed", "pids_killed", "registries_removed", "records_repaired",
+                "skipped_active", "failed"):
         items = report.get(key) or []
         typer.echo(f"{key.replace('_', ' ')}: {len(items)}"
                    + (f" ({', '.join(map(str, items[:10]))})" if items else ""))

@@ -27,17 +27,29 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     workload.threads, workload.data_dir, workload.args.<knob>   (e.g. workload.args.width)
     methods, methods.N, seeds, seeds.N
     timeline.N.at, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.mbit
+
+Consumer bounds (issue 13): passing the schema means the run can use the value, so every
+number is finite (no ``.inf``/``.nan``) and within what its consumer takes: HTB rates in
+[MIN_MBIT, MAX_MBIT]; iperf3 ``-P`` at most 128 streams and ``-t`` whole seconds; names
+that become file names short enough for NAME_MAX with the run id appended;
+``workload.args`` keys must be options of the worker's parser that the scenario does not
+already set (``workloads.options``), with values of the option's type; seeds fit numpy's
+32 bits. Events must fall before the run's end (``workload.time_limit_s``, or the run's
+deadline for step-counted runs): an event the run cannot reach is refused here, and one
+that still did not happen at run time (a step-counted run ended first) fails the run
+(``testbed.orchestration.run``). A ``cross_stop`` may not come before the start (or the
+last ramp level) it stops. Trace replays are cut at the run's end.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -50,11 +62,28 @@ from pydantic import (
 )
 
 from netsenseml import methods
+from testbed.common import bounded
+from workloads import options as worker_options
 from workloads import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NETEM_FIELDS = ("delay_ms", "jitter_ms", "loss_pct")
+#: HTB rates tc can take: below 10 kbit/s the burst/quantum arithmetic degenerates.
+MIN_MBIT = 0.01
+MAX_MBIT = 100000.0
+#: Longest scenario name: a folder name, and shown in every table.
+MAX_NAME_LEN = 128
+#: Longest flow-group id (it names iperf3 log files: ``<id>-<port>-client.log``).
+MAX_ID_LEN = 64
+#: Longest method spec: the run id ``YYYYmmdd-HHMMSS-<method>-s<seed>-<n>`` is one file
+#: name (NAME_MAX 255 bytes) and the seed and suffix take up to 32 of them.
+MAX_METHOD_LEN = 200
+#: Longest run the schema accepts (time limit, timeouts, event times): a week.
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_STEPS = 100_000_000
+#: numpy seeds are 32-bit.
+MAX_SEED = 2**32 - 1
 
 
 class ScenarioError(ValueError):
@@ -62,7 +91,9 @@ class ScenarioError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    # allow_inf_nan=False: .inf passes "gt=0" but no consumer can use it (tc, iperf3,
+    # time.sleep's OverflowError in the timeline thread).
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- topology
@@ -72,8 +103,8 @@ class _LinkFields(_Strict):
     """Fields every topology shares: queue size and the netem-only impairments."""
 
     queue_pkts: int = Field(100, gt=0, le=100000)
-    delay_ms: float = Field(0.0, ge=0)
-    jitter_ms: float = Field(0.0, ge=0)
+    delay_ms: float = Field(0.0, ge=0, le=10000)
+    jitter_ms: float = Field(0.0, ge=0, le=10000)
     loss_pct: float = Field(0.0, ge=0, le=100)
 
 
@@ -83,7 +114,7 @@ class StarTopology(_LinkFields):
     kind: Literal["star"]
     n_workers: int = Field(gt=0, le=64)
     n_cross: int = Field(1, ge=0, le=16)
-    rate_mbit: float = Field(gt=0, le=100000)
+    rate_mbit: float = Field(ge=MIN_MBIT, le=MAX_MBIT)
 
 
 class DumbbellTopology(_LinkFields):
@@ -93,8 +124,8 @@ class DumbbellTopology(_LinkFields):
     n_left: int = Field(gt=0, le=32)
     n_right: int = Field(gt=0, le=32)
     n_cross: int = Field(2, ge=0, le=16)
-    bottleneck_mbit: float = Field(gt=0, le=100000)
-    access_mbit: float = Field(1000.0, gt=0, le=100000)
+    bottleneck_mbit: float = Field(ge=MIN_MBIT, le=MAX_MBIT)
+    access_mbit: float = Field(1000.0, ge=MIN_MBIT, le=MAX_MBIT)
 
 
 class LeafSpineTopology(_LinkFields):
@@ -104,8 +135,8 @@ class LeafSpineTopology(_LinkFields):
     leaves: int = Field(2, gt=0, le=16)
     spines: int = Field(2, gt=0, le=16)
     hosts_per_leaf: int = Field(2, gt=0, le=16)
-    access_mbit: float = Field(1000.0, gt=0, le=100000)
-    uplink_mbit: float = Field(100.0, gt=0, le=100000)
+    access_mbit: float = Field(1000.0, ge=MIN_MBIT, le=MAX_MBIT)
+    uplink_mbit: float = Field(100.0, ge=MIN_MBIT, le=MAX_MBIT)
 
 
 Topology = Annotated[
@@ -165,14 +196,14 @@ class Workload(_Strict):
     model: str = "mlp"  # a name in workloads.registry or package.module:factory
     dataset: str = "digits"  # a name in workloads.registry
     batch_size: int = Field(32, gt=0, le=65536)
-    steps: int | None = Field(None, gt=0)
-    time_limit_s: float | None = Field(None, gt=0)
-    eval_every: int | None = Field(None, gt=0)
+    steps: int | None = Field(None, gt=0, le=MAX_STEPS)
+    time_limit_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    eval_every: int | None = Field(None, gt=0, le=MAX_STEPS)
     target_accuracy: float | None = Field(None, gt=0, le=1)
-    lr: float | None = Field(None, gt=0)
+    lr: float | None = Field(None, gt=0, le=1000)
     threads: int = Field(1, gt=0, le=64)
-    data_dir: str | None = None
-    pg_timeout_s: float | None = Field(None, gt=0)
+    data_dir: str | None = Field(None, min_length=1, max_length=4096)
+    pg_timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
 
     @field_validator("model")
@@ -201,17 +232,50 @@ class Workload(_Strict):
     @field_validator("args")
     @classmethod
     def _knob_names(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for key in v:
+        seen: dict[str, str] = {}
+        for key, value in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9_-]*", key):
                 raise ValueError(f"bad knob name {key!r} (lowercase letters, digits, _ and -)")
+            try:
+                worker_options.check_arg(key, value)
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
+            name = worker_options.option_name(key)
+            if name in seen:
+                raise ValueError(f"{key}: same option as {seen[name]!r}")
+            seen[name] = key
         return v
+
+    @model_validator(mode="after")
+    def _worker_accepts(self) -> Workload:
+        """What the worker's parse_args checks beyond types, checked here first."""
+        args = {worker_options.option_name(k): v for k, v in self.args.items()}
+        if args.get("stop-at-target") and (self.target_accuracy is None or not self.eval_every):
+            raise ValueError("args.stop_at_target needs workload.target_accuracy and "
+                             "workload.eval_every")
+        knobs: dict[str, Any] = {k.replace("-", "_"): args[k]
+                                 for k in ("width", "layers", "d-model") if k in args}
+        try:
+            knobs.update(registry.parse_knobs(str(args.get("model-args", ""))))
+            if not registry.is_plugin(self.model):
+                registry.model_entry(self.model).resolve_knobs(knobs)
+        except registry.RegistryError as exc:
+            raise ValueError(f"args: {exc}") from None
+        for key, value in knobs.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and (
+                    not math.isfinite(value) or abs(value) > worker_options.MAX_INT):
+                raise ValueError(f"args: knob {key}={value!r} out of range "
+                                 f"(|value| <= {worker_options.MAX_INT})")
+        if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
+            raise ValueError(f"data_dir: no such folder {self.data_dir!r}")
+        return self
 
 
 # --------------------------------------------------------------------------- events
 
 
 class _Event(_Strict):
-    at: float = Field(ge=0, description="seconds after the timeline origin")
+    at: float = Field(ge=0, le=MAX_SECONDS, description="seconds after the timeline origin")
 
 
 class SetRate(_Event):
@@ -219,25 +283,26 @@ class SetRate(_Event):
 
     kind: Literal["set_rate"]
     link: str
-    mbit: float = Field(gt=0, le=100000)
+    mbit: float = Field(ge=MIN_MBIT, le=MAX_MBIT)
 
 
 class CrossStart(_Event):
     """Start a group of N parallel iperf3 TCP streams from src to dst."""
 
     kind: Literal["cross_start"]
-    id: str = Field(pattern=NAME_RE.pattern)
+    id: str = Field(pattern=NAME_RE.pattern, max_length=MAX_ID_LEN)
     src: str
     dst: str
-    streams: int = Field(1, gt=0, le=128)
-    bitrate_mbit: float | None = Field(None, gt=0, description="per-stream cap (iperf3 -b)")
+    streams: int = Field(1, gt=0, le=128)  # iperf3 -P takes at most 128
+    bitrate_mbit: float | None = Field(None, ge=0.001, le=MAX_MBIT,
+                                       description="per-stream cap (iperf3 -b)")
 
 
 class CrossStop(_Event):
     """Stop every iperf3 client of a cross_start or ramp group."""
 
     kind: Literal["cross_stop"]
-    id: str
+    id: str = Field(max_length=MAX_ID_LEN)
 
 
 class Ramp(_Event):
@@ -250,14 +315,15 @@ class Ramp(_Event):
     """
 
     kind: Literal["ramp"]
-    id: str = Field(pattern=NAME_RE.pattern)
+    id: str = Field(pattern=NAME_RE.pattern, max_length=MAX_ID_LEN)
     src: str
     dst: str
     start_streams: int = Field(1, gt=0, le=128)
     max_streams: int = Field(50, gt=0, le=1024)
     step_streams: int = Field(10, gt=0, le=128)
-    every_s: float = Field(10.0, gt=0)
-    hold_s: float | None = Field(None, ge=0, description="stop this long after the last level")
+    every_s: float = Field(10.0, gt=0, le=MAX_SECONDS)
+    hold_s: float | None = Field(None, ge=0, le=MAX_SECONDS,
+                                 description="stop this long after the last level")
 
     @model_validator(mode="after")
     def _order(self) -> Ramp:
@@ -279,6 +345,12 @@ class Ramp(_Event):
             out.append(self.max_streams)
         return out
 
+    def last_level_at(self) -> float:
+        return self.at + (len(self.levels()) - 1) * self.every_s
+
+    def stop_at(self) -> float | None:
+        return None if self.hold_s is None else self.last_level_at() + self.hold_s
+
 
 class Trace(_Event):
     """Replay a bandwidth trace on a link as a series of rate changes.
@@ -291,18 +363,18 @@ class Trace(_Event):
 
     kind: Literal["trace"]
     link: str
-    file: str
+    file: str = Field(min_length=1, max_length=4096)
     format: Literal["csv", "mahimahi"] = "csv"
-    scale: float = Field(1.0, gt=0)
-    min_mbit: float = Field(0.1, gt=0)
-    bin_ms: int = Field(1000, gt=0)
+    scale: float = Field(1.0, gt=0, le=1e6)
+    min_mbit: float = Field(0.1, ge=MIN_MBIT, le=MAX_MBIT)
+    bin_ms: int = Field(1000, ge=10, le=3_600_000)
     duration_s: float | None = Field(
-        None, gt=0, description="replay this long, looping the trace; default: once"
+        None, gt=0, le=MAX_SECONDS, description="replay this long, looping the trace; default: once"
     )
 
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> Trace:
-        from testbed.config.traces import TraceError, parse_trace
+        from testbed.config.traces import TraceError, parse_trace, trace_rate_changes
 
         base = (info.context or {}).get("base_dir") or Path.cwd()
         path = Path(self.file).expanduser()
@@ -311,9 +383,18 @@ class Trace(_Event):
         if not path.is_file():
             raise ValueError(f"trace file not found: {path}")
         try:
-            parse_trace(path, self.format, bin_ms=self.bin_ms)
+            rows = parse_trace(path, self.format, bin_ms=self.bin_ms)
         except TraceError as exc:
             raise ValueError(str(exc)) from None
+        try:
+            trace_rate_changes(rows, scale=self.scale, min_mbit=self.min_mbit,
+                               duration_s=self.duration_s)
+        except TraceError as exc:
+            raise ValueError(str(exc)) from None
+        top = max(rate for _, rate in rows) * self.scale
+        if top > MAX_MBIT:
+            raise ValueError(f"{path.name}: rate x scale reaches {top:g} Mbit/s, above the "
+                             f"{MAX_MBIT:g} accepted")
         self.file = str(path.resolve())
         return self
 
@@ -338,21 +419,23 @@ MethodSpec = Annotated[str, AfterValidator(_method_ok)]
 class Scenario(_Strict):
     """One experiment: a network, a workload, methods x seeds, and a timeline."""
 
-    name: str
-    description: str = ""
+    name: str = Field(max_length=MAX_NAME_LEN)
+    description: str = Field("", max_length=10000)
     topology: Topology
     workload: Workload
     methods: list[MethodSpec] = Field(min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    timeline: list[Event] = Field(default_factory=list)
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
+        default_factory=lambda: [0], min_length=1, max_length=1000)
+    timeline: list[Event] = Field(default_factory=list, max_length=10000)
     timeline_origin: Literal["launch", "first_step"] = Field(
         "launch",
         description="launch: event times count from the workers' start; first_step: from "
         "rank 0's first step record (steadier when start-up time varies)",
     )
     probe_links: bool = False
-    probe_seconds: float = Field(2.0, gt=0, le=60)
-    timeout_s: float | None = Field(None, gt=0)
+    probe_seconds: float = Field(2.0, ge=1, le=60, multiple_of=1,
+                                 description="whole seconds: iperf3 -t takes an integer")
+    timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
 
     @field_validator("name")
     @classmethod
@@ -395,10 +478,18 @@ class Scenario(_Strict):
                 ids.add(ev.id)
             if isinstance(ev, CrossStop):
                 earlier = {
-                    e.id for e in self.timeline[:i] if isinstance(e, CrossStart | Ramp)
+                    e.id: e for e in self.timeline[:i] if isinstance(e, CrossStart | Ramp)
                 }
                 if ev.id not in earlier:
                     raise ValueError(f"{where}: no earlier cross_start/ramp with id {ev.id!r}")
+                start = earlier[ev.id]
+                begun = start.last_level_at() if isinstance(start, Ramp) else start.at
+                if ev.at < begun:
+                    raise ValueError(
+                        f"{where}.at: {ev.at:g} s is before {ev.id!r} has started "
+                        f"({'its last level' if isinstance(start, Ramp) else 'cross_start'} "
+                        f"at {begun:g} s)")
+            self._check_reachable(where, ev)
         impaired = [f for f in NETEM_FIELDS if getattr(topo, f) > 0]
         if impaired and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel
@@ -406,6 +497,29 @@ class Scenario(_Strict):
             if not kernel.has_netem():
                 raise ValueError(f"topology.{impaired[0]}: {kernel.NETEM_MISSING_MSG}")
         return self
+
+    def run_end_s(self) -> tuple[float, str]:
+        """Latest event time the run can reach, and what sets it (for messages).
+
+        A time-limited run ends at its time limit (events count from the launch or the
+        first step, both at or before the workers' clock origin plus set-up); a
+        step-counted one at the latest when the orchestrator's deadline kills it.
+        """
+        if self.workload.time_limit_s is not None:
+            return self.workload.time_limit_s, "workload.time_limit_s"
+        return self.deadline_s(), "the run's deadline (timeout_s, default 600 s)"
+
+    def _check_reachable(self, where: str, ev: Any) -> None:
+        end, what = self.run_end_s()
+        times = [("at", ev.at)]
+        if isinstance(ev, Ramp):
+            times.append(("last level", ev.last_level_at()))
+            if ev.stop_at() is not None:
+                times.append(("stop (hold_s)", ev.stop_at()))
+        for label, t in times:
+            if t >= end:
+                raise ValueError(f"{where}: {label} {t:g} s is not before the run's end "
+                                 f"({what} = {end:g} s); the event could never happen")
 
     # convenience -----------------------------------------------------------------
     @property
@@ -431,6 +545,9 @@ def check_method(spec: str) -> None:
     Grammar only (``netsenseml.methods``, no torch): a plug-in ``pkg.mod:Name`` is imported
     by the workers, which exit with one line when it cannot be.
     """
+    if not isinstance(spec, str) or len(spec) > MAX_METHOD_LEN:
+        raise ValueError(f"method spec longer than {MAX_METHOD_LEN} characters (it names "
+                         "the run folder)")
     methods.parse(spec)
 
 
@@ -507,14 +624,9 @@ def load_scenario(name_or_path: str | Path, *, skip_kernel_checks: bool = False)
     path = scenario_path(name_or_path)
     label = path.name
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ScenarioError(f"scenario {label}: YAML syntax error at{where}: {problem}") from None
-    except OSError as exc:
-        raise ScenarioError(f"scenario {label}: cannot read: {exc.strerror}") from None
+        data = bounded.load_yaml(path, f"scenario {label}")
+    except bounded.BoundError as exc:
+        raise ScenarioError(str(exc)) from None
     if not isinstance(data, dict):
         raise ScenarioError(f"scenario {label}: top level must be a mapping")
     try:
@@ -590,9 +702,9 @@ def list_scenarios() -> list[tuple[str, str]]:
     out = []
     for path in sorted(SCENARIO_DIR.glob("*.yaml")):
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = bounded.load_yaml(path) or {}
             desc = str(data.get("description", "")).strip().splitlines()
             out.append((path.stem, desc[0] if desc else ""))
-        except (yaml.YAMLError, OSError, AttributeError) as exc:
+        except (bounded.BoundError, AttributeError) as exc:
             out.append((path.stem, f"(unreadable: {type(exc).__name__})"))
     return out

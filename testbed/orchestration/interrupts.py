@@ -51,6 +51,12 @@ class SignalGuard:
         """From now on signals are remembered, not raised (teardown has begun)."""
         self.protected = True
 
+    def unprotect(self) -> None:
+        """Signals interrupt again; one that came while protected is raised now."""
+        self.protected = False
+        if self.pending is not None:
+            raise RunInterrupted(self.pending)
+
     def restore(self) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)

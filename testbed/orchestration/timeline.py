@@ -60,10 +60,13 @@ class EventRecord:
 EVENT_COLUMNS = ["t_scheduled", "t_applied", "kind", "target", "value", "detail"]
 
 
-def expand(events: Sequence[SetRate | CrossStart | CrossStop | Ramp | Trace]) -> tuple[
-    list[Action], list[FlowPlan]
-]:
-    """Scenario events -> (actions sorted by time, flow plans)."""
+def expand(events: Sequence[SetRate | CrossStart | CrossStop | Ramp | Trace],
+           end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
+    """Scenario events -> (actions sorted by time, flow plans).
+
+    ``end_s``: the run's end (its time limit); a trace's rate changes from then on are cut
+    (the schema refuses every other event that late).
+    """
     actions: list[Action] = []
     plans: list[FlowPlan] = []
     for i, ev in enumerate(events):
@@ -87,7 +90,8 @@ def expand(events: Sequence[SetRate | CrossStart | CrossStop | Ramp | Trace]) ->
         elif isinstance(ev, Trace):
             rows = parse_trace(Path(ev.file), ev.format, bin_ms=ev.bin_ms)
             changes = trace_rate_changes(
-                rows, scale=ev.scale, min_mbit=ev.min_mbit, duration_s=ev.duration_s
+                rows, scale=ev.scale, min_mbit=ev.min_mbit, duration_s=ev.duration_s,
+                end_s=None if end_s is None else end_s - ev.at,
             )
             for t, mbit in changes:
                 actions.append(Action(ev.at + t, "set_rate", ev.link, round(mbit, 4), source=src))
@@ -133,9 +137,25 @@ class Timeline:
         return len(self.actions) - len(self.records)
 
     def _run(self, origin: float) -> None:
+        """The thread's body: never lets an exception out (it would print a traceback on
+        the user's terminal); any error is kept in ``error`` and fails the run."""
+        try:
+            self._apply_all(origin)
+        except BaseException as exc:  # noqa: BLE001 - recorded, the run is failed by caller
+            if self.error is None:
+                self.error = f"timeline thread: {type(exc).__name__}: {exc}"
+
+    def _apply_all(self, origin: float) -> None:
         for action in self.actions:
             due = origin + action.at
-            if self._stop.wait(max(0.0, due - time.time())):
+            # wait in bounded slices: threading's wait() overflows on huge timeouts
+            while True:
+                left = due - time.time()
+                if left <= 0:
+                    break
+                if self._stop.wait(min(left, 60.0)):
+                    return
+            if self._stop.is_set():
                 return
             t_sched = due - self.launch_wall
             try:
