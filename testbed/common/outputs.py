@@ -59,24 +59,27 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
-def check_dir(path: Path, option: str) -> None:
-    """OutputError unless ``path`` is, or can become, a writable folder for results."""
+def check_dir(path: Path, option: str, shown: Path | None = None) -> None:
+    """OutputError unless ``path`` is, or can become, a writable folder for results.
+
+    ``shown``: the path the user gave, when it is not ``path`` (a file's folder)."""
     path = Path(path).expanduser()
+    label = f"{option} {str(shown or path)!r}"
     if path.exists() and not path.is_dir():
-        raise OutputError(f"{option} {str(path)!r}: exists and is not a folder")
+        raise OutputError(f"{label}: exists and is not a folder")
     base = _nearest_existing(path)
     if not base.is_dir():
-        raise OutputError(f"{option} {str(path)!r}: {str(base)!r} is a file, not a folder")
+        raise OutputError(f"{label}: {str(base)!r} is a file, not a folder")
     kind = fs_type(base)
     if kind in PSEUDO_FS:
-        raise OutputError(f"{option} {str(path)!r}: on a {kind} pseudo-filesystem; give a "
-                          "folder on a real disk")
+        raise OutputError(f"{label}: on a {kind} pseudo-filesystem; give a folder on a real "
+                          "disk")
     try:
         fd, probe = tempfile.mkstemp(dir=base, prefix=".netsense-probe-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise OutputError(f"{option} {str(path)!r}: cannot write in {str(base)!r} "
+        raise OutputError(f"{label}: cannot write in {str(base)!r} "
                           f"({exc.strerror or exc})") from None
 
 
@@ -87,4 +90,4 @@ def check_file(path: Path, option: str) -> None:
         raise OutputError(f"{option} {str(path)!r}: is a folder; give a file name")
     if path.exists() and not path.is_file():
         raise OutputError(f"{option} {str(path)!r}: exists and is not a regular file")
-    check_dir(path.parent, option)
+    check_dir(path.parent, option, shown=path)

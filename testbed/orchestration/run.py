@@ -483,7 +483,8 @@ def run_scenario(
     """
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
-    return _Run(scenario, method, seed, Path(run_dir), progress, meta).execute()
+    # absolute: workers (forked by the zygote, which works elsewhere) open files under it
+    return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta).execute()
 
 
 def summary_table_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
