@@ -187,9 +187,10 @@ def plot_accuracy(runs: pd.DataFrame, steps: pd.DataFrame, out: Path) -> list[Pa
 
 
 def read_events(run_dir: Path) -> pd.DataFrame:
+    """events.csv (bounded and validated by analysis.loading); empty when absent or damaged."""
     try:
-        return pd.read_csv(Path(run_dir) / "events.csv")
-    except (OSError, pd.errors.EmptyDataError):
+        return loading.read_csv_file(Path(run_dir) / "events.csv", ("t_applied",))
+    except loading.Damaged:
         return pd.DataFrame(columns=["t_scheduled", "t_applied", "kind", "target", "value"])
 
 

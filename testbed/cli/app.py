@@ -127,13 +127,19 @@ def run(
 
 
 def _unique(path: Path) -> Path:
-    """Never reuse a folder: two runs in the same second get -2, -3 ... suffixes."""
-    if not path.exists():
-        return path
-    n = 2
-    while path.with_name(f"{path.name}-{n}").exists():
-        n += 1
-    return path.with_name(f"{path.name}-{n}")
+    """Never reuse a folder: two runs in the same second get -2, -3 ... suffixes.
+
+    The folder is *created* here (exclusive mkdir), so two `netsense run`s starting in the
+    same second (same method and seed) can never pick the same one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        cand = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            cand.mkdir()
+            return cand
+        except FileExistsError:
+            n += 1
 
 
 def preflight() -> None:

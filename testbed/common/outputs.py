@@ -59,12 +59,33 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
+#: Longest path accepted for an output folder: PATH_MAX (4096) less room for the run
+#: folders and files below it.
+MAX_OUT_PATH = 3000
+NAME_MAX = 255
+
+
 def check_dir(path: Path, option: str, shown: Path | None = None) -> None:
     """OutputError unless ``path`` is, or can become, a writable folder for results.
 
     ``shown``: the path the user gave, when it is not ``path`` (a file's folder)."""
-    path = Path(path).expanduser()
     label = f"{option} {str(shown or path)!r}"
+    try:
+        _check_dir(Path(path).expanduser(), label)
+    except (OSError, ValueError) as exc:  # NUL bytes, ENAMETOOLONG, ELOOP ...
+        if isinstance(exc, OutputError):
+            raise
+        raise OutputError(f"{label}: unusable: {getattr(exc, 'strerror', None) or exc}"
+                          ) from None
+
+
+def _check_dir(path: Path, label: str) -> None:
+    if "\0" in str(path):
+        raise OutputError(f"{label}: contains a NUL byte")
+    if len(os.path.abspath(path)) > MAX_OUT_PATH:
+        raise OutputError(f"{label}: path longer than {MAX_OUT_PATH} characters")
+    if any(len(part.encode()) > NAME_MAX for part in path.parts):
+        raise OutputError(f"{label}: a folder name is longer than {NAME_MAX} bytes")
     if path.exists() and not path.is_dir():
         raise OutputError(f"{label}: exists and is not a folder")
     base = _nearest_existing(path)
@@ -86,6 +107,10 @@ def check_dir(path: Path, option: str, shown: Path | None = None) -> None:
 def check_file(path: Path, option: str) -> None:
     """OutputError unless ``path`` can be written as a file (its folder checked as above)."""
     path = Path(path).expanduser()
+    try:
+        path.is_dir()
+    except (OSError, ValueError):
+        return check_dir(path, option)  # gives the one-line reason
     if path.is_dir():
         raise OutputError(f"{option} {str(path)!r}: is a folder; give a file name")
     if path.exists() and not path.is_file():

@@ -672,9 +672,14 @@ def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenari
     """
     data = copy.deepcopy(scenario.model_dump(mode="python"))
     for dotted, value in overrides.items():
+        if not isinstance(dotted, str) or len(dotted) > 200:
+            raise ScenarioError(f"override {str(dotted)[:40]!r}...: path longer than 200 "
+                                "characters")
         parts = [p for p in re.split(r"\.|\[(\d+)\]", dotted) if p]
         if not parts:
             raise ScenarioError(f"override {dotted!r}: empty path")
+        if len(parts) > 8:  # the deepest field is timeline.N.field / workload.args.knob
+            raise ScenarioError(f"override {dotted!r}: no field that deep")
         _set_dotted(data, parts, value, dotted)
     # Drop fields left at None so a switch from steps to time_limit_s stays valid.
     wl = data.get("workload", {})

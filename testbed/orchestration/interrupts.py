@@ -4,6 +4,8 @@ A signal while the run works raises :class:`RunInterrupted` (a KeyboardInterrupt
 the signal number) in the main thread; the run tears down in ``finally`` and re-raises it,
 so a sweep stops and the CLI exits 128 + signum. A signal during teardown is remembered and
 re-raised after it: teardown must finish, or the machine keeps our interfaces and processes.
+SIGHUP (the terminal closed) is handled like SIGTERM: its default action would kill the
+orchestrator mid-run with no teardown and a run folder saying "running".
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class SignalGuard:
         """Only the main thread can own signal handlers; elsewhere this is a no-op."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old[sig] = signal.signal(sig, self._on_signal)
 
     def protect(self) -> None:

@@ -120,6 +120,10 @@ class RunFolder:
         old = files.read_json(self.path / "summary.json")
         if old and old.get("status") == "ok":
             raise ValueError(f"{self.path} holds a finished run (status ok); not overwriting")
+        if old and old.get("status") == "running" and stale_reason(old) is None:
+            owner = old.get("orchestrator") or {}
+            raise ValueError(f"{self.path} is being written by a live run (pid "
+                             f"{owner.get('pid')}); not overwriting")
         if self.path.exists():
             shutil.rmtree(self.path)  # an earlier failed attempt of this same run
         self.workers.mkdir(parents=True)

@@ -79,3 +79,30 @@ def test_grid_values_sharing_a_folder_are_refused(tmp_path, monkeypatch, values,
     assert res.exit_code == 2, res.output
     one_line_error(res.stderr, "experiments.main.grid:", shown, "map to the same run folder")
     assert not (tmp_path / "res").exists()
+
+
+def test_two_runs_in_one_second_never_share_a_folder(tmp_path):
+    """`netsense run` creates its run folder exclusively: the same run id twice (same
+    second, method, seed) gives two folders."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from testbed.cli.app import _unique
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: _unique(tmp_path / "t" / "20261203-000000-x-s0"),
+                            range(16)))
+    assert len(set(got)) == 16 and all(p.is_dir() for p in got)
+
+
+def test_a_live_runs_folder_is_never_taken_over(tmp_path):
+    """A second writer finding a live (running, orchestrator alive) run folder refuses
+    instead of deleting it as an 'earlier failed attempt'."""
+    from testbed.orchestration.rundir import RunFolder, orchestrator_entry
+
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"status": "running",
+                                                "orchestrator": orchestrator_entry()}))
+    with pytest.raises(ValueError, match=f"being written by a live run \\(pid {os.getpid()}"):
+        RunFolder(d).prepare()
+    assert (d / "summary.json").exists()
