@@ -490,6 +490,12 @@ class Scenario(_Strict):
                         f"({'its last level' if isinstance(start, Ramp) else 'cross_start'} "
                         f"at {begun:g} s)")
             self._check_reachable(where, ev)
+        train = registry.dataset_entry(self.workload.dataset).train_samples
+        if train is not None and self.workload.batch_size > train // self.world_size:
+            raise ValueError(
+                f"workload.batch_size: {self.workload.batch_size} exceeds each rank's shard of "
+                f"{train // self.world_size} {self.workload.dataset} samples "
+                f"({self.world_size} workers)")
         impaired = [f for f in NETEM_FIELDS if getattr(topo, f) > 0]
         if impaired and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel

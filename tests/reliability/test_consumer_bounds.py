@@ -121,3 +121,12 @@ def test_timeline_thread_records_errors_and_never_raises(capfd):
     tl.stop()
     assert tl.error and "boom" in tl.error
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_batch_larger_than_a_shard_refused(tmp_path, monkeypatch):
+    res = netsense(["run", "smoke", "--set", "workload.batch_size=800", "--out",
+                    str(tmp_path / "res")], tmp_path, monkeypatch)
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: scenario smoke with overrides: workload.batch_size: 800 exceeds each rank's "
+        "shard of 719 digits samples (2 workers)"], res.stderr

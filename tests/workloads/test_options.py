@@ -44,3 +44,14 @@ def test_every_worker_arg_passes_the_parser_with_a_valid_value():
         options.check_arg(name.replace("-", "_"), sample[kind])
         extra = [f"--{name}"] if kind == "flag" else [f"--{name}", str(sample[kind])]
         build_parser().parse_args(base + extra)
+
+
+def test_registry_train_sizes_match_the_datasets():
+    """The schema refuses a batch larger than a rank's shard from these numbers."""
+    from workloads import registry
+    from workloads.datasets import load_dataset
+
+    for name in registry.dataset_names():
+        entry = registry.dataset_entry(name)
+        if entry.train_samples is not None:
+            assert len(load_dataset(name).train) == entry.train_samples, name
