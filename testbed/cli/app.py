@@ -107,6 +107,7 @@ def run(
 
     root = out / scn.name
     outcomes = []
+    run_dir: Path | None = None
     try:
         with launcher.shared():  # one pre-imported worker for every run of this command
             for s in seeds:
@@ -114,16 +115,29 @@ def run(
                     run_dir = _unique(root / make_run_id(m, s))
                     outcomes.append(run_scenario(scn, m, s, run_dir, progress=not quiet))
     except RunInterrupted as exc:
+        _drop_if_empty(run_dir)
         _print_table(scn.name, outcomes)
         typer.echo(f"interrupted ({exc}); torn down, run marked failed", err=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:  # between two runs: no run folder is half-made (run.py)
+        _drop_if_empty(run_dir)
         _print_table(scn.name, outcomes)
         typer.echo("interrupted between runs; every run folder is final", err=True)
         raise typer.Exit(130) from None
     _print_table(scn.name, outcomes)
     if any(o.status != "ok" for o in outcomes):
         raise typer.Exit(1)
+
+
+def _drop_if_empty(run_dir: Path | None) -> None:
+    """The folder _unique made for a run that an interruption stopped before it wrote
+    anything: remove it (rmdir removes only an empty folder), so no folder lacks a record."""
+    if run_dir is None:
+        return
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass  # not empty: the run wrote its records
 
 
 def _unique(path: Path) -> Path:
