@@ -84,6 +84,9 @@ MAX_SECONDS = 7 * 24 * 3600.0
 MAX_STEPS = 100_000_000
 #: numpy seeds are 32-bit.
 MAX_SEED = 2**32 - 1
+#: Most iperf3 client processes a timeline may start (one per cross_start, one per ramp
+#: level; each also gets its own server, all started before training).
+MAX_FLOW_CLIENTS = 256
 
 
 class ScenarioError(ValueError):
@@ -490,6 +493,11 @@ class Scenario(_Strict):
                         f"({'its last level' if isinstance(start, Ramp) else 'cross_start'} "
                         f"at {begun:g} s)")
             self._check_reachable(where, ev)
+        clients = sum(len(e.levels()) if isinstance(e, Ramp) else 1
+                      for e in self.timeline if isinstance(e, CrossStart | Ramp))
+        if clients > MAX_FLOW_CLIENTS:
+            raise ValueError(f"timeline: {clients} iperf3 clients (one per cross_start and "
+                             f"per ramp level), more than the {MAX_FLOW_CLIENTS} accepted")
         train = registry.dataset_entry(self.workload.dataset).train_samples
         if train is not None and self.workload.batch_size > train // self.world_size:
             raise ValueError(

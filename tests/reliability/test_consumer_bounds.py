@@ -86,6 +86,9 @@ EVENT_CASES = {
     "bitrate-huge": (
         "  - {at: 1, kind: cross_start, id: f, src: x0, dst: w1, bitrate_mbit: 1.0e9}",
         "timeline[0].bitrate_mbit: Input should be less"),
+    "too-many-flows": (
+        "  - {at: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 300, step_streams: 1, "
+        "every_s: 0.01}", "timeline: 300 iperf3 clients"),
     "id-too-long": (
         f"  - {{at: 1, kind: cross_start, id: {LONG}, src: x0, dst: w1}}",
         "timeline[0].id: String should have at most 64"),
