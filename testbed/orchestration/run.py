@@ -14,7 +14,14 @@ Order of a run (DESIGN.md, "Data flow of one run"):
    emulation (which removes every interface with the run's prefix), then write steps.csv,
    events.csv and the final summary.json ("ok", or "failed" + reason).
 
-Failures never raise out of ``run_scenario``: they end up in summary.json. The one thing
+Failures never raise out of ``run_scenario``: they end up in summary.json. A run is ``ok``
+only if the workers reported ok, wrote step records, *and* every scheduled timeline event
+was applied (``events_applied == events_scheduled``); otherwise it is ``failed`` with the
+reason ("timeline incomplete: K of N events applied ..."), because a scenario whose events
+did not happen did not run as described. The folder never exists without its records:
+config.json, sweep.json (for a sweep) and the ``running`` summary naming the orchestrator
+are written together with signals held off, and the run is registered for `netsense clean`
+(``rundir``) until its final summary is written. The one thing
 that does propagate is an interruption (SIGINT/SIGTERM), *after* teardown, as
 ``RunInterrupted`` (``testbed.orchestration.interrupts``), so that a sweep stops and the CLI
 exits 130/143.
