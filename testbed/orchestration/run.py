@@ -324,6 +324,8 @@ class _Run:
         is ``failed``, never ``ok`` (the schema already refuses events past a time limit;
         this catches step-counted runs that ended first, and a slow or stuck timeline).
         """
+        if self.timeline is not None and self.timeline.error:  # raced the workers' exit
+            return f"timeline event failed: {self.timeline.error}"
         applied = self.summary.get("events_applied", 0)
         scheduled = self.summary.get("events_scheduled", 0)
         if self.timeline is None or applied >= scheduled:
