@@ -92,6 +92,12 @@ def run(
             except ValueError as exc:
                 raise ScenarioError(f"--method: {exc}") from None
         seeds = list(seed) if seed else list(scn.seeds)
+        from testbed.config.scenario import MAX_SEED
+
+        for s in seeds:
+            if not 0 <= s <= MAX_SEED:
+                raise ScenarioError(f"--seed: {s} is not in [0, {MAX_SEED}] (numpy seeds are "
+                                    "32-bit)")
     except ScenarioError as exc:
         fail(str(exc))
     from testbed.common.outputs import OutputError, check_dir

@@ -133,3 +133,12 @@ def test_batch_larger_than_a_shard_refused(tmp_path, monkeypatch):
     assert res.stderr.strip().splitlines() == [
         "error: scenario smoke with overrides: workload.batch_size: 800 exceeds each rank's "
         "shard of 719 digits samples (2 workers)"], res.stderr
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296"])
+def test_cli_seed_bounds(tmp_path, monkeypatch, seed):
+    res = netsense(["run", "smoke", "--seed", seed, "--out", str(tmp_path / "res")], tmp_path,
+                   monkeypatch)
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        f"error: --seed: {seed} is not in [0, 4294967295] (numpy seeds are 32-bit)"]
