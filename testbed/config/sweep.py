@@ -103,8 +103,8 @@ def _check_methods(v: list[str]) -> list[str]:
 def _check_seeds(v: list[int]) -> list[int]:
     if not v:
         raise ValueError("must list at least one seed")
-    if any(s < 0 for s in v) or len(set(v)) != len(v):
-        raise ValueError("seeds must be distinct non-negative integers")
+    if any(not 0 <= s <= 2**32 - 1 for s in v) or len(set(v)) != len(v):
+        raise ValueError("seeds must be distinct integers in [0, 4294967295]")
     return v
 
 
