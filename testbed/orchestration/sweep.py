@@ -172,8 +172,13 @@ def _run_one(r: RunSpec, run_fn: RunFn, console: Any, rep: SweepReport) -> None:
     """One run through the orchestrator, its sweep.json, and its status line."""
     r.run_dir.parent.mkdir(parents=True, exist_ok=True)
     t_run = time.monotonic()
-    outcome = run_fn(r.scenario, r.method, r.seed, r.run_dir, progress=False,
-                     meta=sweep_meta(r))
+    try:
+        outcome = run_fn(r.scenario, r.method, r.seed, r.run_dir, progress=False,
+                         meta=sweep_meta(r))
+    except ValueError as exc:  # the folder is another live run's (or a finished one's)
+        rep.failed.append(r.label)
+        console.print(f"[red]refused[/red] {r.label}  {exc}", highlight=False)
+        return
     rep.ran += 1
     if r.run_dir.is_dir() and not (r.run_dir / "sweep.json").is_file():
         write_json(r.run_dir / "sweep.json", sweep_meta(r))  # a run_fn that ignored meta
