@@ -30,8 +30,8 @@ class DumbbellParams(spec.ShapedParams):
     n_left: int = Field(gt=0, le=32)
     n_right: int = Field(gt=0, le=32)
     n_cross: int = Field(2, ge=0, le=16)
-    bottleneck_mbit: float = Field(gt=0, le=100000)
-    access_mbit: float = Field(1000.0, gt=0, le=100000)
+    bottleneck_mbit: float = Field(ge=0.01, le=100000)
+    access_mbit: float = Field(1000.0, ge=0.01, le=100000)
 
     def worker_hosts(self) -> list[str]:
         return spec.workers(self.n_left + self.n_right)

@@ -40,8 +40,8 @@ class LeafSpineParams(spec.ShapedParams):
     leaves: int = Field(2, gt=0, le=16)
     spines: int = Field(2, gt=0, le=16)
     hosts_per_leaf: int = Field(2, gt=0, le=16)
-    access_mbit: float = Field(1000.0, gt=0, le=100000)
-    uplink_mbit: float = Field(100.0, gt=0, le=100000)
+    access_mbit: float = Field(1000.0, ge=0.01, le=100000)
+    uplink_mbit: float = Field(100.0, ge=0.01, le=100000)
 
     def worker_hosts(self) -> list[str]:
         return spec.workers(self.leaves * self.hosts_per_leaf)

@@ -42,7 +42,7 @@ class TopologyParams(BaseModel):
     Names are logical (``w0``, ``bottleneck``): the emulation adds the run's prefix.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     kind: str
 
@@ -105,8 +105,8 @@ class ShapedParams(TopologyParams):
     """Fields every built-in topology shares: queue size and the netem-only impairments."""
 
     queue_pkts: int = Field(100, gt=0, le=100000)
-    delay_ms: float = Field(0.0, ge=0)
-    jitter_ms: float = Field(0.0, ge=0)
+    delay_ms: float = Field(0.0, ge=0, le=10000)
+    jitter_ms: float = Field(0.0, ge=0, le=10000)
     loss_pct: float = Field(0.0, ge=0, le=100)
 
 

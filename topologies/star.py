@@ -30,7 +30,7 @@ class StarParams(spec.ShapedParams):
 
     n_workers: int = Field(gt=0, le=64)
     n_cross: int = Field(1, ge=0, le=16)
-    rate_mbit: float = Field(gt=0, le=100000)
+    rate_mbit: float = Field(ge=0.01, le=100000)
 
     def worker_hosts(self) -> list[str]:
         return spec.workers(self.n_workers)

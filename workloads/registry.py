@@ -109,6 +109,9 @@ class DatasetEntry:
     eval_samples: int = 1000
     needs_data_dir: bool = False
     summary: str = ""
+    #: Training samples when fixed (None: depends on the data or the context), so that a
+    #: batch larger than a rank's shard is refused before a network is built.
+    train_samples: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -255,12 +258,15 @@ register_model(ModelEntry(
 
 register_dataset(DatasetEntry(
     "digits", "workloads.datasets:load_digits_data", "image", eval_samples=1000,
+    train_samples=1438,
     summary="scikit-learn's 8x8 digits, 10 classes, 1437 train / 360 held-out"))
 register_dataset(DatasetEntry(
     "synthetic", "workloads.datasets:load_synthetic_data", "image", eval_samples=1000,
+    train_samples=10_000,
     summary="generated 3x32x32 images, 10 classes"))
 register_dataset(DatasetEntry(
     "mixture", "workloads.datasets:load_mixture_data", "vector", eval_samples=2000,
+    train_samples=200_000,
     summary="generated 300-class Gaussian mixture in 256 dimensions (evaluation workload)"))
 register_dataset(DatasetEntry(
     "text", "workloads.datasets:load_text_data", "lm", eval_samples=1000,

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from netsenseml import methods  # noqa: E402
-from testbed.analysis import tables  # noqa: E402
+from testbed.analysis import loading, tables  # noqa: E402
 from testbed.common import files  # noqa: E402
 from topologies import registry as topology_registry  # noqa: E402
 
@@ -42,6 +42,10 @@ FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "spe
 
 class NoData(RuntimeError):
     """The results hold nothing a figure can be drawn from (message says what is missing)."""
+
+
+#: Caption line drawn under every figure of this make_figures call (damaged runs left out).
+_NOTE = {"text": ""}
 
 
 def _colors(methods: list[str]) -> dict[str, Any]:
@@ -54,6 +58,9 @@ def _colors(methods: list[str]) -> dict[str, Any]:
 
 def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
     paths = []
+    if _NOTE["text"]:
+        fig.text(0.01, 0.0, _NOTE["text"], fontsize=7, color="firebrick", ha="left", va="top",
+                 wrap=True)
     for ext in ("png", "pdf"):
         p = out / f"{name}.{ext}"
         with files.atomic_path(p) as tmp:
@@ -181,9 +188,10 @@ def plot_accuracy(runs: pd.DataFrame, steps: pd.DataFrame, out: Path) -> list[Pa
 
 
 def read_events(run_dir: Path) -> pd.DataFrame:
+    """events.csv (bounded and validated by analysis.loading); empty when absent or damaged."""
     try:
-        return pd.read_csv(Path(run_dir) / "events.csv")
-    except (OSError, pd.errors.EmptyDataError):
+        return loading.read_csv_file(Path(run_dir) / "events.csv", ("t_applied",))
+    except loading.Damaged:
         return pd.DataFrame(columns=["t_scheduled", "t_applied", "kind", "target", "value"])
 
 
@@ -407,9 +415,18 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
     root = Path(root)
     out = Path(out) if out else root / "figures"
     runs, steps = tables.load_runs(root)
+    excluded = loading.excluded_of(runs)
+    for e in excluded:  # damaged folders: named, never silently dropped
+        log(f"excluded damaged run {e.run}: {e.reason}")
+    if not runs.empty:
+        for _, r in runs[runs["status"] != "ok"].iterrows():
+            log(f"not plotted: {r['run']} is {r['status']}"
+                + (f" ({str(r['reason'])[:160]})" if r.get("reason") else ""))
     if runs.empty:
-        raise NoData(f"no run folders under {root}")
+        raise NoData(f"no loadable run folders under {root} ({len(excluded)} damaged, "
+                     "listed above)" if excluded else f"no run folders under {root}")
     out.mkdir(parents=True, exist_ok=True)
+    _NOTE["text"] = loading.exclusion_note(excluded)
     written: dict[str, list[Path]] = {}
     sp = tables.speedup_table(runs)
     written["tables"] = [
@@ -424,9 +441,12 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
         "adaptation_timeline": lambda: plot_timeline(runs, steps, root, out),
         "speedup": lambda: plot_speedup(sp, out),
     }
-    for name, job in jobs.items():
-        try:
-            written[name] = job()
-        except NoData as exc:
-            log(f"skipped {name}: {exc}")
+    try:
+        for name, job in jobs.items():
+            try:
+                written[name] = job()
+            except NoData as exc:
+                log(f"skipped {name}: {exc}")
+    finally:
+        _NOTE["text"] = ""
     return written

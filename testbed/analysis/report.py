@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.analysis import plots, tables
+from testbed.analysis import loading, plots, tables
 from testbed.common import files
 from testbed.config.sweep import SWEEPS_DIR
 
@@ -102,9 +102,15 @@ def build_report(root: Path, out: Path | None = None, figures_dir: Path | None =
     sp = tables.speedup_table(runs)
     lo, hi = tables.speedup_range(sp)
     failed = runs[runs["status"] != "ok"]
+    excluded = loading.excluded_of(runs)
     body = [f"<h1>NetSense results: {html.escape(str(root))}</h1>",
-            f"<p>{len(runs)} runs ({len(runs) - len(failed)} ok, {len(failed)} not ok). "
+            f"<p>{len(runs)} runs ({len(runs) - len(failed)} ok, {len(failed)} not ok"
+            f"{f', {len(excluded)} damaged and excluded' if excluded else ''}). "
             f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.</p>"]
+    if excluded:
+        body += [f'<p class="muted">{html.escape(loading.exclusion_note(excluded))}</p>',
+                 "<h2>Excluded runs (damaged folders)</h2>",
+                 _table(pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]))]
     if pd.notna(lo):
         body.append(f"<p>NetSenseML throughput speedup over the baselines: "
                     f"<b>{lo:.2f}x – {hi:.2f}x</b> (all rates and baselines in speedup.csv).</p>")
@@ -125,10 +131,9 @@ def build_report(root: Path, out: Path | None = None, figures_dir: Path | None =
     body += ["<h2>All runs</h2>", _table(runs[cols])]
     if not failed.empty:
         reasons = []
-        for run in failed["run"]:
-            s = tables._read_json(root / run / "summary.json")
-            reasons.append({"run": run, "status": s.get("status", "missing"),
-                            "reason": str(s.get("reason") or s.get("error") or "")[:300]})
+        for _, r in failed.iterrows():
+            reasons.append({"run": r["run"], "status": r["status"],
+                            "reason": str(r.get("reason") or "")[:300]})
         body += ["<h2>Runs not ok</h2>", _table(pd.DataFrame(reasons))]
     body += ["<h2>Scenarios (resolved, one run per experiment)</h2>", _scenarios(root, runs),
              "<h2>Software and host</h2>", _table(_versions(root, runs))]

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from testbed.analysis import loading
 from testbed.common import files
 from topologies import registry as topology_registry
 
@@ -46,11 +47,7 @@ def _read_json(p: Path) -> dict[str, Any]:
     return files.read_json(p) or {}
 
 
-def find_run_dirs(root: Path) -> list[Path]:
-    """Every folder under ``root`` holding a run (config.json or summary.json), sorted."""
-    root = Path(root)
-    found = {p.parent for name in ("summary.json", "config.json") for p in root.rglob(name)}
-    return sorted(d for d in found if "figures" not in d.relative_to(root).parts)
+find_run_dirs = loading.find_run_dirs
 
 
 def find_key(obj: Any, key: str) -> Any:
@@ -152,16 +149,17 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, steps): one row per run folder, and all steps.csv rows with a ``run`` column.
 
     ``run`` is the folder relative to ``root``; sweep.json (written by the sweep) supplies
-    experiment/kind/params, else the scenario name stands in for the experiment.
+    experiment/kind/params, else the scenario name stands in for the experiment. Folders
+    are read by ``testbed.analysis.loading``: damaged ones are left out and listed in
+    ``runs.attrs["excluded"]`` (``loading.excluded_of``); ``status`` is the true one (a
+    dead orchestrator's ``running`` reads ``failed``) and ``reason`` says why not ok.
     """
     root = Path(root)
     rows, frames = [], []
-    for d in find_run_dirs(root):
-        cfg = _read_json(d / "config.json")
-        summ = _read_json(d / "summary.json")
-        meta = _read_json(d / "sweep.json")
-        steps = read_steps(d)
-        rel = str(d.relative_to(root))
+    loaded = loading.load_all(root)
+    for item in loaded.runs:
+        d, cfg, summ, meta, steps = item.path, item.config, item.summary, item.meta, item.steps
+        rel = item.run
         params = meta.get("params") or {}
         target = find_key(cfg, "target_accuracy")
         target = float(target) if isinstance(target, int | float) else None
@@ -176,7 +174,8 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "kind": meta.get("kind", "other"),
             "method": summ.get("method") or cfg.get("method") or meta.get("method", ""),
             "seed": cfg.get("seed", meta.get("seed")),
-            "status": summ.get("status", "missing"),
+            "status": item.status,
+            "reason": item.reason,
             "rate_mbit": _rate_of(params, cfg),
             "throughput": run_throughput(steps),
             "throughput_summary": summ.get("throughput_samples_per_s"),
@@ -196,6 +195,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         if not steps.empty:
             frames.append(steps.assign(run=rel))
     runs = pd.DataFrame(rows)
+    runs.attrs["excluded"] = loaded.excluded
     steps_all = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     for col in ("throughput_summary", "tta_s_summary", "bytes_sent_total"):
         if col in runs.columns:

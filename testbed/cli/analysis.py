@@ -23,6 +23,16 @@ def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
     raise typer.Exit(code)
 
 
+def _check_out(path: Path, option: str, *, folder: bool) -> None:
+    """Exit 2 with one line when ``path`` cannot be written (testbed.common.outputs)."""
+    from testbed.common.outputs import OutputError, check_dir, check_file
+
+    try:
+        (check_dir if folder else check_file)(path, option)
+    except OutputError as exc:
+        _fail(str(exc))
+
+
 def sweep_cmd(
     sweep: Annotated[str, typer.Argument(
         help="sweep name in testbed/sweeps/ (e.g. paper-quick) or a path to a YAML file")],
@@ -51,6 +61,8 @@ def sweep_cmd(
     except sw.SweepError as exc:
         _fail(str(exc))
         return
+    if not dry_run:
+        _check_out(results, "--results", folder=True)
     if dry_run:
         rows, total = dry_run_rows(runs)
         t = Table(title=f"sweep {spec.name}: {len(rows)} runs")
@@ -69,7 +81,13 @@ def sweep_cmd(
     from testbed.cli.app import preflight
 
     preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
-    rep = run_sweep(runs, console=console)
+    from testbed.orchestration.sweep import SweepLocked
+
+    try:
+        rep = run_sweep(runs, console=console)
+    except SweepLocked as exc:
+        _fail(str(exc))
+        return
     console.print(f"sweep {spec.name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
                   f"skipped (already ok) in {rep.seconds / 60:.1f} min; results in "
                   f"{results / spec.name}")
@@ -92,6 +110,7 @@ def plot_cmd(
 
     if not results.is_dir():
         _fail(f"results: no such folder {str(results)!r}")
+    _check_out(out or results / "figures", "--out", folder=True)
     try:
         written = plots.make_figures(results, out, log=lambda m: Console().print(f"[yellow]{m}"))
     except plots.NoData as exc:
@@ -114,6 +133,8 @@ def report_cmd(
 
     if not results.is_dir():
         _fail(f"results: no such folder {str(results)!r}")
+    _check_out(out or results / "report.html", "--out", folder=False)
+    _check_out(figures or results / "figures", "--figures", folder=True)
     try:
         path = report.build_report(results, out, figures,
                                    log=lambda m: Console().print(f"[yellow]{m}"))

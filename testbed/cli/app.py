@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 
 app = typer.Typer(
     name="netsense",
@@ -36,15 +35,26 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+MAX_SET_BYTES = 64 * 1024
+
+
 def _parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``dotted.path=value`` items; values are YAML under the same bounds as files
+    (testbed.common.bounded), and text that is not YAML stays a plain string."""
+    from testbed.common import bounded
+
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             fail(f"--set {item!r}: expected dotted.path=value")
         key, raw = item.split("=", 1)
+        if len(raw.encode()) > MAX_SET_BYTES:
+            fail(f"--set {key.strip()}: value longer than {MAX_SET_BYTES} bytes")
         try:
-            out[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            out[key.strip()] = bounded.parse_yaml(raw, f"--set {key.strip()}")
+        except bounded.BoundError as exc:
+            if "YAML syntax error" not in str(exc):
+                fail(str(exc))
             out[key.strip()] = raw
     return out
 
@@ -82,7 +92,19 @@ def run(
             except ValueError as exc:
                 raise ScenarioError(f"--method: {exc}") from None
         seeds = list(seed) if seed else list(scn.seeds)
+        from testbed.config.scenario import MAX_SEED
+
+        for s in seeds:
+            if not 0 <= s <= MAX_SEED:
+                raise ScenarioError(f"--seed: {s} is not in [0, {MAX_SEED}] (numpy seeds are "
+                                    "32-bit)")
     except ScenarioError as exc:
+        fail(str(exc))
+    from testbed.common.outputs import OutputError, check_dir
+
+    try:
+        check_dir(out, "--out")
+    except OutputError as exc:
         fail(str(exc))
     preflight()
 
@@ -91,6 +113,7 @@ def run(
 
     root = out / scn.name
     outcomes = []
+    run_dir: Path | None = None
     try:
         with launcher.shared():  # one pre-imported worker for every run of this command
             for s in seeds:
@@ -98,22 +121,45 @@ def run(
                     run_dir = _unique(root / make_run_id(m, s))
                     outcomes.append(run_scenario(scn, m, s, run_dir, progress=not quiet))
     except RunInterrupted as exc:
+        _drop_if_empty(run_dir)
         _print_table(scn.name, outcomes)
         typer.echo(f"interrupted ({exc}); torn down, run marked failed", err=True)
         raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:  # between two runs: no run folder is half-made (run.py)
+        _drop_if_empty(run_dir)
+        _print_table(scn.name, outcomes)
+        typer.echo("interrupted between runs; every run folder is final", err=True)
+        raise typer.Exit(130) from None
     _print_table(scn.name, outcomes)
     if any(o.status != "ok" for o in outcomes):
         raise typer.Exit(1)
 
 
+def _drop_if_empty(run_dir: Path | None) -> None:
+    """The folder _unique made for a run that an interruption stopped before it wrote
+    anything: remove it (rmdir removes only an empty folder), so no folder lacks a record."""
+    if run_dir is None:
+        return
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass  # not empty: the run wrote its records
+
+
 def _unique(path: Path) -> Path:
-    """Never reuse a folder: two runs in the same second get -2, -3 ... suffixes."""
-    if not path.exists():
-        return path
-    n = 2
-    while path.with_name(f"{path.name}-{n}").exists():
-        n += 1
-    return path.with_name(f"{path.name}-{n}")
+    """Never reuse a folder: two runs in the same second get -2, -3 ... suffixes.
+
+    The folder is *created* here (exclusive mkdir), so two `netsense run`s starting in the
+    same second (same method and seed) can never pick the same one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        cand = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            cand.mkdir()
+            return cand
+        except FileExistsError:
+            n += 1
 
 
 def preflight() -> None:
@@ -228,10 +274,12 @@ def clean(
 ) -> None:
     """Remove leftovers of this testbed's own runs (found by prefix and recorded PIDs)."""
     from testbed.emulation import leftovers
+    from testbed.orchestration.rundir import repair_dead_runs
 
     report = leftovers.clean(force=force)
-    for key in ("interfaces_removed", "pids_killed", "registries_removed", "skipped_active",
-                "failed"):
+    report["records_repaired"] = repair_dead_runs()
+    for key in ("interfaces_removed", "pids_killed", "registries_removed", "records_repaired",
+                "skipped_active", "failed"):
         items = report.get(key) or []
         typer.echo(f"{key.replace('_', ' ')}: {len(items)}"
                    + (f" ({', '.join(map(str, items[:10]))})" if items else ""))

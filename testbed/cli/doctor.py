@@ -82,12 +82,11 @@ def check_bridge() -> Check:
     if not shutil.which("brctl"):
         return Check("bridge", False, "brctl not found (Mininet's LinuxBridge needs it)",
                      "apt-get install bridge-utils")
-    name = kernel.probe_prefix() + "b"
-    res = _run(["ip", "link", "add", name, "type", "bridge"])
+    with kernel.ProbePrefix() as probe:  # registered: clean removes it if we are killed
+        res = _run(["ip", "link", "add", probe.prefix + "b", "type", "bridge"])
     if res.returncode != 0:
         err = res.stderr.strip() or "cannot create a Linux bridge"
         return Check("bridge", False, err, _fix(err, "the bridge module"))
-    _run(["ip", "link", "del", name])
     return Check("bridge", True, "brctl found, Linux bridge can be created", "")
 
 

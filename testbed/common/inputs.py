@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from testbed.common import bounded
 from testbed.common.names import is_name
 
 
@@ -37,13 +36,10 @@ def resolve(name_or_path: str | Path, folder: Path, what: str,
 def load_mapping(path: Path, label: str, error: type[ValueError] = ValueError
                  ) -> dict[str, Any]:
     """The YAML mapping in ``path``; errors start with ``label`` ('scenario smoke.yaml')."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise error(f"{label}: YAML syntax error at{where}: {problem}") from None
+    try:  # size, alias-expansion and depth bounds: an input file is untrusted
+        data = bounded.load_yaml(Path(path), label)
+    except bounded.BoundError as exc:
+        raise error(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise error(f"{label}: cannot read: {reason}") from None

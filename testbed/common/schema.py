@@ -12,9 +12,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class StrictModel(BaseModel):
-    """Unknown fields are refused (``topology.colour: unknown field``)."""
+    """Unknown fields are refused (``topology.colour: unknown field``); so are inf and NaN,
+    which pass ``gt=0`` but no consumer can use (tc, iperf3, the timeline's sleeps)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def one_line(exc: ValidationError, tags: Iterable[str] = ()) -> str:

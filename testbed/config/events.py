@@ -26,6 +26,14 @@ from testbed.common.names import NAME_RE
 from testbed.common.schema import StrictModel
 from testbed.config.traces import TraceError, parse_trace, trace_rate_changes
 
+#: HTB rates tc can take: below 10 kbit/s the burst/quantum arithmetic degenerates.
+MIN_MBIT = 0.01
+MAX_MBIT = 100000.0
+#: Longest run the schema accepts (time limit, timeouts, event times): a week.
+MAX_SECONDS = 7 * 24 * 3600.0
+#: Longest flow-group id (it names iperf3 log files: ``<id>-<port>-client.log``).
+MAX_ID_LEN = 64
+
 #: The primitive actions a run applies (``testbed.orchestration.run``).
 ACTION_KINDS = ("set_rate", "cross_start", "cross_stop")
 
@@ -80,12 +88,12 @@ class Names:
 class TimelineEvent(StrictModel):
     """Base of an event kind: ``at`` plus the kind's fields; ``check`` and ``expand``."""
 
-    at: float = Field(ge=0, description="seconds after the timeline origin")
+    at: float = Field(ge=0, le=MAX_SECONDS, description="seconds after the timeline origin")
 
     def check(self, names: Names) -> None:
         """Raise ValueError (one line) when the event names what the topology lacks."""
 
-    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+    def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         raise NotImplementedError(type(self).__name__)
 
 
@@ -94,12 +102,12 @@ class SetRate(TimelineEvent):
 
     kind: Literal["set_rate"]
     link: str
-    mbit: float = Field(gt=0, le=100000)
+    mbit: float = Field(ge=MIN_MBIT, le=MAX_MBIT)
 
     def check(self, names: Names) -> None:
         names.link(self.link)
 
-    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+    def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         return [Action(self.at, "set_rate", self.link, self.mbit, source=source)], []
 
 
@@ -107,16 +115,17 @@ class CrossStart(TimelineEvent):
     """Start a group of N parallel iperf3 TCP streams from src to dst."""
 
     kind: Literal["cross_start"]
-    id: str = Field(pattern=NAME_RE.pattern)
+    id: str = Field(pattern=NAME_RE.pattern, max_length=MAX_ID_LEN)
     src: str
     dst: str
     streams: int = Field(1, gt=0, le=128)
-    bitrate_mbit: float | None = Field(None, gt=0, description="per-stream cap (iperf3 -b)")
+    bitrate_mbit: float | None = Field(None, ge=0.001, le=MAX_MBIT,
+                                       description="per-stream cap (iperf3 -b)")
 
     def check(self, names: Names) -> None:
         names.flow(self.src, self.dst, self.id)
 
-    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+    def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         plan = FlowPlan(self.id, self.src, self.dst, [self.streams], self.bitrate_mbit)
         return [Action(self.at, "cross_start", self.id, self.streams, 0, source)], [plan]
 
@@ -125,13 +134,13 @@ class CrossStop(TimelineEvent):
     """Stop every iperf3 client of a cross_start or ramp group."""
 
     kind: Literal["cross_stop"]
-    id: str
+    id: str = Field(max_length=MAX_ID_LEN)
 
     def check(self, names: Names) -> None:
         if self.id not in names.groups:
             raise ValueError(f"no earlier cross_start/ramp with id {self.id!r}")
 
-    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+    def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         return [Action(self.at, "cross_stop", self.id, source=source)], []
 
 
@@ -145,14 +154,15 @@ class Ramp(TimelineEvent):
     """
 
     kind: Literal["ramp"]
-    id: str = Field(pattern=NAME_RE.pattern)
+    id: str = Field(pattern=NAME_RE.pattern, max_length=MAX_ID_LEN)
     src: str
     dst: str
     start_streams: int = Field(1, gt=0, le=128)
     max_streams: int = Field(50, gt=0, le=1024)
     step_streams: int = Field(10, gt=0, le=128)
-    every_s: float = Field(10.0, gt=0)
-    hold_s: float | None = Field(None, ge=0, description="stop this long after the last level")
+    every_s: float = Field(10.0, gt=0, le=MAX_SECONDS)
+    hold_s: float | None = Field(None, ge=0, le=MAX_SECONDS,
+                                 description="stop this long after the last level")
 
     @model_validator(mode="after")
     def _order(self) -> Ramp:
@@ -161,6 +171,12 @@ class Ramp(TimelineEvent):
                 f"max_streams ({self.max_streams}) < start_streams ({self.start_streams})"
             )
         return self
+
+    def last_level_at(self) -> float:
+        return self.at + (len(self.levels()) - 1) * self.every_s
+
+    def stop_at(self) -> float | None:
+        return None if self.hold_s is None else self.last_level_at() + self.hold_s
 
     def levels(self) -> list[int]:
         """Total stream counts at each step."""
@@ -177,7 +193,7 @@ class Ramp(TimelineEvent):
     def check(self, names: Names) -> None:
         names.flow(self.src, self.dst, self.id)
 
-    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+    def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         levels = self.levels()
         adds = [levels[0]] + [b - a for a, b in zip(levels, levels[1:], strict=False)]
         actions = [Action(self.at + k * self.every_s, "cross_start", self.id, add, k, source)
@@ -199,13 +215,13 @@ class Trace(TimelineEvent):
 
     kind: Literal["trace"]
     link: str
-    file: str
+    file: str = Field(min_length=1, max_length=4096)
     format: Literal["csv", "mahimahi"] = "csv"
-    scale: float = Field(1.0, gt=0)
-    min_mbit: float = Field(0.1, gt=0)
-    bin_ms: int = Field(1000, gt=0)
+    scale: float = Field(1.0, gt=0, le=1e6)
+    min_mbit: float = Field(0.1, ge=MIN_MBIT, le=MAX_MBIT)
+    bin_ms: int = Field(1000, ge=10, le=3_600_000)
     duration_s: float | None = Field(
-        None, gt=0, description="replay this long, looping the trace; default: once"
+        None, gt=0, le=MAX_SECONDS, description="replay this long, looping the trace; default: once"
     )
 
     @model_validator(mode="after")
@@ -217,19 +233,26 @@ class Trace(TimelineEvent):
         if not path.is_file():
             raise ValueError(f"trace file not found: {path}")
         try:
-            parse_trace(path, self.format, bin_ms=self.bin_ms)
+            rows = parse_trace(path, self.format, bin_ms=self.bin_ms)
+            trace_rate_changes(rows, scale=self.scale, min_mbit=self.min_mbit,
+                               duration_s=self.duration_s)
         except TraceError as exc:
             raise ValueError(str(exc)) from None
+        top = max((rate for _, rate in rows), default=0.0) * self.scale
+        if top > MAX_MBIT:
+            raise ValueError(f"{path.name}: rate x scale reaches {top:g} Mbit/s, above the "
+                             f"{MAX_MBIT:g} accepted")
         self.file = str(path.resolve())
         return self
 
     def check(self, names: Names) -> None:
         names.link(self.link)
 
-    def expand(self, source: str) -> tuple[list[Action], list[FlowPlan]]:
+    def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         rows = parse_trace(Path(self.file), self.format, bin_ms=self.bin_ms)
         changes = trace_rate_changes(rows, scale=self.scale, min_mbit=self.min_mbit,
-                                     duration_s=self.duration_s)
+                                     duration_s=self.duration_s,
+                                     end_s=None if end_s is None else end_s - self.at)
         return [Action(self.at + t, "set_rate", self.link, round(mbit, 4), source=source)
                 for t, mbit in changes], []
 
@@ -242,12 +265,17 @@ EVENT_KINDS = tuple(cls.model_fields["kind"].annotation.__args__[0] for cls in E
 Event = Annotated[Union[tuple(EVENTS)], Field(discriminator="kind")]  # noqa: UP007
 
 
-def expand(events: list[TimelineEvent]) -> tuple[list[Action], list[FlowPlan]]:
-    """Scenario events -> (actions sorted by time, flow plans)."""
+def expand(events: list[TimelineEvent],
+           end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
+    """Scenario events -> (actions sorted by time, flow plans).
+
+    ``end_s``: the run's end (its time limit); a trace's rate changes from then on are cut
+    (the schema refuses every other event that late).
+    """
     actions: list[Action] = []
     plans: list[FlowPlan] = []
     for i, ev in enumerate(events):
-        more, flows = ev.expand(f"timeline[{i}] {ev.kind}")
+        more, flows = ev.expand(f"timeline[{i}] {ev.kind}", end_s=end_s)
         actions += more
         plans += flows
     # Stable sort: equal times keep file order (e.g. a stop listed after a start).

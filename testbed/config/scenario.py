@@ -28,17 +28,29 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     workload.threads, workload.data_dir, workload.args.<knob>   (e.g. workload.args.width)
     methods, methods.N, seeds, seeds.N
     timeline.N.at, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.mbit
+
+Consumer bounds (issue 13): passing the schema means the run can use the value, so every
+number is finite (no ``.inf``/``.nan``) and within what its consumer takes: HTB rates in
+[MIN_MBIT, MAX_MBIT]; iperf3 ``-P`` at most 128 streams and ``-t`` whole seconds; names
+that become file names short enough for NAME_MAX with the run id appended;
+``workload.args`` keys must be options of the worker's parser that the scenario does not
+already set (``workloads.options``), with values of the option's type; seeds fit numpy's
+32 bits. Events must fall before the run's end (``workload.time_limit_s``, or the run's
+deadline for step-counted runs): an event the run cannot reach is refused here, and one
+that still did not happen at run time (a step-counted run ended first) fails the run
+(``testbed.orchestration.run``). A ``cross_stop`` may not come before the start (or the
+last ramp level) it stops. Trace replays are cut at the run's end.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BeforeValidator,
@@ -52,15 +64,35 @@ from pydantic import (
 )
 
 from netsenseml import methods
-from testbed.common import inputs, schema
+from testbed.common import bounded, inputs, schema
 from testbed.common.names import is_name
 from testbed.common.schema import StrictModel
-from testbed.config.events import EVENT_KINDS, Event, Names
+from testbed.config.events import (
+    EVENT_KINDS,
+    MAX_SECONDS,
+    CrossStart,
+    CrossStop,
+    Event,
+    Names,
+    Ramp,
+)
 from topologies import registry as topology_registry
 from topologies.spec import TopologyParams
+from workloads import options as worker_options
 from workloads import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+#: Longest scenario name: a folder name, and shown in every table.
+MAX_NAME_LEN = 128
+#: Longest method spec: the run id ``YYYYmmdd-HHMMSS-<method>-s<seed>-<n>`` is one file
+#: name (NAME_MAX 255 bytes) and the seed and suffix take up to 32 of them.
+MAX_METHOD_LEN = 200
+MAX_STEPS = 100_000_000
+#: numpy seeds are 32-bit.
+MAX_SEED = 2**32 - 1
+#: Most iperf3 client processes a timeline may start (one per cross_start, one per ramp
+#: level; each also gets its own server, all started before training).
+MAX_FLOW_CLIENTS = 256
 
 
 class ScenarioError(ValueError):
@@ -111,14 +143,14 @@ class Workload(StrictModel):
     model: str = "mlp"  # a name in workloads.registry or package.module:factory
     dataset: str = "digits"  # a name in workloads.registry
     batch_size: int = Field(32, gt=0, le=65536)
-    steps: int | None = Field(None, gt=0)
-    time_limit_s: float | None = Field(None, gt=0)
-    eval_every: int | None = Field(None, gt=0)
+    steps: int | None = Field(None, gt=0, le=MAX_STEPS)
+    time_limit_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    eval_every: int | None = Field(None, gt=0, le=MAX_STEPS)
     target_accuracy: float | None = Field(None, gt=0, le=1)
-    lr: float | None = Field(None, gt=0)
+    lr: float | None = Field(None, gt=0, le=1000)
     threads: int = Field(1, gt=0, le=64)
-    data_dir: str | None = None
-    pg_timeout_s: float | None = Field(None, gt=0)
+    data_dir: str | None = Field(None, min_length=1, max_length=4096)
+    pg_timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
 
     @field_validator("model")
@@ -147,10 +179,43 @@ class Workload(StrictModel):
     @field_validator("args")
     @classmethod
     def _knob_names(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for key in v:
+        seen: dict[str, str] = {}
+        for key, value in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9_-]*", key):
                 raise ValueError(f"bad knob name {key!r} (lowercase letters, digits, _ and -)")
+            try:
+                worker_options.check_arg(key, value)
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
+            name = worker_options.option_name(key)
+            if name in seen:
+                raise ValueError(f"{key}: same option as {seen[name]!r}")
+            seen[name] = key
         return v
+
+    @model_validator(mode="after")
+    def _worker_accepts(self) -> Workload:
+        """What the worker's parse_args checks beyond types, checked here first."""
+        args = {worker_options.option_name(k): v for k, v in self.args.items()}
+        if args.get("stop-at-target") and (self.target_accuracy is None or not self.eval_every):
+            raise ValueError("args.stop_at_target needs workload.target_accuracy and "
+                             "workload.eval_every")
+        knobs: dict[str, Any] = {k.replace("-", "_"): args[k]
+                                 for k in ("width", "layers", "d-model") if k in args}
+        try:
+            knobs.update(registry.parse_knobs(str(args.get("model-args", ""))))
+            if not registry.is_plugin(self.model):
+                registry.model_entry(self.model).resolve_knobs(knobs)
+        except registry.RegistryError as exc:
+            raise ValueError(f"args: {exc}") from None
+        for key, value in knobs.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and (
+                    not math.isfinite(value) or abs(value) > worker_options.MAX_INT):
+                raise ValueError(f"args: knob {key}={value!r} out of range "
+                                 f"(|value| <= {worker_options.MAX_INT})")
+        if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
+            raise ValueError(f"data_dir: no such folder {self.data_dir!r}")
+        return self
 
 
 # --------------------------------------------------------------------------- scenario
@@ -168,21 +233,23 @@ MethodSpec = Annotated[str, AfterValidator(_method_ok)]
 class Scenario(StrictModel):
     """One experiment: a network, a workload, methods x seeds, and a timeline."""
 
-    name: str
-    description: str = ""
+    name: str = Field(max_length=MAX_NAME_LEN)
+    description: str = Field("", max_length=10000)
     topology: Topology
     workload: Workload
     methods: list[MethodSpec] = Field(min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    timeline: list[Event] = Field(default_factory=list)
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
+        default_factory=lambda: [0], min_length=1, max_length=1000)
+    timeline: list[Event] = Field(default_factory=list, max_length=10000)
     timeline_origin: Literal["launch", "first_step"] = Field(
         "launch",
         description="launch: event times count from the workers' start; first_step: from "
         "rank 0's first step record (steadier when start-up time varies)",
     )
     probe_links: bool = False
-    probe_seconds: float = Field(2.0, gt=0, le=60)
-    timeout_s: float | None = Field(None, gt=0)
+    probe_seconds: float = Field(2.0, ge=1, le=60, multiple_of=1,
+                                 description="whole seconds: iperf3 -t takes an integer")
+    timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
 
     @field_validator("name")
     @classmethod
@@ -211,12 +278,59 @@ class Scenario(StrictModel):
             except ValueError as exc:
                 raise ValueError(f"timeline[{i}] ({ev.kind}): {exc}") from None
         impaired = topo.impairments()
+        for i, ev in enumerate(self.timeline):
+            where = f"timeline[{i}] ({ev.kind})"
+            if isinstance(ev, CrossStop):
+                earlier = {e.id: e for e in self.timeline[:i] if isinstance(e, CrossStart | Ramp)}
+                start = earlier.get(ev.id)
+                if start is not None:
+                    begun = start.last_level_at() if isinstance(start, Ramp) else start.at
+                    if ev.at < begun:
+                        raise ValueError(
+                            f"{where}.at: {ev.at:g} s is before {ev.id!r} has started "
+                            f"({'its last level' if isinstance(start, Ramp) else 'cross_start'} "
+                            f"at {begun:g} s)")
+            self._check_reachable(where, ev)
+        clients = sum(len(e.levels()) if isinstance(e, Ramp) else 1
+                      for e in self.timeline if isinstance(e, CrossStart | Ramp))
+        if clients > MAX_FLOW_CLIENTS:
+            raise ValueError(f"timeline: {clients} iperf3 clients (one per cross_start and "
+                             f"per ramp level), more than the {MAX_FLOW_CLIENTS} accepted")
+        train = registry.dataset_entry(self.workload.dataset).train_samples
+        if train is not None and self.workload.batch_size > train // self.world_size:
+            raise ValueError(
+                f"workload.batch_size: {self.workload.batch_size} exceeds each rank's shard of "
+                f"{train // self.world_size} {self.workload.dataset} samples "
+                f"({self.world_size} workers)")
         if impaired and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel
 
             if not kernel.has_netem():
                 raise ValueError(f"topology.{impaired[0]}: {kernel.NETEM_MISSING_MSG}")
         return self
+
+    def run_end_s(self) -> tuple[float, str]:
+        """Latest event time the run can reach, and what sets it (for messages).
+
+        A time-limited run ends at its time limit (events count from the launch or the
+        first step, both at or before the workers' clock origin plus set-up); a
+        step-counted one at the latest when the orchestrator's deadline kills it.
+        """
+        if self.workload.time_limit_s is not None:
+            return self.workload.time_limit_s, "workload.time_limit_s"
+        return self.deadline_s(), "the run's deadline (timeout_s, default 600 s)"
+
+    def _check_reachable(self, where: str, ev: Any) -> None:
+        end, what = self.run_end_s()
+        times = [("at", ev.at)]
+        if isinstance(ev, Ramp):
+            times.append(("last level", ev.last_level_at()))
+            if ev.stop_at() is not None:
+                times.append(("stop (hold_s)", ev.stop_at()))
+        for label, t in times:
+            if t >= end:
+                raise ValueError(f"{where}: {label} {t:g} s is not before the run's end "
+                                 f"({what} = {end:g} s); the event could never happen")
 
     # convenience -----------------------------------------------------------------
     @property
@@ -242,6 +356,9 @@ def check_method(spec: str) -> None:
     Grammar only (``netsenseml.methods``, no torch): a plug-in ``pkg.mod:Name`` is imported
     by the workers, which exit with one line when it cannot be.
     """
+    if not isinstance(spec, str) or len(spec) > MAX_METHOD_LEN:
+        raise ValueError(f"method spec longer than {MAX_METHOD_LEN} characters (it names "
+                         "the run folder)")
     methods.parse(spec)
 
 
@@ -322,9 +439,14 @@ def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenari
     """
     data = copy.deepcopy(scenario.model_dump(mode="python"))
     for dotted, value in overrides.items():
+        if not isinstance(dotted, str) or len(dotted) > 200:
+            raise ScenarioError(f"override {str(dotted)[:40]!r}...: path longer than 200 "
+                                "characters")
         parts = [p for p in re.split(r"\.|\[(\d+)\]", dotted) if p]
         if not parts:
             raise ScenarioError(f"override {dotted!r}: empty path")
+        if len(parts) > 8:  # the deepest field is timeline.N.field / workload.args.knob
+            raise ScenarioError(f"override {dotted!r}: no field that deep")
         _set_dotted(data, parts, value, dotted)
     # Drop fields left at None so a switch from steps to time_limit_s stays valid.
     wl = data.get("workload", {})
@@ -352,9 +474,9 @@ def list_scenarios() -> list[tuple[str, str]]:
     out = []
     for path in sorted(SCENARIO_DIR.glob("*.yaml")):
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = bounded.load_yaml(path) or {}
             desc = str(data.get("description", "")).strip().splitlines()
             out.append((path.stem, desc[0] if desc else ""))
-        except (yaml.YAMLError, OSError, AttributeError) as exc:
+        except (bounded.BoundError, AttributeError) as exc:
             out.append((path.stem, f"(unreadable: {type(exc).__name__})"))
     return out

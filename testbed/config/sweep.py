@@ -74,6 +74,10 @@ FALLBACK_STEP_S = 0.25
 
 Kind = Literal["throughput", "tta", "timeline", "other"]
 
+#: Most runs one sweep may expand to (a grid typo like range(10**6) must not hang).
+MAX_RUNS = 10_000
+#: Longest file name (NAME_MAX): each folder level of a run must fit.
+NAME_MAX = 255
 
 
 class SweepError(ValueError):
@@ -93,8 +97,8 @@ def _check_methods(v: list[str]) -> list[str]:
 def _check_seeds(v: list[int]) -> list[int]:
     if not v:
         raise ValueError("must list at least one seed")
-    if any(s < 0 for s in v) or len(set(v)) != len(v):
-        raise ValueError("seeds must be distinct non-negative integers")
+    if any(not 0 <= s <= 2**32 - 1 for s in v) or len(set(v)) != len(v):
+        raise ValueError("seeds must be distinct integers in [0, 4294967295]")
     return v
 
 
@@ -118,6 +122,8 @@ Grid = Annotated[dict[str, list[Any]], AfterValidator(_check_grid)]
 
 
 def _check_name(v: str) -> str:
+    if len(v) > 128:
+        raise ValueError("at most 128 characters (it names a folder)")
     if not is_name(v):
         raise ValueError("must be letters, digits, '_', '-', '.' (it names a folder)")
     return v
@@ -224,8 +230,21 @@ def load_sweep(name_or_path: str | os.PathLike[str]) -> SweepSpec:
 
 
 def expand(spec: SweepSpec, results_root: Path) -> list[RunSpec]:
-    """Every run of the sweep, in a stable order: experiment, grid point, method, seed."""
+    """Every run of the sweep, in a stable order: experiment, grid point, method, seed.
+
+    SweepError when two runs would share a folder (grid values with one slug: 20 and
+    20.0, "a" and "a "), when a folder name would exceed NAME_MAX, or past MAX_RUNS runs.
+    """
     runs: list[RunSpec] = []
+    total = 0
+    for exp in spec.experiments:
+        n = len(exp.methods or spec.methods or []) * len(exp.seeds or spec.seeds)
+        for values in exp.grid.values():
+            n *= len(values)
+        total += n
+    if total > MAX_RUNS:
+        raise SweepError(f"sweep {spec.name}: {total} runs, more than the {MAX_RUNS} accepted")
+    seen: dict[Path, str] = {}
     for exp in spec.experiments:
         methods = exp.methods or spec.methods or []
         seeds = exp.seeds or spec.seeds
@@ -240,11 +259,25 @@ def expand(spec: SweepSpec, results_root: Path) -> list[RunSpec]:
                         results_root / spec.name / exp.name / param_slug(params)
                         / method_slug(method, seed)
                     )
-                    runs.append(
-                        RunSpec(spec.name, exp.name, exp.kind, exp.scenario, params, over,
-                                method, seed, run_dir)
-                    )
+                    run = RunSpec(spec.name, exp.name, exp.kind, exp.scenario, params, over,
+                                  method, seed, run_dir)
+                    _check_folder(run, results_root, seen)
+                    runs.append(run)
     return runs
+
+
+def _check_folder(run: RunSpec, results_root: Path, seen: dict[Path, str]) -> None:
+    where = f"experiments.{run.experiment}"
+    for part in run.run_dir.relative_to(results_root).parts:
+        if len(part.encode()) > NAME_MAX:
+            raise SweepError(f"{where}: folder name {part[:40]!r}... is longer than "
+                             f"{NAME_MAX} bytes; shorten the grid values or method")
+    grid = ", ".join(f"{k}={v!r}" for k, v in run.params.items()) or "(no grid)"
+    if run.run_dir in seen:
+        raise SweepError(f"{where}.grid: {grid} and {seen[run.run_dir]} map to the same run "
+                         f"folder {run.run_dir.parent.name!r} ({run.method} s{run.seed}); "
+                         "give distinct values")
+    seen[run.run_dir] = grid
 
 
 def resolve_scenarios(runs: list[RunSpec], base_dir: Path | None = None) -> list[RunSpec]:

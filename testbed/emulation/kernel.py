@@ -4,6 +4,11 @@ Why probe instead of assume: the machines we build on lack sch_netem (and fq, re
 while others have them; `modprobe` may or may not be allowed.  Each probe makes a
 throwaway veth pair named with a fresh testbed prefix (so `netsense clean` recognises it),
 tries the feature on it and deletes it again.  Results are cached per process.
+
+Each probe registers its prefix (``leftovers.Registry``, owner = this process) *before* it
+creates an interface and drops the registration after deleting it, so a probe killed in
+between (a SIGKILLed ``netsense doctor``) leaves interfaces that `netsense clean` sees as a
+dead owner's and removes, like a crashed run's.
 """
 
 from __future__ import annotations
@@ -34,24 +39,49 @@ def probe_prefix() -> str:
     return names.random_prefix()
 
 
-class ThrowawayVeth:
+class ProbePrefix:
+    """Context manager: a fresh prefix registered for `netsense clean` while in use.
+
+    On exit every interface with the prefix is deleted, then the registration. When the
+    state dir cannot be written the probe still runs, unregistered (doctor must work).
+    """
+
+    def __init__(self) -> None:
+        from testbed.emulation import leftovers  # late: leftovers is the heavier module
+
+        self.prefix = probe_prefix()
+        self._leftovers = leftovers
+        self._registry = leftovers.Registry(self.prefix)
+
+    def __enter__(self) -> ProbePrefix:
+        try:
+            self._registry.save()
+        except OSError:
+            pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._leftovers.remove_prefixed(self.prefix, wait_s=1.0)
+        self._registry.remove_file()
+
+
+class ThrowawayVeth(ProbePrefix):
     """Context manager: a veth pair '<prefix>k0'/'<prefix>k1' in the root namespace."""
 
     def __init__(self) -> None:
-        self.prefix = probe_prefix()
+        super().__init__()
         self.dev = self.prefix + "k0"
         self.peer = self.prefix + "k1"
         self.error = ""
 
     def __enter__(self) -> ThrowawayVeth:
+        super().__enter__()
         res = _run(["ip", "link", "add", self.dev, "type", "veth", "peer", "name", self.peer])
         if res.returncode != 0:
             self.error = res.stderr.strip() or "ip link add failed"
+            super().__exit__()
             raise OSError(f"cannot create probe veth {self.dev}: {self.error}")
         return self
-
-    def __exit__(self, *exc) -> None:
-        _run(["ip", "link", "del", self.dev])
 
 
 @functools.cache

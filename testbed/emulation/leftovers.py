@@ -240,3 +240,44 @@ def clean(state_dir: Path | None = None, force: bool = False) -> dict:
             path.unlink(missing_ok=True)
             report["registries_removed"].append(str(path))
     return report
+
+
+# ----------------------------------------------------------------- records of live runs
+#
+# Why a second kind of registry: a run killed with SIGKILL *before* its network exists (or
+# after it was torn down) leaves no nst*.json, yet its run folder says "running" for ever.
+# Each orchestrator therefore registers its run folder here while the run is live
+# (``run-<pid>-<starttime>.json``); `netsense clean` finds those whose owner is dead and
+# repairs the folder's record (status failed, reason "orchestrator died ...").
+
+RUN_GLOB = "run-*.json"
+
+
+def register_run(run_dir: Path, state_dir: Path | None = None) -> Path:
+    """Record that this process is writing ``run_dir``; returns the record's path."""
+    d = Path(state_dir) if state_dir else default_state_dir()
+    ensure_own_dir(d)
+    owner = process_entry(os.getpid(), "orchestrator")
+    path = d / f"run-{owner['pid']}-{owner['starttime']}.json"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"run_dir": str(Path(run_dir).resolve()), "owner": owner}))
+    os.replace(tmp, path)
+    return path
+
+
+def unregister_run(path: Path | None) -> None:
+    if path is not None:
+        Path(path).unlink(missing_ok=True)
+
+
+def dead_run_records(state_dir: Path | None = None) -> list[tuple[Path, dict]]:
+    """(record path, record) of registered runs whose orchestrator is gone."""
+    d = Path(state_dir) if state_dir else default_state_dir()
+    out = []
+    for path in sorted(d.glob(RUN_GLOB)) if d.is_dir() else []:
+        data = files.read_json(path)
+        if not isinstance(data, dict) or not isinstance(data.get("owner"), dict):
+            continue
+        if not is_same_process(data["owner"]):
+            out.append((path, data))
+    return out

@@ -4,6 +4,8 @@ A signal while the run works raises :class:`RunInterrupted` (a KeyboardInterrupt
 the signal number) in the main thread; the run tears down in ``finally`` and re-raises it,
 so a sweep stops and the CLI exits 128 + signum. A signal during teardown is remembered and
 re-raised after it: teardown must finish, or the machine keeps our interfaces and processes.
+SIGHUP (the terminal closed) is handled like SIGTERM: its default action would kill the
+orchestrator mid-run with no teardown and a run folder saying "running".
 """
 
 from __future__ import annotations
@@ -44,12 +46,18 @@ class SignalGuard:
         """Only the main thread can own signal handlers; elsewhere this is a no-op."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old[sig] = signal.signal(sig, self._on_signal)
 
     def protect(self) -> None:
         """From now on signals are remembered, not raised (teardown has begun)."""
         self.protected = True
+
+    def unprotect(self) -> None:
+        """Signals interrupt again; one that came while protected is raised now."""
+        self.protected = False
+        if self.pending is not None:
+            raise RunInterrupted(self.pending)
 
     def restore(self) -> None:
         for sig, handler in self._old.items():

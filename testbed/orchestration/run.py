@@ -14,7 +14,14 @@ Order of a run (DESIGN.md, "Data flow of one run"):
    emulation (which removes every interface with the run's prefix), then write steps.csv,
    events.csv and the final summary.json ("ok", or "failed" + reason).
 
-Failures never raise out of ``run_scenario``: they end up in summary.json. The one thing
+Failures never raise out of ``run_scenario``: they end up in summary.json. A run is ``ok``
+only if the workers reported ok, wrote step records, *and* every scheduled timeline event
+was applied (``events_applied == events_scheduled``); otherwise it is ``failed`` with the
+reason ("timeline incomplete: K of N events applied ..."), because a scenario whose events
+did not happen did not run as described. The folder never exists without its records:
+config.json, sweep.json (for a sweep) and the ``running`` summary naming the orchestrator
+are written together with signals held off, and the run is registered for `netsense clean`
+(``rundir``) until its final summary is written. The one thing
 that does propagate is an interruption (SIGINT/SIGTERM), *after* teardown, as
 ``RunInterrupted`` (``testbed.orchestration.interrupts``), so that a sweep stops and the CLI
 exits 130/143.
@@ -37,13 +44,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from testbed.common import files
 from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
+from testbed.emulation import leftovers
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import launcher, records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
-from testbed.orchestration.rundir import RunFolder, host_facts, versions
+from testbed.orchestration.rundir import RunFolder, host_facts, orchestrator_entry, versions
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 from testbed.orchestration.workers import WorkerGroup, worker_argv
 
@@ -75,7 +84,8 @@ class _Run:
     """One run's phases; every resource it creates is torn down in ``execute``'s finally."""
 
     def __init__(
-        self, scenario: Scenario, method: str, seed: int, run_dir: Path, progress: bool
+        self, scenario: Scenario, method: str, seed: int, run_dir: Path, progress: bool,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         self.scn = scenario
         self.method = method
@@ -92,6 +102,8 @@ class _Run:
         self.timing: dict[str, float] = {}
         self.config: dict[str, Any] = {}
         self.summary: dict[str, Any] = {}
+        self.meta = meta
+        self._registration: Path | None = None
 
     def _write_pids(self) -> None:
         self.folder.write_pids({
@@ -279,10 +291,29 @@ class _Run:
         self.summary["events_applied"] = len(events)
         self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
+    def _timeline_shortfall(self) -> str | None:
+        """Why the timeline did not happen in full, or None.
+
+        A scenario whose events did not all happen did not run as described, so such a run
+        is ``failed``, never ``ok`` (the schema already refuses events past a time limit;
+        this catches step-counted runs that ended first, and a slow or stuck timeline).
+        """
+        if self.timeline is not None and self.timeline.error:  # raced the workers' exit
+            return f"timeline event failed: {self.timeline.error}"
+        applied = self.summary.get("events_applied", 0)
+        scheduled = self.summary.get("events_scheduled", 0)
+        if self.timeline is None or applied >= scheduled:
+            return None
+        nxt = self.timeline.actions[applied]
+        return (f"timeline incomplete: {applied} of {scheduled} events applied; the next "
+                f"({nxt.source}, due at {nxt.at:g} s) came after the workers finished")
+
     # main -----------------------------------------------------------------------
-    def _begin(self) -> None:
-        self.folder.prepare()
+    def _make_config(self) -> None:
+        """Everything config.json says, computed before anything is written (an
+        interruption here leaves no folder at all)."""
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        owner = orchestrator_entry()
         self.config = {
             "scenario": self.scn.model_dump(mode="json"),
             "method": self.method,
@@ -296,15 +327,28 @@ class _Run:
             "started_at": started,
             "orchestrator_pid": os.getpid(),
         }
-        self.folder.write_config(self.config)
         self.summary = {
             "scenario": self.scn.name, "method": self.method, "seed": self.seed,
             "run_id": self.folder.path.name, "status": "running", "started_at": started,
+            "orchestrator": owner,
         }
+
+    def _begin(self) -> None:
+        """The folder with config.json, the ``running`` summary naming this process,
+        sweep.json (the caller's metadata) and the live-run registration; signals are held
+        off meanwhile so that a folder never exists without its summary."""
+        self.folder.prepare()
+        self.folder.write_config(self.config)
+        if self.meta is not None:
+            files.write_json(self.folder.path / "sweep.json", self.meta)
         self.folder.write_summary(self.summary)
+        try:
+            self._registration = leftovers.register_run(self.folder.path)
+        except OSError as exc:  # the record still names its pid: analysis can tell
+            self.summary["registration_note"] = f"run not registered for clean: {exc}"
 
     def _work(self) -> None:
-        actions, plans = expand(self.scn.timeline)
+        actions, plans = expand(self.scn.timeline, end_s=self.scn.workload.time_limit_s)
         self._start_zygote()
         self._build()
         if self.scn.probe_links:
@@ -329,6 +373,8 @@ class _Run:
             status, reason = "failed", "a worker reported failure"
         if status == "ok" and not self.summary.get("steps"):
             status, reason = "failed", "no step records"
+        if status == "ok" and (short := self._timeline_shortfall()):
+            status, reason = "failed", short
         self.summary.update(
             status=status,
             reason=reason,
@@ -343,6 +389,7 @@ class _Run:
         if self.summary.get("reason") is None:
             self.summary.pop("reason")
         self.folder.write_summary(self.summary)
+        leftovers.unregister_run(self._registration)
 
     def _record_phases(self) -> None:
         """``phases_s`` and ``overhead_s`` (records.phase_breakdown); never fails the run."""
@@ -357,12 +404,19 @@ class _Run:
             self.summary["phases_error"] = f"{type(exc).__name__}: {exc}"
 
     def execute(self) -> RunOutcome:
-        self._begin()
+        self.signals.install()
+        try:
+            self._make_config()  # RunInterrupted here: nothing written, nothing to undo
+            self.signals.protect()
+            self._begin()
+        except BaseException:
+            self.signals.restore()
+            raise
         interrupted: RunInterrupted | None = None
         status, reason = "failed", None
         t_start = time.monotonic()
-        self.signals.install()
         try:
+            self.signals.unprotect()  # a signal during _begin is raised here
             self._work()
             status = "ok"
         except RunInterrupted as exc:
@@ -404,7 +458,8 @@ def _final_line(s: dict[str, Any]) -> str:
 
 
 def run_scenario(
-    scenario: Scenario, method: str, seed: int, run_dir: Path, *, progress: bool = True
+    scenario: Scenario, method: str, seed: int, run_dir: Path, *, progress: bool = True,
+    meta: dict[str, Any] | None = None,
 ) -> RunOutcome:
     """Run one (scenario, method, seed) into ``run_dir``; never raises for run failures.
 
@@ -412,10 +467,13 @@ def run_scenario(
     summary then has a one-line ``reason``). Raises ``RunInterrupted`` (a
     KeyboardInterrupt) after teardown if SIGINT/SIGTERM arrived, and ValueError if
     ``run_dir`` already holds a finished (ok) run, which a caller must never overwrite.
+    ``meta`` (a sweep's record of the run) is written as sweep.json together with the
+    first summary, so a run folder never exists without it.
     """
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
-    return _Run(scenario, method, seed, Path(run_dir), progress).execute()
+    # absolute: workers (forked by the zygote, which works elsewhere) open files under it
+    return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta).execute()
 
 
 def summary_table_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:

@@ -4,6 +4,13 @@ Order: config.json and summary.json ``{"status": "running"}`` first; pids.json w
 tracked process starts; link.csv after probing; at the end steps.csv, events.csv and the
 final summary.json. Every write is atomic (``testbed.common.files``). Layout and metric
 definitions: ``testbed.orchestration.records``.
+
+A record must never lie: while a run is live, summary.json says ``running`` and names the
+orchestrator (pid and start time); the run is also registered in the state dir
+(``leftovers.register_run``). If the orchestrator dies without writing the final summary
+(SIGKILL, OOM, power), :func:`stale_reason` tells from the record alone that it is dead,
+the analysis shows the run as failed, and `netsense clean` rewrites the record
+(:func:`repair_dead_runs`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.common import files
-from testbed.emulation import rootless
+from testbed.emulation import leftovers, rootless
 from testbed.orchestration import records
 
 
@@ -48,6 +55,59 @@ def host_facts() -> dict[str, Any]:
     }
 
 
+def orchestrator_entry() -> dict[str, Any]:
+    """This process as the run's owner: pid, start time (PID reuse safe) and host."""
+    entry = leftovers.process_entry(os.getpid(), "orchestrator")
+    return {"pid": entry["pid"], "starttime": entry["starttime"], "host": platform.node()}
+
+
+def stale_reason(summary: dict[str, Any]) -> str | None:
+    """Why a ``running`` record is not true any more, or None (finished, or still live).
+
+    Only decidable on the host that ran it; a record from another host (copied results)
+    whose run never finished is reported as such.
+    """
+    if summary.get("status") != "running":
+        return None
+    owner = summary.get("orchestrator")
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return "record says running but names no orchestrator (interrupted before its end)"
+    if owner.get("host") not in (None, platform.node()):
+        return f"never finished on host {owner.get('host')} (orchestrator pid {owner['pid']})"
+    if leftovers.is_same_process(owner):
+        return None
+    return f"orchestrator died (pid {owner['pid']} not alive)"
+
+
+def repair_record(run_dir: Path) -> str | None:
+    """Rewrite a dead run's ``running`` summary as failed with the reason; returns it."""
+    path = Path(run_dir) / "summary.json"
+    summary = files.read_json(path)
+    if not isinstance(summary, dict):
+        return None
+    reason = stale_reason(summary)
+    if reason is None:
+        return None
+    summary.update(status="failed", reason=reason, repaired_by="netsense clean")
+    files.write_json(path, summary)
+    return reason
+
+
+def repair_dead_runs(state_dir: Path | None = None) -> list[str]:
+    """Repair the record of every registered run whose orchestrator is dead; returns the
+    run folders repaired (their registrations are removed either way)."""
+    repaired = []
+    for reg, data in leftovers.dead_run_records(state_dir):
+        run_dir = Path(str(data.get("run_dir", "")))
+        try:
+            if run_dir.is_dir() and repair_record(run_dir) is not None:
+                repaired.append(str(run_dir))
+        except OSError:
+            continue  # keep the registration: the next clean tries again
+        leftovers.unregister_run(reg)
+    return repaired
+
+
 class RunFolder:
     """Paths and writers of one run folder."""
 
@@ -60,6 +120,10 @@ class RunFolder:
         old = files.read_json(self.path / "summary.json")
         if old and old.get("status") == "ok":
             raise ValueError(f"{self.path} holds a finished run (status ok); not overwriting")
+        if old and old.get("status") == "running" and stale_reason(old) is None:
+            owner = old.get("orchestrator") or {}
+            raise ValueError(f"{self.path} is being written by a live run (pid "
+                             f"{owner.get('pid')}); not overwriting")
         if self.path.exists():
             shutil.rmtree(self.path)  # an earlier failed attempt of this same run
         self.workers.mkdir(parents=True)

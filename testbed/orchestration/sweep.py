@@ -7,12 +7,22 @@ A failed run is recorded by the orchestrator (``status: failed`` + reason) and t
 on; Ctrl-C stops the sweep after the current run's teardown (``run_scenario`` re-raises
 KeyboardInterrupt once clean). Beside the orchestrator's files each run folder gets
 ``sweep.json`` (sweep name, experiment, its ``kind`` and the grid values), which the tables
-use to know which runs belong to which figure.
+use to know which runs belong to which figure. The orchestrator writes it together with the
+run's first summary (``run_scenario(meta=...)``), so an interruption at any moment leaves
+no run without it; a finished run found without one (older results) gets it when skipped.
+
+One sweep process per results tree of a sweep: :class:`SweepLock` holds an ``fcntl.flock``
+on ``<results>/<sweep>/.lock`` for the whole sweep; the kernel drops it when the holder
+dies, however it dies, so a stale lock cannot exist. A second sweep on the same folder
+refuses with one line naming the holder's pid (two sweeps would each delete the other's
+"unfinished" run folders to re-run them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +62,49 @@ class SweepReport:
 RunFn = Callable[..., Any]
 
 
+class SweepLocked(RuntimeError):
+    """Another live process holds the sweep's lock; ``str()`` is the one line to show."""
+
+
+class SweepLock:
+    """Exclusive, non-blocking flock on ``<folder>/.lock``; the file holds the holder's pid.
+
+    The pid is written only after the lock is taken, into the locked file, so a reader
+    who fails to lock sees the holder's pid (or an empty file for an instant).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = Path(folder) / ".lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise SweepLocked(f"results folder {self.path.parent} is in use by another "
+                              f"sweep (pid {holder}); wait for it to finish or use another "
+                              "--results") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock; the file stays (harmless)
+            self._fd = None
+
+    def __enter__(self) -> SweepLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def run_sweep(
     runs: list[RunSpec],
     *,
@@ -61,12 +114,22 @@ def run_sweep(
 ) -> SweepReport:
     """Run every pending run in order; skip finished ones; go on after failures.
 
-    ``run_fn`` defaults to ``testbed.orchestration.run.run_scenario``. KeyboardInterrupt from a run (raised
-    after its teardown) stops the sweep; finished runs stay intact and the report says so.
+    ``run_fn`` defaults to ``testbed.orchestration.run.run_scenario`` (called with
+    ``meta=``, the run's sweep.json). KeyboardInterrupt from a run (raised after its
+    teardown) stops the sweep; finished runs stay intact and the report says so. Raises
+    SweepLocked, before anything runs, when another process runs a sweep into the same
+    folder.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    locks = contextlib.ExitStack()
+    try:
+        for folder in sorted({r.run_dir.parents[2] for r in runs}):  # <results>/<sweep>
+            locks.enter_context(SweepLock(folder))
+    except BaseException:
+        locks.close()
+        raise
     zygote: Any = contextlib.nullcontext()
     if run_fn is None:
         from testbed.orchestration import launcher
@@ -79,12 +142,14 @@ def run_sweep(
     bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"),
                    console=console, disable=not progress, transient=False)
-    with zygote, bar:
+    with locks, zygote, bar:
         task = bar.add_task("", total=len(runs))
         current = "between runs"
         try:
             for r in runs:
                 if is_done(r.run_dir):
+                    if not (r.run_dir / "sweep.json").is_file():
+                        write_json(r.run_dir / "sweep.json", sweep_meta(r))
                     rep.skipped += 1
                     console.print(f"[dim]skip    {r.label}  (ok in {r.run_dir})[/dim]")
                     bar.advance(task)
@@ -107,10 +172,16 @@ def _run_one(r: RunSpec, run_fn: RunFn, console: Any, rep: SweepReport) -> None:
     """One run through the orchestrator, its sweep.json, and its status line."""
     r.run_dir.parent.mkdir(parents=True, exist_ok=True)
     t_run = time.monotonic()
-    outcome = run_fn(r.scenario, r.method, r.seed, r.run_dir, progress=False)
+    try:
+        outcome = run_fn(r.scenario, r.method, r.seed, r.run_dir, progress=False,
+                         meta=sweep_meta(r))
+    except ValueError as exc:  # the folder is another live run's (or a finished one's)
+        rep.failed.append(r.label)
+        console.print(f"[red]refused[/red] {r.label}  {exc}", highlight=False)
+        return
     rep.ran += 1
-    if r.run_dir.is_dir():
-        write_json(r.run_dir / "sweep.json", sweep_meta(r))
+    if r.run_dir.is_dir() and not (r.run_dir / "sweep.json").is_file():
+        write_json(r.run_dir / "sweep.json", sweep_meta(r))  # a run_fn that ignored meta
     summary = getattr(outcome, "summary", None) or {}
     status = getattr(outcome, "status", None) or summary.get("status", "failed")
     dt = time.monotonic() - t_run

@@ -71,9 +71,25 @@ class Timeline:
         return len(self.actions) - len(self.records)
 
     def _run(self, origin: float) -> None:
+        """The thread's body: never lets an exception out (it would print a traceback on
+        the user's terminal); any error is kept in ``error`` and fails the run."""
+        try:
+            self._apply_all(origin)
+        except BaseException as exc:  # noqa: BLE001 - recorded, the run is failed by caller
+            if self.error is None:
+                self.error = f"timeline thread: {type(exc).__name__}: {exc}"
+
+    def _apply_all(self, origin: float) -> None:
         for action in self.actions:
             due = origin + action.at
-            if self._stop.wait(max(0.0, due - time.time())):
+            # wait in bounded slices: threading's wait() overflows on huge timeouts
+            while True:
+                left = due - time.time()
+                if left <= 0:
+                    break
+                if self._stop.wait(min(left, 60.0)):
+                    return
+            if self._stop.is_set():
                 return
             t_sched = due - self.launch_wall
             try:

@@ -99,7 +99,7 @@ CASES = {
     "yaml-syntax": ("name: t\ntopology: {kind: star\n", "YAML syntax error at line"),
     "unknown-field": (_mod("workload.epochs", 3), "workload.epochs: unknown field"),
     "negative-rate": (_mod("topology.rate_mbit", -5), "topology.rate_mbit: Input should be "
-                      "greater than 0 (got -5)"),
+                      "greater than or equal to 0.01 (got -5)"),
     "unknown-method": (_mod("methods", ["allreduce", "foo"]), "methods[1]:"),
     "malformed-method": (_mod("methods", ["topk:2.5"]), "methods[0]:"),
     "zero-workers": (_mod("topology.n_workers", 0), "topology.n_workers: Input should be "

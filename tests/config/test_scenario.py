@@ -69,7 +69,7 @@ def test_bundled_scenarios_load_and_name_their_links():
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
-        (with_("topology.rate_mbit", -5), "topology.rate_mbit: Input should be greater than 0"),
+        (with_("topology.rate_mbit", -5), "topology.rate_mbit: Input should be greater than or equal to 0.01"),
         (with_("topology.n_workers", 0), "topology.n_workers"),
         (with_("topology.colour", "red"), "topology.colour: unknown field"),
         (with_("topology.kind", "ring"), "'star', 'dumbbell', 'leafspine'"),

@@ -1,0 +1,176 @@
+"""Reading run folders for the analysis: every folder either loads whole or is excluded,
+by name, with the reason.
+
+Why a module of its own: results folders get damaged (a disk filled up, a copy cut short,
+a run killed before atomic writes existed, someone's editor). A table that silently drops
+a run, or a figure command that dies on one binary ``steps.csv``, both hide the damage. So
+each folder is validated here, once, and the outcome is one of:
+
+- a :class:`RunData` with parsed config, summary, sweep metadata and steps, whose
+  ``status`` is the *true* one: a ``running`` record whose orchestrator is dead reads as
+  ``failed`` with the reason (``rundir.stale_reason``);
+- an :class:`Excluded` naming the folder and why (``summary.json is not valid JSON
+  (truncated?)``, ``steps.csv lacks column(s) t, samples`` ...).
+
+Callers (tables, plots, report) print one warning line per excluded run and say in the
+figures and the report how many were excluded and why; they never crash on a damaged
+folder. Sizes are bounded (``testbed.common.bounded``) so a huge file is a reason, not an
+out-of-memory.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from testbed.common import bounded
+
+#: Columns every steps.csv of a finished run has (records.step_rows writes them).
+STEP_COLUMNS = ("rank", "t", "samples")
+
+
+@dataclass
+class RunData:
+    """One run folder that loaded whole."""
+
+    path: Path
+    run: str  # folder relative to the results root
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    meta: dict[str, Any]
+    steps: pd.DataFrame
+    status: str
+    reason: str | None = None
+
+
+@dataclass
+class Excluded:
+    """A run folder left out of every table and figure, and why."""
+
+    run: str
+    reason: str
+
+
+@dataclass
+class Loaded:
+    runs: list[RunData] = field(default_factory=list)
+    excluded: list[Excluded] = field(default_factory=list)
+
+
+class Damaged(ValueError):
+    """A file of a run folder that cannot be used; ``str()`` says which and why."""
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """Every folder under ``root`` holding a run (config.json or summary.json), sorted;
+    folders under a ``figures`` folder are not runs."""
+    root = Path(root)
+    found = {p.parent for name in ("summary.json", "config.json") for p in root.rglob(name)}
+    return sorted(d for d in found if "figures" not in d.relative_to(root).parts)
+
+
+def read_json_file(path: Path, *, required: bool) -> dict[str, Any]:
+    """A JSON object file; {} when absent and not required; Damaged otherwise."""
+    if not path.exists():
+        if required:
+            raise Damaged(f"{path.name} missing")
+        return {}
+    try:
+        text = bounded.read_text(path, bounded.MAX_JSON_BYTES, path.name)
+        data = json.loads(text)
+    except bounded.BoundError as exc:
+        raise Damaged(str(exc)) from None
+    except ValueError:
+        raise Damaged(f"{path.name} is not valid JSON (truncated?)") from None
+    if not isinstance(data, dict):
+        raise Damaged(f"{path.name} is not a JSON object")
+    return data
+
+
+def read_csv_file(path: Path, columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A result CSV under the size bound, with ``columns`` present and numeric; Damaged
+    otherwise. An empty file (header only) is an empty frame."""
+    try:
+        text = bounded.read_text(path, bounded.MAX_CSV_BYTES, path.name)
+    except bounded.BoundError as exc:
+        raise Damaged(str(exc)) from None
+    if "\0" in text:
+        raise Damaged(f"{path.name} is binary, not CSV")
+    if not text.strip():
+        raise Damaged(f"{path.name} is empty (no header)")
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Damaged(f"{path.name} cannot be parsed: {first}") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise Damaged(f"{path.name} lacks column(s) {', '.join(missing)}")
+    for c in columns:
+        num = pd.to_numeric(df[c], errors="coerce")
+        if len(df) and num.isna().all():
+            raise Damaged(f"{path.name} column {c!r} holds no numbers")
+        df[c] = num
+    return df
+
+
+def load_folder(d: Path, root: Path) -> RunData | Excluded:
+    """Validate and read one run folder (module doc)."""
+    from testbed.orchestration.rundir import stale_reason
+
+    rel = str(Path(d).relative_to(root))
+    try:
+        summary = read_json_file(d / "summary.json", required=True)
+        config = read_json_file(d / "config.json", required=True)
+        meta = read_json_file(d / "sweep.json", required=False)
+        status = str(summary.get("status") or "missing")
+        reason = summary.get("reason")
+        stale = stale_reason(summary)
+        if stale is not None:
+            status, reason = "failed", stale
+        steps = pd.DataFrame()
+        if status == "ok":
+            if not (d / "steps.csv").exists():
+                raise Damaged("steps.csv missing (status ok)")
+            steps = read_csv_file(d / "steps.csv", STEP_COLUMNS)
+        elif (d / "steps.csv").exists():
+            try:  # a failed run's steps are shown where they can be, never required
+                steps = read_csv_file(d / "steps.csv", STEP_COLUMNS)
+            except Damaged:
+                steps = pd.DataFrame()
+    except Damaged as exc:
+        return Excluded(rel, str(exc))
+    except OSError as exc:
+        return Excluded(rel, f"unreadable: {exc.strerror or exc}")
+    return RunData(Path(d), rel, config, summary, meta, steps, status,
+                   None if reason is None else str(reason))
+
+
+def load_all(root: Path) -> Loaded:
+    """Every run folder under ``root``: loaded, or excluded with its reason."""
+    root = Path(root)
+    out = Loaded()
+    for d in find_run_dirs(root):
+        item = load_folder(d, root)
+        (out.excluded if isinstance(item, Excluded) else out.runs).append(item)
+    return out
+
+
+def excluded_of(runs: pd.DataFrame) -> list[Excluded]:
+    """The exclusions ``tables.load_runs`` attached to its runs table."""
+    return list(runs.attrs.get("excluded", []))
+
+
+def exclusion_note(excluded: list[Excluded], limit: int = 3) -> str:
+    """One line for a figure caption or a report: how many runs were excluded and why."""
+    if not excluded:
+        return ""
+    shown = "; ".join(f"{e.run}: {e.reason}" for e in excluded[:limit])
+    more = f"; +{len(excluded) - limit} more" if len(excluded) > limit else ""
+    n = len(excluded)
+    return f"{n} damaged run{'s' if n != 1 else ''} excluded ({shown}{more})"
