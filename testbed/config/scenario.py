@@ -12,7 +12,7 @@ netem fields (delay, jitter, loss) are refused when the running kernel has no sc
 Overrides (used by sweeps and ``netsense run --set``) address fields by dotted path and
 re-validate the whole scenario. Paths (``N`` is a list index)::
 
-    name, description, timeline_origin, probe_links, probe_seconds, timeout_s
+    name, description, timeline_origin, probe_links, probe_s, timeout_s
     topology.kind                       star | dumbbell | leafspine
     topology.n_workers, topology.n_cross, topology.rate_mbit            (star)
     topology.n_left, topology.n_right, topology.n_cross,
@@ -26,7 +26,10 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     workload.time_limit_s, workload.eval_every, workload.target_accuracy, workload.lr,
     workload.threads, workload.data_dir, workload.args.<knob>   (e.g. workload.args.width)
     methods, methods.N, seeds, seeds.N
-    timeline.N.at, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.mbit
+    timeline.N.at_s, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.rate_mbit
+
+Field names follow one convention (``*_mbit`` rates, ``*_s`` seconds); older names
+(``at``, ``mbit``, ``probe_seconds``) are still read, with a note: testbed.config.renames.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from pydantic import (
 )
 
 from netsenseml import methods
+from testbed.config import renames
 from workloads import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -211,7 +215,7 @@ class Workload(_Strict):
 
 
 class _Event(_Strict):
-    at: float = Field(ge=0, description="seconds after the timeline origin")
+    at_s: float = Field(ge=0, description="seconds after the timeline origin")
 
 
 class SetRate(_Event):
@@ -219,7 +223,7 @@ class SetRate(_Event):
 
     kind: Literal["set_rate"]
     link: str
-    mbit: float = Field(gt=0, le=100000)
+    rate_mbit: float = Field(gt=0, le=100000)
 
 
 class CrossStart(_Event):
@@ -351,7 +355,7 @@ class Scenario(_Strict):
         "rank 0's first step record (steadier when start-up time varies)",
     )
     probe_links: bool = False
-    probe_seconds: float = Field(2.0, gt=0, le=60)
+    probe_s: float = Field(2.0, gt=0, le=60)
     timeout_s: float | None = Field(None, gt=0)
 
     @field_validator("name")
@@ -476,7 +480,7 @@ def format_validation_error(exc: ValidationError) -> str:
     msg = msg.removeprefix("Value error, ")
     etype = err.get("type", "")
     if etype == "extra_forbidden":
-        msg = "unknown field"
+        msg = "unknown field" + renames.suggest(Scenario, tuple(err.get("loc", ())))
     elif etype == "missing":
         msg = "required field missing"
     elif "input" in err and etype not in ("union_tag_invalid", "model_type", "value_error"):
@@ -487,12 +491,13 @@ def format_validation_error(exc: ValidationError) -> str:
 
 
 def validate_scenario(
-    data: Mapping[str, Any], *, base_dir: Path | None = None, skip_kernel_checks: bool = False
+    data: Mapping[str, Any], *, base_dir: Path | None = None, skip_kernel_checks: bool = False,
+    label: str = "",
 ) -> Scenario:
-    """Validate a mapping; raise ScenarioError with a one-line message."""
+    """Validate a mapping (old field names renamed first); raise ScenarioError, one line."""
     try:
         return Scenario.model_validate(
-            dict(data),
+            renames.apply_renames(data, label),
             context={"base_dir": base_dir, "skip_kernel_checks": skip_kernel_checks},
         )
     except ValidationError as exc:
@@ -519,7 +524,8 @@ def load_scenario(name_or_path: str | Path, *, skip_kernel_checks: bool = False)
         raise ScenarioError(f"scenario {label}: top level must be a mapping")
     try:
         scn = validate_scenario(
-            data, base_dir=path.resolve().parent, skip_kernel_checks=skip_kernel_checks
+            data, base_dir=path.resolve().parent, skip_kernel_checks=skip_kernel_checks,
+            label=f"scenario {label}",
         )
     except ScenarioError as exc:
         raise ScenarioError(f"scenario {label}: {exc}") from None
@@ -559,6 +565,7 @@ def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenari
     already absolute after the first load, so re-validation finds them.
     """
     data = copy.deepcopy(scenario.model_dump(mode="python"))
+    overrides = {renames.rename_path(k): v for k, v in overrides.items()}
     for dotted, value in overrides.items():
         parts = [p for p in re.split(r"\.|\[(\d+)\]", dotted) if p]
         if not parts:

@@ -69,20 +69,20 @@ def expand(events: Sequence[SetRate | CrossStart | CrossStop | Ramp | Trace]) ->
     for i, ev in enumerate(events):
         src = f"timeline[{i}] {ev.kind}"
         if isinstance(ev, SetRate):
-            actions.append(Action(ev.at, "set_rate", ev.link, ev.mbit, source=src))
+            actions.append(Action(ev.at_s, "set_rate", ev.link, ev.rate_mbit, source=src))
         elif isinstance(ev, CrossStart):
             plans.append(FlowPlan(ev.id, ev.src, ev.dst, [ev.streams], ev.bitrate_mbit))
-            actions.append(Action(ev.at, "cross_start", ev.id, ev.streams, 0, src))
+            actions.append(Action(ev.at_s, "cross_start", ev.id, ev.streams, 0, src))
         elif isinstance(ev, CrossStop):
-            actions.append(Action(ev.at, "cross_stop", ev.id, source=src))
+            actions.append(Action(ev.at_s, "cross_stop", ev.id, source=src))
         elif isinstance(ev, Ramp):
             levels = ev.levels()
             adds = [levels[0]] + [b - a for a, b in zip(levels, levels[1:], strict=False)]
             plans.append(FlowPlan(ev.id, ev.src, ev.dst, adds))
             for k, add in enumerate(adds):
-                actions.append(Action(ev.at + k * ev.every_s, "cross_start", ev.id, add, k, src))
+                actions.append(Action(ev.at_s + k * ev.every_s, "cross_start", ev.id, add, k, src))
             if ev.hold_s is not None:
-                end = ev.at + (len(adds) - 1) * ev.every_s + ev.hold_s
+                end = ev.at_s + (len(adds) - 1) * ev.every_s + ev.hold_s
                 actions.append(Action(end, "cross_stop", ev.id, source=src))
         elif isinstance(ev, Trace):
             rows = parse_trace(Path(ev.file), ev.format, bin_ms=ev.bin_ms)
@@ -90,7 +90,7 @@ def expand(events: Sequence[SetRate | CrossStart | CrossStop | Ramp | Trace]) ->
                 rows, scale=ev.scale, min_mbit=ev.min_mbit, duration_s=ev.duration_s
             )
             for t, mbit in changes:
-                actions.append(Action(ev.at + t, "set_rate", ev.link, round(mbit, 4), source=src))
+                actions.append(Action(ev.at_s + t, "set_rate", ev.link, round(mbit, 4), source=src))
     # Stable sort: equal times keep file order (e.g. a stop listed after a start).
     actions.sort(key=lambda a: a.at)
     return actions, plans
