@@ -442,12 +442,16 @@ def plot_timeline(runs: pd.DataFrame, steps: pd.DataFrame, root: Path, out: Path
             handles += a0.plot(ref_steps["t"] - t0, est, ls="none", marker=".", ms=3,
                                color="tab:cyan", label="monitor's bandwidth estimate")
         a0.set_ylabel("Mbit/s")
-        a0.set_ylim(bottom=0)
-    a0b = a0.twinx() if handles else a0
-    handles += a0b.step(streams["t"], streams["streams"], where="post", color="tab:red",
-                        marker="o", ms=3, label="cross-traffic streams")
-    a0b.set_ylabel("iperf3 streams", color="tab:red")
-    a0b.set_ylim(0, max(1.0, float(streams["streams"].max())) * 1.15)
+        top = float(np.nanmax(rate["rate_mbit"])) if rate["rate_mbit"].notna().any() else None
+        # the estimate's outliers (a burst measured over a tiny window) must not squash the
+        # configured rate: the axis ends at 1.5x the highest configured rate
+        a0.set_ylim(0, top * 1.5 if top else None)
+    if streams["streams"].max() > 0 or not handles:
+        a0b = a0.twinx() if handles else a0
+        handles += a0b.step(streams["t"], streams["streams"], where="post", color="tab:red",
+                            marker="o", ms=3, label="cross-traffic streams")
+        a0b.set_ylabel("iperf3 streams", color="tab:red")
+        a0b.set_ylim(0, max(1.0, float(streams["streams"].max())) * 1.15)
     if not queue.empty:
         a0q = a0.twinx()
         a0q.spines["right"].set_position(("axes", 1.12))
@@ -541,7 +545,7 @@ def plot_speedup(sp: pd.DataFrame, out: Path, runs: pd.DataFrame | None = None) 
     norm = matplotlib.colors.LogNorm(vmin=1 / span, vmax=span)
     fig, axes = plt.subplots(len(exps), 2, figsize=(11, 0.8 + 0.55 * sp["baseline"].nunique()
                                                      * len(exps) + 1.6 * len(exps)),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     im = None
     for row, exp in zip(axes, exps, strict=True):
         e = sp[sp["experiment"] == exp]
