@@ -132,7 +132,7 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     import pandas as pd
 
     out = tmp_path / "figs"
-    res = CliRunner().invoke(_cli(), ["plot", str(swept), "--out", str(out)])
+    res = CliRunner().invoke(_cli(), ["plot", str(swept), "--figures", str(out)])
     assert res.exit_code == 0, res.output
     for name in ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup"):
         png, pdf = out / f"{name}.png", out / f"{name}.pdf"
@@ -146,7 +146,7 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     assert len(sp) == 2
 
     report = tmp_path / "r.html"
-    res = CliRunner().invoke(_cli(), ["report", str(swept), "--out", str(report),
+    res = CliRunner().invoke(_cli(), ["report", str(swept), "--html", str(report),
                                       "--figures", str(out)])
     assert res.exit_code == 0, res.output
     page = report.read_text()
