@@ -267,8 +267,11 @@ def plot_accuracy(runs: pd.DataFrame, steps: pd.DataFrame, out: Path) -> list[Pa
                     drawstyle="steps-post")
         if not curves:
             continue
-        t_end = min(c[0][-1] for c in curves)
-        grid = np.linspace(min(c[0][0] for c in curves), t_end, 200)
+        # the mean exists only where every seed has a value: from the latest first evaluation
+        # to the earliest last one
+        t_start = max(c[0][0] for c in curves)
+        t_end = max(t_start, min(c[0][-1] for c in curves))
+        grid = np.linspace(t_start, t_end, 200)
         held = [c[1][np.clip(np.searchsorted(c[0], grid, side="right") - 1, 0, None)]
                 for c in curves]
         n = len(curves)

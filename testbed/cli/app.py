@@ -154,7 +154,7 @@ def show(
     scn = _load(scenario, set_)
     data = scn.model_dump(mode="json")
     typer.echo(f"# {scn.name}: {scn.world_size} workers; every field, defaults filled in")
-    typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100).rstrip())
+    typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000).rstrip())
 
 @app.command()
 def schema(
