@@ -104,8 +104,8 @@ CASES = {
     "malformed-method": (_mod("methods", ["topk:2.5"]), "methods[0]:"),
     "zero-workers": (_mod("topology.n_workers", 0), "topology.n_workers: Input should be "
                      "greater than 0 (got 0)"),
-    "unknown-link": ({**GOOD, "timeline": [{"at": 1, "kind": "set_rate", "link": "bottleneck",
-                                            "mbit": 5}]},
+    "unknown-link": ({**GOOD, "timeline": [{"at_s": 1, "kind": "set_rate", "link": "bottleneck",
+                                            "rate_mbit": 5}]},
                      "unknown link 'bottleneck'; links: w0, w1, x0"),
     "path-in-name": (_mod("name", "a/b"), "name: invalid name 'a/b'"),
     "netem": (_mod("topology.loss_pct", 1), "topology.loss_pct:"),
