@@ -184,8 +184,11 @@ def plot_throughput(runs: pd.DataFrame, out: Path, steps: pd.DataFrame | None = 
                 mean, half, n = ci95(gr["throughput"])
                 n_seeds = max(n_seeds, n)
                 pts.append((rate, mean, half))
-                ax.scatter([rate] * len(gr), gr["throughput"], s=12, color=colors[m],
-                           alpha=0.45, lw=0, zorder=3)
+                # spread the dots a little in x (log axis) so that seeds do not hide
+                # behind the mean's marker
+                spread = 10 ** (np.linspace(-0.012, 0.012, len(gr)) if len(gr) > 1 else [0.0])
+                ax.scatter(rate * spread, gr["throughput"], s=14, color=colors[m],
+                           alpha=0.6, lw=0, zorder=5)
             pts.sort()
             x = [p[0] for p in pts]
             y = [p[1] for p in pts]
@@ -196,7 +199,7 @@ def plot_throughput(runs: pd.DataFrame, out: Path, steps: pd.DataFrame | None = 
         b = bound[bound["experiment"] == exp].sort_values("rate_mbit")
         if not b.empty:
             ax.plot(b["rate_mbit"], b["samples_per_s"], color="k", ls="--", lw=1, zorder=2,
-                    label="line-rate model (compute + dense allreduce)")
+                    marker="_", ms=14, label="line-rate model (compute + dense allreduce)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         rates = sorted(e["rate_mbit"].dropna().unique())
