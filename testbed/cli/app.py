@@ -302,7 +302,7 @@ def doctor() -> None:
 @app.command()
 def clean(
     force: Annotated[
-        bool, typer.Option(help="also clean runs whose orchestrator still looks alive")
+        bool, typer.Option("--force", help="also clean runs whose orchestrator still looks alive")
     ] = False,
 ) -> None:
     """Remove leftovers of this testbed's own runs (found by prefix and recorded PIDs)."""
