@@ -186,7 +186,7 @@ def plot_throughput(runs: pd.DataFrame, out: Path, steps: pd.DataFrame | None = 
                 pts.append((rate, mean, half))
                 # spread the dots a little in x (log axis) so that seeds do not hide
                 # behind the mean's marker
-                spread = 10 ** (np.linspace(-0.012, 0.012, len(gr)) if len(gr) > 1 else [0.0])
+                spread = 10 ** (np.linspace(-0.012, 0.012, len(gr)) if len(gr) > 1 else np.zeros(1))
                 ax.scatter(rate * spread, gr["throughput"], s=14, color=colors[m],
                            alpha=0.6, lw=0, zorder=5)
             pts.sort()
