@@ -3,34 +3,48 @@ SHELL := /bin/bash
 PY_BOOT  ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
+# TORCH_SPEC: any pip requirement or wheel path. TORCH_INDEX_URL: where pip looks for it
+# (empty: pip's configured index; plain PyPI serves CUDA builds on Linux, so for a CPU-only
+# machine elsewhere give https://download.pytorch.org/whl/cpu).
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX_URL ?=
 SCENARIO ?= smoke
 SWEEP    ?= paper-quick
 RESULTS  ?= results
 PYTEST_ARGS ?=
 APT_PACKAGES := mininet iperf3 bridge-utils
+# Only for the test that renders report.html in a real headless browser (skipped without it).
+APT_TEST_PACKAGES := chromium
 STAMP    := $(VENV)/.netsense-setup
 
-.PHONY: setup test experiment sweep figures report clean distclean lint bench doctor \
+.PHONY: setup test experiment sweep figures report clean distclean lint bench doctor schemas \
         container-smoke container-clean
 
 setup: $(STAMP)
 
-# Idempotent: apt packages only when a tool is missing; torch first (TORCH_SPEC) so that
-# pip never picks a CUDA build; then the project itself, editable, with its dev extras.
+# Idempotent: apt packages only when a tool is missing (said, with the command, before it
+# runs); torch first (TORCH_SPEC, TORCH_INDEX_URL) so that pip never picks a CUDA build by
+# itself; then the project itself, editable, with its dev extras.
 $(STAMP): pyproject.toml
-	@missing=""; \
-	for t in mnexec iperf3 brctl tc; do command -v $$t >/dev/null 2>&1 || missing=1; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "setup: installing $(APT_PACKAGES)"; \
+	@pkgs=""; \
+	for t in mnexec iperf3 brctl tc; do command -v $$t >/dev/null 2>&1 || pkgs="$(APT_PACKAGES)"; done; \
+	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs $(APT_TEST_PACKAGES)"; \
+	if [ -n "$$pkgs" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
-	fi
+	  echo "setup: installing apt packages:$$pkgs (emulation tools; chromium only for the report test)"; \
+	  echo "setup: $$SUDO apt-get install -y$$pkgs"; \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$pkgs; \
+	else echo "setup: apt packages present ($(APT_PACKAGES) $(APT_TEST_PACKAGES))"; fi
 	@test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url "$(TORCH_INDEX_URL)") "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev]"
 	@touch $(STAMP)
+
+# Refresh the committed JSON schemas after a change to the scenario or sweep models.
+schemas: setup
+	$(VENV)/bin/netsense schema scenario --write
+	$(VENV)/bin/netsense schema sweep --write
 
 test: setup
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
@@ -45,10 +59,10 @@ sweep: setup
 	$(VENV)/bin/netsense sweep $(SWEEP)
 
 figures: setup
-	$(VENV)/bin/netsense plot $(RESULTS)
+	$(VENV)/bin/netsense plot -r $(RESULTS)
 
 report: setup
-	$(VENV)/bin/netsense report $(RESULTS)
+	$(VENV)/bin/netsense report -r $(RESULTS)
 
 # Speed figures (printed, not asserted): compressors (exits 1 when its target is missed),
 # per-model step times, network build/teardown, the 8-worker / 4+4 scale runs, and the

@@ -70,7 +70,7 @@ trap '$PODMAN rm --force --ignore "$name" >/dev/null 2>&1 || true' EXIT
 echo "container-smoke: running scenario $SCENARIO in container $name (unprivileged)"
 rc=0
 $PODMAN run --name "$name" "${ulimit_args[@]}" --timeout="$RUN_TIMEOUT_S" "$IMAGE" \
-  netsense run "$SCENARIO" --out /home/netsense/results --quiet || rc=$?
+  netsense run "$SCENARIO" --results /home/netsense/results --quiet || rc=$?
 t_run=$((SECONDS - t0 - t_base - t_build))
 $PODMAN cp "$name:/home/netsense/results/." "$OUT/"
 echo "container-smoke: run folders in $OUT/$SCENARIO; base ${t_base}s, build ${t_build}s," \

@@ -1,8 +1,8 @@
 """Offline datasets for the worker, each split deterministically into train and held-out.
 
 Why these: the testbed's hosts cannot download anything, so every dataset is either
-shipped with an installed package (scikit-learn's ``digits``), generated (``synthetic``),
-committed in the repository (``text``, see workloads/data/README.md), or read from a
+committed in the repository (``digits``, ``text``: workloads/data/README.md), generated
+(``synthetic``), or read from a
 directory the user already has (``cifar10``/``cifar100``, standard python-pickle batches).
 Names, kinds and default evaluation sizes are registered in ``workloads.registry``.
 
@@ -44,7 +44,6 @@ through ``DistributedSampler`` (set up by the worker).
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +57,8 @@ from workloads.registry import RegistryError, dataset_entry, dataset_names, load
 DATASETS: tuple[str, ...] = dataset_names()
 
 SPLIT_SEED = 12345  # fixed: the held-out split must not change with --seed
-CORPUS_PATH = Path(__file__).parent / "data" / "corpus.txt"
+DATA_DIR = Path(__file__).parent / "data"
+CORPUS_PATH = DATA_DIR / "corpus.txt"
 
 
 class DatasetError(Exception):
@@ -81,21 +81,13 @@ class Data:
 
 
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """The (1797, 64) pixels and labels scikit-learn ships in sklearn/datasets/data/.
+    """The (1797, 64) pixels and labels of the UCI digits test set (workloads/data/README.md).
 
-    Read straight from the bundled CSV because importing sklearn costs ~2 s per worker
-    process (it matters when 8 workers start on 2 cores); the same rows load_digits returns.
+    Shipped in workloads/data/ so the workers need no scikit-learn: the same file and rows
+    as ``sklearn.datasets.load_digits``, read with numpy alone.
     """
-    spec = importlib.util.find_spec("sklearn")  # locates the package without importing it
-    if spec is not None and spec.submodule_search_locations:
-        csv = Path(next(iter(spec.submodule_search_locations))) / "datasets/data/digits.csv.gz"
-        if csv.is_file():
-            raw = np.loadtxt(csv, delimiter=",", dtype=np.float32)
-            return raw[:, :-1], raw[:, -1].astype(np.int64)
-    from sklearn.datasets import load_digits  # layout changed: take the slow, public path
-
-    d = load_digits()
-    return d.data.astype(np.float32), d.target.astype(np.int64)
+    raw = np.loadtxt(DATA_DIR / "digits.csv.gz", delimiter=",", dtype=np.float32)
+    return raw[:, :-1], raw[:, -1].astype(np.int64)
 
 
 def load_digits_data(data_dir: str | Path | None = None, context: int = 64) -> Data:

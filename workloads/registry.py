@@ -259,7 +259,7 @@ register_model(ModelEntry(
 register_dataset(DatasetEntry(
     "digits", "workloads.datasets:load_digits_data", "image", eval_samples=1000,
     train_samples=1438,
-    summary="scikit-learn's 8x8 digits, 10 classes, 1437 train / 360 held-out"))
+    summary="UCI 8x8 digits (shipped in workloads/data), 10 classes, 1437 train / 360 held-out"))
 register_dataset(DatasetEntry(
     "synthetic", "workloads.datasets:load_synthetic_data", "image", eval_samples=1000,
     train_samples=10_000,

@@ -101,6 +101,7 @@ import argparse
 import json
 import math
 import os
+import re
 import socket
 import sys
 import threading
@@ -128,6 +129,8 @@ from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
 
 EVAL_BATCH = 256  # minimum evaluation batch
+DEFAULT_BATCH = 32  # per rank, when --batch-size is not given
+DEFAULT_STEPS = 200  # when neither --steps nor --time-limit is given
 # step-record keys the worker owns; a hook stat of the same name is logged as hook_<name>
 _RESERVED = {"kind", "t", "wall", "step", "samples", "compute_s", "step_s", "loss"}
 
@@ -143,8 +146,16 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def bad_args(message: str) -> NoReturn:
-    print(f"workloads.train: error: {message}", file=sys.stderr, flush=True)
+    print(f"error: {message} (see `python -m workloads.train --help`)", file=sys.stderr,
+          flush=True)
     sys.exit(2)
+
+
+def say(line: str) -> None:
+    """One line to stdout in one write(2): ranks sharing a terminal or pipe (torchrun) never
+    splice their lines together."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def _positive(kind: type) -> Any:
@@ -160,15 +171,20 @@ def _positive(kind: type) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="python -m workloads.train", description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True,
-                   help=f"one of: {registry.accepted_models()}")
-    p.add_argument("--dataset", required=True, choices=registry.dataset_names())
-    p.add_argument("--method", required=True, help=f"one of: {methods.forms()}")
-    p.add_argument("--steps", type=_positive(int), help="train exactly N steps")
+    p.add_argument("--model", default="mlp",
+                   help=f"one of: {registry.accepted_models()} (default mlp)")
+    p.add_argument("--dataset", default="digits", choices=registry.dataset_names(),
+                   help="default digits")
+    p.add_argument("--method", default="allreduce",
+                   help=f"one of: {methods.forms()} (default allreduce)")
+    p.add_argument("--steps", type=_positive(int),
+                   help=f"train exactly N steps (default {DEFAULT_STEPS} when no --time-limit)")
     p.add_argument("--time-limit", type=_positive(float), help="train S seconds (ranks agree)")
-    p.add_argument("--batch-size", type=_positive(int), required=True, help="per rank")
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--log-dir", required=True)
+    p.add_argument("--batch-size", type=_positive(int), default=DEFAULT_BATCH,
+                   help=f"per rank (default {DEFAULT_BATCH})")
+    p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.add_argument("--log-dir",
+                   help="folder for rank<N>.jsonl (default runs/<model>-<dataset>-<method>-s<seed>)")
     p.add_argument("--eval-every", type=_positive(int), help="eval every K steps")
     p.add_argument("--eval-samples", type=_positive(int),
                    help="held-out samples per evaluation (first N of the split; default: the "
@@ -202,7 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.steps is None and args.time_limit is None:
-        bad_args("one of --steps or --time-limit is required")
+        args.steps = DEFAULT_STEPS
+    if args.log_dir is None:  # the same on every rank: it depends on the arguments only
+        tag = re.sub(r"[^A-Za-z0-9_.=-]+", "-", f"{args.model}-{args.dataset}-{args.method}")
+        args.log_dir = str(Path("runs") / f"{tag.strip('-')}-s{args.seed}")
     try:
         methods.load(args.method)  # imports a plug-in (pkg.mod:Name) now: one line if it fails
     except ValueError as e:
@@ -569,9 +588,9 @@ def run(args: argparse.Namespace) -> int:
               imports_s=t_launch - PROC_T0, phases=s.phases, knobs=s.knobs,
               context=args.context, eval_samples=args.eval_samples,
               error_feedback=not args.no_error_feedback)
-    print(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
-          f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "
-          f"dataset={args.dataset} method={args.method} backend={s.backend}", flush=True)
+    say(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
+        f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "
+        f"dataset={args.dataset} method={args.method} backend={s.backend}")
 
     try:
         train(args, s, log, watchdog, origin, out)
@@ -582,7 +601,8 @@ def run(args: argparse.Namespace) -> int:
               final_accuracy=out.accuracy, train_time_s=out.train_time_s,
               target_reached_t=out.target_t, final_eval_s=out.final_eval_s)
     log.close()
-    print(f"rank {s.rank}: done steps={out.steps} final_accuracy={out.accuracy}", flush=True)
+    say(f"rank {s.rank}: done steps={out.steps} final_accuracy={out.accuracy} "
+        f"log={args.log_dir}")
     return 0
 
 

@@ -1,62 +1,126 @@
-"""One self-contained HTML page for a results folder: figures, tables, scenarios, versions.
+"""One self-contained HTML page for a results folder: headline, figures, tables, scenarios.
 
-Why self-contained (PNG figures inlined as base64, no external CSS/JS): the page is the thing
-people mail around or attach to an issue; it must open anywhere, offline, without the
-results folder beside it. Everything on it is read from the run folders (via testbed.analysis.tables
-and testbed.analysis.plots); the figures are (re)drawn first so the page and results/figures agree.
+Why self-contained (PNG figures inlined as base64, CSS in the page, no JavaScript): the page
+is the thing people mail around or attach to an issue; it must open anywhere, offline,
+without the results folder beside it. Everything on it is read from the run folders (via
+testbed.analysis.tables and testbed.analysis.plots); the figures are (re)drawn first so the
+page and the figures folder agree.
+
+The page is a Jinja2 template (templates/report.html.j2, autoescaped); the tables are
+formatted here, column by column: units in the headers, one precision per quantity, yes/no
+for booleans, run ids on one line. Tables sit in a horizontally scrolling box, so the page
+itself never overflows (checked in a real headless browser by tests/analysis).
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import json
+import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
+from markupsafe import Markup, escape
 
 from testbed.analysis import loading, plots, tables
-from testbed.common import files
+from testbed.common.files import atomic_write_text
 from testbed.config.sweep import SWEEPS_DIR
 
-CSS = """
-body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-h1{font-size:1.6em} h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;font-size:.82em;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:right} th{background:#f2f2f2}
-img{max-width:100%;border:1px solid #ddd} pre{background:#f7f7f7;padding:.6em;overflow-x:auto;
-font-size:.8em} details{margin:.4em 0} .muted{color:#777}
-"""
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+TITLES = {
+    "throughput_vs_rate": "Throughput vs bottleneck rate",
+    "accuracy_vs_time": "Accuracy vs training time",
+    "adaptation_timeline": "Adaptation timeline",
+    "speedup": "Speedup of NetSenseML over each baseline",
+}
 
 CAPTIONS = {
     "throughput_vs_rate": "Training throughput (global samples/s, first step excluded) vs "
-    "bottleneck rate; error bars: std over seeds.",
-    "accuracy_vs_time": "Test accuracy vs wall-clock time at the constrained rate; dashed: "
-    "target; star: time to target.",
-    "adaptation_timeline": "Configured rate and cross-traffic streams as applied (top), "
-    "NetSenseML's kept ratio and level (middle), step time per method (bottom); grey lines: "
-    "applied events.",
-    "speedup": "NetSenseML's throughput and time-to-accuracy speedup over each baseline "
-    "(speedup.csv).",
+    "bottleneck rate. Dots: single runs; line: mean per method with a 95 % t-interval when "
+    "there are two or more seeds; dashed: the line-rate model (measured compute time plus a "
+    "dense fp32 ring allreduce of the gradient at the link rate).",
+    "accuracy_vs_time": "Held-out accuracy on the workers' training clock (seconds since "
+    "the process group was up). Thick: mean over seeds per method; thin: single seeds; "
+    "dashed: the target; star: mean time to target.",
+    "adaptation_timeline": "The network as applied (cross-traffic streams, rate changes, the "
+    "monitor's bandwidth estimate and the bottleneck queue when recorded), the adaptive "
+    "method's kept ratio and level, and every method's step time; grey lines: applied events.",
+    "speedup": "NetSenseML's throughput and time-to-accuracy speedup over each baseline per "
+    "rate (one colour scale); [min-max] over seeds when there are two or more.",
 }
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+@dataclass(frozen=True)
+class Col:
+    """One column of a formatted table: source column, header (with unit), format."""
+
+    key: str
+    header: str
+    fmt: str = "text"  # text | run | int | f1 | f2 | f3 | x | bool | mb
 
 
-def _table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return '<p class="muted">(no rows)</p>'
-    return df.to_html(index=False, float_format=lambda x: f"{x:.4g}", na_rep="–",
-                      border=0, escape=True)
+def _cell(v: Any, fmt: str) -> tuple[str, str]:
+    """(text, css class) of one cell; missing values are an en dash."""
+    missing = v is None or (isinstance(v, float) and math.isnan(v)) or (
+        not isinstance(v, str | bool) and pd.isna(v))
+    if fmt in ("text", "run"):
+        return ("–" if missing else str(v)), ("run" if fmt == "run" else "")
+    if fmt == "bool":
+        return ("–" if missing else ("yes" if bool(v) else "no")), ""
+    if missing:
+        return "–", "num"
+    x = float(v)
+    text = {"int": f"{x:.0f}", "f1": f"{x:,.1f}", "f2": f"{x:.2f}", "f3": f"{x:.3f}",
+            "x": f"{x:.2f}x", "mb": f"{x / 1e6:,.1f}"}.get(fmt, str(v))
+    return text, "num"
+
+
+def html_table(df: pd.DataFrame, cols: list[Col]) -> Markup:
+    cols = [c for c in cols if c.key in df.columns]
+    if df.empty or not cols:
+        return Markup('<p class="muted">(no rows)</p>')
+    head = "".join(f"<th>{escape(c.header)}</th>" for c in cols)
+    body = []
+    for _, row in df.iterrows():
+        cells = []
+        for c in cols:
+            text, cls = _cell(row[c.key], c.fmt)
+            cells.append(f'<td class="{cls}">{escape(text)}</td>' if cls else
+                         f"<td>{escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return Markup(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def headline(sp: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment and rate: NetSenseML over its best baseline and over all baselines."""
+    rows = []
+    for (exp, rate), g in sp.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
+        g = g.dropna(subset=["throughput_speedup"])
+        if g.empty:
+            continue
+        best = g.loc[g["baseline_throughput"].idxmax()]
+        tta = g["tta_speedup"].dropna()
+        rows.append({
+            "experiment": exp, "rate_mbit": rate, "best_baseline": best["baseline"],
+            "vs_best": best["throughput_speedup"],
+            "lo": g["throughput_speedup"].min(), "hi": g["throughput_speedup"].max(),
+            "tta_lo": tta.min() if len(tta) else math.nan,
+            "tta_hi": tta.max() if len(tta) else math.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def _img_src(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
-    """Distinct software/host facts found in config.json files (keys named versions/host)."""
+    """Distinct software/host facts found in config.json files (keys versions/host)."""
     rows: dict[tuple[str, str], int] = {}
     for run in runs["run"]:
         cfg = tables._read_json(root / run / "config.json")
@@ -70,26 +134,119 @@ def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
                         columns=["fact", "value", "runs"])
 
 
-def _scenarios(root: Path, runs: pd.DataFrame) -> str:
-    """The resolved scenario of one run per experiment (methods/seeds vary within it)."""
-    parts = []
+def _scenarios(root: Path, runs: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
     for exp, g in runs.groupby("experiment", sort=True):
         cfg = tables._read_json(root / g["run"].iloc[0] / "config.json")
-        scen = cfg.get("scenario", cfg)
-        params = sorted({c for c in g.columns if c.startswith("param.")})
-        grid = "; ".join(f"{c[6:]} ∈ {sorted(g[c].dropna().unique().tolist())}" for c in params)
-        parts.append(
-            f"<details><summary><b>{html.escape(str(exp))}</b> — {len(g)} runs; methods: "
-            f"{html.escape(', '.join(sorted(g['method'].unique())))}"
-            f"{'; grid: ' + html.escape(grid) if grid else ''}</summary>"
-            f"<pre>{html.escape(json.dumps(scen, indent=2, default=str))}</pre></details>")
+        params = sorted(c for c in g.columns if c.startswith("param.") and g[c].notna().any())
+        grid = "; ".join(
+            f"{c[6:]} ∈ {{{', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in sorted(g[c].dropna().unique().tolist()))}}}"
+            for c in params)
+        out.append({"name": exp, "runs": len(g), "grid": grid,
+                    "methods": ", ".join(sorted(g["method"].unique())),
+                    "json": json.dumps(cfg.get("scenario", cfg), indent=2, default=str)})
+    return out
+
+
+def _title(root: Path, runs: pd.DataFrame) -> str:
+    names = [s for s in dict.fromkeys(runs.get("sweep", pd.Series(dtype=str))) if s]
+    names += [e for e in dict.fromkeys(runs.loc[runs.get("sweep", "") == "", "experiment"])]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"NetSense results: {shown}" if shown else f"NetSense results ({root.name})"
+
+
+def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
+           missing: dict[str, str]) -> str:
+    """The page's HTML from the loaded runs and the drawn figures."""
+    from testbed.orchestration.rundir import git_commit
+
+    sp = tables.speedup_table(runs)
+    ok = tables.ok_runs(runs)
+    failed = runs[runs["status"] != "ok"]
+    figures = []
+    for name in plots.FIGURES:
+        pngs = [p for p in figs.get(name, []) if p.suffix == ".png"]
+        figures.append({"name": name, "title": TITLES[name], "caption": CAPTIONS[name],
+                        "src": _img_src(pngs[0]) if pngs else None,
+                        "missing": missing.get(name, "no data for it")})
+    by = ["experiment", "rate_mbit", "method"]
+    thr = ok.groupby(by, dropna=False)["throughput"].apply(
+        lambda v: pd.Series(plots.ci95(v), index=["mean", "ci", "n"])).unstack().reset_index()
+    tta = tables.tta_table(runs)
+    all_cols = [Col("run", "run folder", "run"), Col("method", "method"),
+                Col("seed", "seed", "int"), Col("status", "status"),
+                Col("rate_mbit", "rate (Mbit/s)", "f1"),
+                Col("throughput", "throughput (samples/s)", "f1"),
+                Col("tta_s", "time to target (s)", "f1"),
+                Col("final_accuracy", "final accuracy", "f3"), Col("steps", "steps", "int"),
+                Col("bytes_sent_total", "sent (MB)", "mb")]
+    tabs = [
+        {"title": "Speedup per experiment, rate and baseline",
+         "note": "n/a (–) where the target was not reached by every seed of one side.",
+         "html": html_table(sp, [
+             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+             Col("baseline", "baseline"), Col("throughput_speedup", "throughput speedup", "x"),
+             Col("tta_speedup", "TTA speedup", "x"),
+             Col("netsenseml_throughput", "NetSenseML (samples/s)", "f1"),
+             Col("baseline_throughput", "baseline (samples/s)", "f1"),
+             Col("netsenseml_reached", "NetSenseML reached target", "bool"),
+             Col("baseline_reached", "baseline reached target", "bool")])},
+        {"title": "Throughput per experiment, rate and method",
+         "note": "Mean over seeds and the half-width of the 95 % t-interval (– with one seed).",
+         "html": html_table(thr, [
+             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+             Col("method", "method"), Col("mean", "throughput (samples/s)", "f1"),
+             Col("ci", "± 95 % CI (samples/s)", "f1"), Col("n", "seeds", "int")])},
+        {"title": "Time to accuracy and final accuracy", "note": "",
+         "html": html_table(tta, [
+             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+             Col("method", "method"), Col("target_accuracy", "target accuracy", "f2"),
+             Col("reached", "seeds reaching it", "int"), Col("seeds", "seeds", "int"),
+             Col("tta_mean_s", "mean time to target (s)", "f1"),
+             Col("final_accuracy_mean", "final accuracy", "f3")])},
+        {"title": "All runs", "note": "Every run folder, repeats included.",
+         "html": html_table(runs.sort_values(["experiment", "method", "seed", "run"]), all_cols)},
+    ]
+    if not failed.empty:
+        reasons = []
+        for run in failed["run"]:
+            s = tables._read_json(root / run / "summary.json")
+            reasons.append({"run": run, "status": s.get("status", "missing"),
+                            "reason": str(s.get("reason") or s.get("error") or "")[:300]})
+        tabs.append({"title": "Runs not ok", "note": "", "html": html_table(
+            pd.DataFrame(reasons), [Col("run", "run folder", "run"), Col("status", "status"),
+                                    Col("reason", "reason")])})
+    excluded = loading.excluded_of(runs)
+    if excluded:
+        tabs.insert(0, {"title": "Excluded runs (damaged folders)",
+                        "note": loading.exclusion_note(excluded),
+                        "html": html_table(
+                            pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]),
+                            [Col("run", "run folder", "run"), Col("reason", "reason")])})
+    head = headline(sp)
     sweeps = sorted({s for s in runs.get("sweep", pd.Series(dtype=str)) if s})
-    for s in sweeps:
-        f = SWEEPS_DIR / f"{s}.yaml"
-        if f.is_file():
-            parts.append(f"<details><summary>sweep file <b>testbed/sweeps/{html.escape(s)}.yaml"
-                         f"</b></summary><pre>{html.escape(f.read_text())}</pre></details>")
-    return "\n".join(parts)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("report.html.j2").render(
+        title=_title(root, runs), n_runs=len(runs), n_ok=int((runs["status"] == "ok").sum()),
+        n_bad=len(failed), n_repeats=tables.repeated_runs(runs), commit=git_commit(),
+        generated=time.strftime("%Y-%m-%d %H:%M %Z"),
+        headline=html_table(head, [
+            Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+            Col("best_baseline", "fastest baseline"), Col("vs_best", "speedup over it", "x"),
+            Col("lo", "lowest speedup (any baseline)", "x"),
+            Col("hi", "highest speedup (any baseline)", "x"),
+            Col("tta_lo", "TTA speedup, lowest", "x"),
+            Col("tta_hi", "TTA speedup, highest", "x")]) if not head.empty else None,
+        figures=figures, tables=tabs, scenarios=_scenarios(root, runs),
+        sweep_files=[{"path": f"testbed/sweeps/{s}.yaml",
+                      "text": (SWEEPS_DIR / f"{s}.yaml").read_text()}
+                     for s in sweeps if (SWEEPS_DIR / f"{s}.yaml").is_file()],
+        versions=html_table(_versions(root, runs), [Col("fact", "fact", "run"),
+                                                    Col("value", "value"),
+                                                    Col("runs", "runs", "int")]),
+    )
 
 
 def build_report(root: Path, out: Path | None = None, figures_dir: Path | None = None,
@@ -97,47 +254,16 @@ def build_report(root: Path, out: Path | None = None, figures_dir: Path | None =
     """Draw the figures, then write the HTML page (atomically); returns its path."""
     root = Path(root)
     out = Path(out) if out else root / "report.html"
-    figs = plots.make_figures(root, figures_dir, log=log)
+    missing: dict[str, str] = {}
+
+    def note(msg: str) -> None:
+        if msg.startswith("skipped ") and ": " in msg:
+            name, why = msg[len("skipped "):].split(": ", 1)
+            missing[name] = why
+        log(msg)
+
+    figs = plots.make_figures(root, figures_dir, log=note)
     runs, _ = tables.load_runs(root)
-    sp = tables.speedup_table(runs)
-    lo, hi = tables.speedup_range(sp)
-    failed = runs[runs["status"] != "ok"]
-    excluded = loading.excluded_of(runs)
-    body = [f"<h1>NetSense results: {html.escape(str(root))}</h1>",
-            f"<p>{len(runs)} runs ({len(runs) - len(failed)} ok, {len(failed)} not ok"
-            f"{f', {len(excluded)} damaged and excluded' if excluded else ''}). "
-            f"Generated {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.</p>"]
-    if excluded:
-        body += [f'<p class="muted">{html.escape(loading.exclusion_note(excluded))}</p>',
-                 "<h2>Excluded runs (damaged folders)</h2>",
-                 _table(pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]))]
-    if pd.notna(lo):
-        body.append(f"<p>NetSenseML throughput speedup over the baselines: "
-                    f"<b>{lo:.2f}x – {hi:.2f}x</b> (all rates and baselines in speedup.csv).</p>")
-    body.append("<h2>Figures</h2>")
-    for name in plots.FIGURES:
-        pngs = [p for p in figs.get(name, []) if p.suffix == ".png"]
-        if pngs:
-            body.append(f"<h3>{name}</h3>{_img(pngs[0])}<p>{html.escape(CAPTIONS[name])}</p>")
-        else:
-            body.append(f'<h3>{name}</h3><p class="muted">not drawn: no data for it</p>')
-    body += ["<h2>Speedup (speedup.csv)</h2>", _table(sp),
-             "<h2>Throughput per experiment, rate and method</h2>",
-             _table(tables.throughput_table(runs)),
-             "<h2>Time to accuracy and final accuracy</h2>", _table(tables.tta_table(runs))]
-    cols = [c for c in ("run", "experiment", "rate_mbit", "method", "seed", "status",
-                        "throughput", "throughput_summary", "tta_s", "final_accuracy", "steps",
-                        "bytes_sent_total") if c in runs.columns]
-    body += ["<h2>All runs</h2>", _table(runs[cols])]
-    if not failed.empty:
-        reasons = []
-        for _, r in failed.iterrows():
-            reasons.append({"run": r["run"], "status": r["status"],
-                            "reason": str(r.get("reason") or "")[:300]})
-        body += ["<h2>Runs not ok</h2>", _table(pd.DataFrame(reasons))]
-    body += ["<h2>Scenarios (resolved, one run per experiment)</h2>", _scenarios(root, runs),
-             "<h2>Software and host</h2>", _table(_versions(root, runs))]
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>NetSense report</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
-    files.atomic_write_text(out, page)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, render(root, runs, figs, missing))
     return out

@@ -19,6 +19,10 @@ Definitions (per run):
   run's config.json (first key named ``target_accuracy`` found in it).
 - **final accuracy** = accuracy of the last evaluated row (largest t); final loss likewise.
 
+Seeds: every statistic counts each (experiment, rate, grid values, method, seed) once, with
+its latest finished run (``latest_per_seed``): ``netsense run`` adds a folder each time it
+is repeated, and a repeat is not a new seed.
+
 Speedup (the paper's 1.55x-9.84x form), for each experiment, rate and baseline method:
 ``throughput_speedup = mean thr(netsenseml) / mean thr(baseline)`` and
 ``tta_speedup = mean TTA(baseline) / mean TTA(netsenseml)``; tta_speedup is NaN when either
@@ -186,6 +190,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "final_loss": float(ev["loss"].iloc[-1])
             if not ev.empty and "loss" in ev.columns else math.nan,
             "steps": _rank0_steps(steps),
+            "started_at": cfg.get("started_at") or "",
             "bytes_sent_total": summ.get("bytes_sent_total"),
         }
         row["reached_target"] = not math.isnan(row["tta_s"])
@@ -204,7 +209,32 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[runs["status"] == "ok"] if not runs.empty else runs
+    """Finished runs, one per seed: see ``latest_per_seed``."""
+    return latest_per_seed(runs[runs["status"] == "ok"]) if not runs.empty else runs
+
+
+def seed_key(runs: pd.DataFrame) -> list[str]:
+    """Columns that make two runs "the same seed of the same condition"."""
+    return ["experiment", "rate_mbit", "method", "seed",
+            *sorted(c for c in runs.columns if c.startswith("param."))]
+
+
+def latest_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """The latest run (config.json's started_at, then folder name) of each seed.
+
+    ``netsense run`` adds a folder every time; counting a repeated seed twice would shrink
+    the intervals with no new information. Older repeats stay on disk and in runs.csv.
+    """
+    if runs.empty or "seed" not in runs.columns:
+        return runs
+    order = runs.sort_values(["started_at", "run"] if "started_at" in runs.columns else ["run"])
+    return order.drop_duplicates(subset=seed_key(runs), keep="last").sort_index()
+
+
+def repeated_runs(runs: pd.DataFrame) -> int:
+    """How many finished runs ``latest_per_seed`` leaves out (repeats of a seed)."""
+    r = runs[runs["status"] == "ok"] if not runs.empty else runs
+    return len(r) - len(latest_per_seed(r))
 
 
 def throughput_table(runs: pd.DataFrame, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""The ``netsense`` command (typer): run, list, doctor, clean, sweep, plot, report."""
+"""The ``netsense`` command (typer): run, show, list, schema, doctor, clean, sweep, plot, report."""
 
-from testbed.cli.app import app
+from testbed.cli.app import app, main
 
-__all__ = ["app"]
+__all__ = ["app", "main"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from testbed.cli.app import app
+from testbed.cli.app import main
 
-sys.exit(app())
+sys.exit(main())

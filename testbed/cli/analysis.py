@@ -14,13 +14,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-EXIT_BAD_INPUT = 2
+from testbed.cli.common import (
+    DEFAULT_RESULTS,
+    ResultsOption,
+    SetOption,
+    deprecated,
+    fail,
+    parse_overrides,
+)
+
 EXIT_INTERRUPTED = 130
 
-
-def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+PathArg = Annotated[Path | None, typer.Argument(
+    help="a run folder or a folder of run folders (same as --results)", metavar="[PATH]",
+    show_default=False)]
 
 
 def _check_out(path: Path, option: str, *, folder: bool) -> None:
@@ -30,24 +37,31 @@ def _check_out(path: Path, option: str, *, folder: bool) -> None:
     try:
         (check_dir if folder else check_file)(path, option)
     except OutputError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def sweep_cmd(
     sweep: Annotated[str, typer.Argument(
-        help="sweep name in testbed/sweeps/ (e.g. paper-quick) or a path to a YAML file")],
-    results: Annotated[Path, typer.Option(
-        "--results", "-r", help="results root; runs go to RESULTS/<sweep>/...")] = Path("results"),
+        help="sweep name (netsense list) or a path to a YAML file", metavar="SWEEP")],
+    results: ResultsOption = DEFAULT_RESULTS,
+    set_: SetOption = None,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="list the runs and an estimated duration; run nothing")] = False,
+        "--dry-run", "-n", help="per experiment: runs and estimated minutes; run nothing")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="with --dry-run: also one row per run")] = False,
     only: Annotated[list[str] | None, typer.Option(
-        "--only", help="run only this experiment (repeatable)")] = None,
+        "--only", metavar="EXPERIMENT", help="run only this experiment (repeatable)")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
-    """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped."""
+    """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped.
+
+    --set applies to every run of every experiment (after the sweep's own overrides and
+    grid, so it wins).
+    """
     from testbed.config import sweep as sw
     from testbed.orchestration.sweep import dry_run_rows, run_sweep
 
-    console = Console()
+    console = Console(width=max(120, Console().width))
     try:
         only = only or []
         spec = sw.load_sweep(sweep)
@@ -57,26 +71,38 @@ def sweep_cmd(
                 raise sw.SweepError(f"--only: unknown experiment {o!r}; experiments: "
                                     f"{', '.join(names)}")
         runs = [r for r in sw.expand(spec, results) if not only or r.experiment in only]
+        if set_:
+            runs = sw.with_overrides(runs, parse_overrides(set_))
         runs = sw.resolve_scenarios(runs, base_dir=sw.resolve_sweep_path(sweep).parent)
     except sw.SweepError as exc:
-        _fail(str(exc))
-        return
+        fail(str(exc))
     if not dry_run:
         _check_out(results, "--results", folder=True)
     if dry_run:
         rows, total = dry_run_rows(runs)
-        t = Table(title=f"sweep {spec.name}: {len(rows)} runs")
-        for c in ("experiment", "params", "method", "seed", "state", "est_s"):
-            t.add_column(c, justify="right" if c in ("seed", "est_s") else "left")
-        for r in rows:
-            t.add_row(r["experiment"], r["params"], r["method"], str(r["seed"]), r["state"],
-                      f"{r['est_s']:.0f}")
+        t = Table(title=f"sweep {spec.name}: {len(rows)} runs", title_justify="left")
+        for c, just in (("experiment", "left"), ("kind", "left"), ("runs", "right"),
+                        ("pending", "right"), ("grid", "left"), ("methods", "right"),
+                        ("seeds", "right"), ("est. min", "right")):
+            t.add_column(c, justify=just)  # type: ignore[arg-type]
+        for e in sw.experiment_summary(runs, rows):
+            t.add_row(e["experiment"], e["kind"], str(e["runs"]), str(e["pending"]), e["grid"],
+                      str(e["methods"]), str(e["seeds"]), f"{e['est_s'] / 60:.1f}")
         console.print(t)
+        if verbose:
+            v = Table(title="runs", title_justify="left")
+            for c in ("experiment", "params", "method", "seed", "state", "est_s"):
+                v.add_column(c, justify="right" if c in ("seed", "est_s") else "left")
+            for r in rows:
+                v.add_row(r["experiment"], r["params"], r["method"], str(r["seed"]), r["state"],
+                          f"{r['est_s']:.0f}")
+            console.print(v)
         pending = sum(1 for r in rows if r["state"] == "pending")
         console.print(f"{pending} pending, {len(rows) - pending} done; estimated "
                       f"{total / 60:.1f} min (training time limit or steps x "
                       f"{sw.FALLBACK_STEP_S} s, + {sw.PER_RUN_OVERHEAD_S:.0f} s per run for "
-                      "build, worker start-up and teardown)")
+                      "build, worker start-up and teardown)"
+                      + ("" if verbose else "; --verbose lists every run"), highlight=False)
         return
     from testbed.cli.app import preflight
 
@@ -84,64 +110,83 @@ def sweep_cmd(
     from testbed.orchestration.sweep import SweepLocked
 
     try:
-        rep = run_sweep(runs, console=console)
+        rep = run_sweep(runs, console=console, progress=not quiet)
     except SweepLocked as exc:
-        _fail(str(exc))
-        return
+        fail(str(exc))
     console.print(f"sweep {spec.name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
                   f"skipped (already ok) in {rep.seconds / 60:.1f} min; results in "
-                  f"{results / spec.name}")
+                  f"{results / spec.name}", highlight=False)
     for label in rep.failed:
-        console.print(f"  failed: {label}  (re-run the sweep to retry only these)")
+        console.print(f"  failed: {label}  (re-run the sweep to retry only these)",
+                      highlight=False)
     if rep.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
     if rep.failed:
         raise typer.Exit(1)
 
 
+def _folder(path: Path | None, results: Path) -> Path:
+    folder = path if path is not None else results
+    if not folder.is_dir():
+        fail(f"--results: no such folder {str(folder)!r}")
+    return folder
+
+
 def plot_cmd(
-    results: Annotated[Path, typer.Argument(
-        help="folder holding run folders (searched recursively)")] = Path("results"),
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="figures folder (default RESULTS/figures)")] = None,
+    path: PathArg = None,
+    results: ResultsOption = DEFAULT_RESULTS,
+    figures: Annotated[Path | None, typer.Option(
+        "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
 ) -> None:
-    """Tables (CSV) and figures (PNG + PDF) from the run folders under RESULTS."""
+    """Figures (PNG + PDF) and tables (CSV) from the run folders under RESULTS.
+
+    Works on one run folder too (`netsense plot -r results/smoke/<run id>`): its accuracy
+    curve and, when it has a timeline, its network/adaptation timeline.
+    """
     from testbed.analysis import plots
 
-    if not results.is_dir():
-        _fail(f"results: no such folder {str(results)!r}")
-    _check_out(out or results / "figures", "--out", folder=True)
+    if out is not None:
+        deprecated("plot --out/-o", "--figures/-f")
+        figures = figures or out
+    folder = _folder(path, results)
+    _check_out(figures or folder / "figures", "--figures", folder=True)
     try:
-        written = plots.make_figures(results, out, log=lambda m: Console().print(f"[yellow]{m}"))
+        written = plots.make_figures(folder, figures,
+                                     log=lambda m: Console(stderr=True).print(
+                                         f"note: {m}", highlight=False, markup=False))
     except plots.NoData as exc:
-        _fail(str(exc))
-        return
+        fail(str(exc))
     for name, paths in written.items():
-        Console().print(f"{name}: " + ", ".join(str(p) for p in paths), highlight=False)
+        Console().print(f"{name}: " + ", ".join(str(p) for p in paths), highlight=False,
+                        soft_wrap=True)
 
 
 def report_cmd(
-    results: Annotated[Path, typer.Argument(
-        help="folder holding run folders (searched recursively)")] = Path("results"),
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="HTML file (default RESULTS/report.html)")] = None,
+    path: PathArg = None,
+    results: ResultsOption = DEFAULT_RESULTS,
+    html: Annotated[Path | None, typer.Option(
+        "--html", metavar="FILE", help="HTML file (default RESULTS/report.html)")] = None,
     figures: Annotated[Path | None, typer.Option(
-        "--figures", help="figures folder (default RESULTS/figures)")] = None,
+        "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
 ) -> None:
-    """One self-contained HTML page: figures, tables, scenarios and software versions."""
+    """One self-contained HTML page: headline, figures, tables, scenarios, versions."""
     from testbed.analysis import plots, report
 
-    if not results.is_dir():
-        _fail(f"results: no such folder {str(results)!r}")
-    _check_out(out or results / "report.html", "--out", folder=False)
-    _check_out(figures or results / "figures", "--figures", folder=True)
+    if out is not None:
+        deprecated("report --out/-o", "--html")
+        html = html or out
+    folder = _folder(path, results)
+    _check_out(html or folder / "report.html", "--html", folder=False)
+    _check_out(figures or folder / "figures", "--figures", folder=True)
     try:
-        path = report.build_report(results, out, figures,
-                                   log=lambda m: Console().print(f"[yellow]{m}"))
+        page = report.build_report(folder, html, figures,
+                                   log=lambda m: Console(stderr=True).print(
+                                       f"note: {m}", highlight=False, markup=False))
     except plots.NoData as exc:
-        _fail(str(exc))
-        return
-    Console().print(f"report: {path}", highlight=False)
+        fail(str(exc))
+    Console().print(f"report: {page}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

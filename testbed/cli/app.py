@@ -14,96 +14,126 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
+import yaml
+
+from testbed.cli.common import (
+    DEFAULT_RESULTS,
+    ResultsOption,
+    SetOption,
+    deprecated,
+    fail,
+    parse_overrides,
+)
 
 app = typer.Typer(
     name="netsense",
     help="NetSense testbed: emulated networks, DDP workers, scenarios and results.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: flags shown as flags, no type boxes
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-DEFAULT_RESULTS = Path("results")
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
 
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr and exit; the contract for bad input."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-MAX_SET_BYTES = 64 * 1024
-
-
-def _parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``dotted.path=value`` items; values are YAML under the same bounds as files
-    (testbed.common.bounded), and text that is not YAML stays a plain string."""
-    from testbed.common import bounded
-
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            fail(f"--set {item!r}: expected dotted.path=value")
-        key, raw = item.split("=", 1)
-        if len(raw.encode()) > MAX_SET_BYTES:
-            fail(f"--set {key.strip()}: value longer than {MAX_SET_BYTES} bytes")
         try:
-            out[key.strip()] = bounded.parse_yaml(raw, f"--set {key.strip()}")
-        except bounded.BoundError as exc:
-            if "YAML syntax error" not in str(exc):
-                fail(str(exc))
-            out[key.strip()] = raw
-    return out
+            v = version("netsense")
+        except PackageNotFoundError:
+            v = "unknown (not installed)"
+        typer.echo(f"netsense {v}")
+        raise typer.Exit(0)
 
-
-@app.command()
-def run(
-    scenario: Annotated[str, typer.Argument(help="scenario name (testbed/scenarios/) or path")],
-    method: Annotated[
-        list[str] | None,
-        typer.Option("--method", "-m", help="method spec; repeatable (default: the scenario's)"),
-    ] = None,
-    seed: Annotated[
-        list[int] | None, typer.Option("--seed", "-s", help="seed; repeatable (default: scenario's)")
-    ] = None,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="results root; runs go to OUT/<scenario>/<run_id>")
-    ] = DEFAULT_RESULTS,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="override a field: dotted.path=value (YAML value); repeatable"),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", "-V", callback=_version, is_eager=True, help="print the version and exit"
+    )] = False,
 ) -> None:
-    """Run a scenario: every method x seed (or those given), one run folder each."""
-    from testbed.config.scenario import ScenarioError, apply_overrides, check_method, load_scenario
+    """NetSense testbed: emulated networks, DDP workers, scenarios and results.
+
+    Every command that reads or writes run folders takes --results/-r (default: results).
+    """
+
+def _load(scenario: str, set_: list[str] | None) -> Any:
+    """The scenario with its --set overrides applied, or one error line and exit 2."""
+    from testbed.config.scenario import ScenarioError, apply_overrides, load_scenario
 
     try:
         scn = load_scenario(scenario)
         if set_:
-            scn = apply_overrides(scn, _parse_overrides(set_))
+            scn = apply_overrides(scn, parse_overrides(set_))
+    except ScenarioError as exc:
+        fail(str(exc))
+    return scn
+
+@app.command()
+def run(
+    scenario: Annotated[str, typer.Argument(
+        help="scenario name (netsense list) or path to a YAML file", metavar="SCENARIO")],
+    method: Annotated[
+        list[str] | None,
+        typer.Option("--method", "-m", metavar="SPEC", help="method spec; repeatable (default: the scenario's)"),
+    ] = None,
+    seed: Annotated[
+        list[int] | None, typer.Option("--seed", "-s", metavar="N", help="seed; repeatable (default: scenario's)")
+    ] = None,
+    results: ResultsOption = DEFAULT_RESULTS,
+    set_: SetOption = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", "-n", help="print the runs, their folders and an estimate; run nothing")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
+    out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
+) -> None:
+    """Run a scenario: every method x seed (or those given), one run folder each.
+
+    Runs go to RESULTS/<scenario>/<run id>; `netsense plot -r` that folder (or one run
+    folder) draws its figures.
+    """
+    from testbed.config.scenario import ScenarioError, check_method
+
+    if out is not None:
+        deprecated("--out/-o", "--results/-r")
+        results = out
+    scn = _load(scenario, set_)
+    try:
         methods = list(method) if method else list(scn.methods)
         for m in methods:
             try:
                 check_method(m)
             except ValueError as exc:
                 raise ScenarioError(f"--method: {exc}") from None
-        seeds = list(seed) if seed else list(scn.seeds)
         from testbed.config.scenario import MAX_SEED
 
-        for s in seeds:
+        for s in list(seed or []):
             if not 0 <= s <= MAX_SEED:
                 raise ScenarioError(f"--seed: {s} is not in [0, {MAX_SEED}] (numpy seeds are "
                                     "32-bit)")
     except ScenarioError as exc:
         fail(str(exc))
+    seeds = list(seed) if seed else list(scn.seeds)
+    root = results / scn.name
+    if dry_run:
+        from testbed.config.sweep import estimate_run_s
+
+        est = estimate_run_s(scn)
+        typer.echo(f"scenario {scn.name}: {len(methods) * len(seeds)} runs "
+                   f"({len(methods)} methods x {len(seeds)} seeds), {scn.world_size} workers; "
+                   f"about {est * len(methods) * len(seeds) / 60:.1f} min")
+        for s in seeds:
+            for m in methods:
+                typer.echo(f"  {m:<18} seed {s:<3} -> {root}/<time>-{m}-s{s}/")
+        typer.echo("nothing run (--dry-run); `netsense show` prints the resolved scenario")
+        return
     from testbed.common.outputs import OutputError, check_dir
 
     try:
-        check_dir(out, "--out")
+        check_dir(results, "--results")
     except OutputError as exc:
         fail(str(exc))
     preflight()
@@ -111,7 +141,6 @@ def run(
     from testbed.orchestration import launcher
     from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario
 
-    root = out / scn.name
     outcomes = []
     run_dir: Path | None = None
     try:
@@ -134,6 +163,33 @@ def run(
     if any(o.status != "ok" for o in outcomes):
         raise typer.Exit(1)
 
+@app.command()
+def show(
+    scenario: Annotated[str, typer.Argument(
+        help="scenario name (netsense list) or path to a YAML file", metavar="SCENARIO")],
+    set_: SetOption = None,
+) -> None:
+    """Print a scenario as it will run: defaults filled in, --set applied, validated (YAML)."""
+    scn = _load(scenario, set_)
+    data = scn.model_dump(mode="json")
+    typer.echo(f"# {scn.name}: {scn.world_size} workers; every field, defaults filled in")
+    typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000).rstrip())
+
+@app.command()
+def schema(
+    kind: Annotated[str, typer.Argument(help="scenario or sweep", metavar="scenario|sweep")],
+    write: Annotated[bool, typer.Option(
+        "--write", help="refresh the committed copy in testbed/schemas/ instead")] = False,
+) -> None:
+    """The JSON Schema of scenario or sweep files (for editors; testbed/schemas/ has copies)."""
+    from testbed.config import schemas
+
+    if kind not in schemas.KINDS:
+        fail(f"schema: unknown kind {kind!r}; accepted: {', '.join(schemas.KINDS)}")
+    if write:
+        typer.echo(f"wrote {schemas.write(kind)}")
+    else:
+        typer.echo(schemas.text(kind), nl=False)
 
 def _drop_if_empty(run_dir: Path | None) -> None:
     """The folder _unique made for a run that an interruption stopped before it wrote
@@ -160,7 +216,6 @@ def _unique(path: Path) -> Path:
             return cand
         except FileExistsError:
             n += 1
-
 
 def preflight() -> None:
     """Refuse (exit 2) before building anything when this machine cannot emulate; enter
@@ -192,10 +247,8 @@ def preflight() -> None:
         except OSError as exc:
             fail(str(exc))
 
-
 def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
-
 
 def _print_table(name: str, outcomes: list[Any]) -> None:
     if not outcomes:
@@ -225,17 +278,34 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
     for line in failed:
         console.print(f"failed: {line}", highlight=False, markup=False, soft_wrap=True)
 
-
 @app.command("list")
 def list_() -> None:
-    """Bundled scenarios with one-line descriptions."""
-    from testbed.config.scenario import list_scenarios
+    """What there is to run: scenarios, sweeps, methods, models, datasets, topologies."""
+    from netsenseml import methods
+    from testbed.config import renames
+    from testbed.config.scenario import Scenario, list_scenarios
+    from testbed.config.sweep import list_sweeps
+    from workloads import registry
 
-    rows = list_scenarios()
-    width = max((len(n) for n, _ in rows), default=0)
-    for name, desc in rows:
-        typer.echo(f"{name.ljust(width)}  {desc}")
+    def section(title: str, rows: list[tuple[str, str]]) -> None:
+        typer.echo(title)
+        width = max((len(n) for n, _ in rows), default=0)
+        for name, desc in rows:
+            typer.echo(f"  {name.ljust(width)}  {desc}".rstrip())
+        typer.echo("")
 
+    section("scenarios (netsense run NAME; netsense show NAME):", list_scenarios())
+    section("sweeps (netsense sweep NAME --dry-run):", list_sweeps())
+    section("methods (--method, methods: in a scenario; plug-ins: package.module:Name):",
+            [(i.form.split(" (")[0], i.summary) for i in methods.infos()])
+    section("models (workload.model):",
+            [(n, registry.model_entry(n).summary) for n in registry.model_names()])
+    section("datasets (workload.dataset):",
+            [(n, registry.dataset_entry(n).summary) for n in registry.dataset_names()])
+    topo = Scenario.model_fields["topology"].annotation
+    section("topologies (topology.kind):",
+            [(renames._tag(m) or m.__name__, (m.__doc__ or "").strip().splitlines()[0])
+             for m in renames._models_in(topo)])
 
 @app.command()
 def doctor() -> None:
@@ -265,11 +335,10 @@ def doctor() -> None:
     if missing:
         typer.echo(f"runs work; features needing {', '.join(missing)} are refused")
 
-
 @app.command()
 def clean(
     force: Annotated[
-        bool, typer.Option(help="also clean runs whose orchestrator still looks alive")
+        bool, typer.Option("--force", help="also clean runs whose orchestrator still looks alive")
     ] = False,
 ) -> None:
     """Remove leftovers of this testbed's own runs (found by prefix and recorded PIDs)."""
@@ -286,7 +355,6 @@ def clean(
     if report.get("failed"):
         raise typer.Exit(1)
 
-
 def _register_analysis() -> None:
     """Add sweep/plot/report when the analysis module is present.
 
@@ -296,13 +364,26 @@ def _register_analysis() -> None:
     if importlib.util.find_spec("testbed.cli.analysis") is not None:
         importlib.import_module("testbed.cli.analysis").register(app)
 
-
 _register_analysis()
 
+def main(argv: list[str] | None = None) -> int:
+    """The ``netsense`` console entry: typer's app, with its usage errors in our one style.
 
-def main() -> None:  # pragma: no cover - console entry alternative
-    app()
-
+    The argument parser's own errors (unknown option, missing argument) would print a usage
+    block and ``Error: ...``; here they become the same ``error: ...`` line, naming the
+    command's help, as the commands' own refusals.
+    """
+    try:
+        rc = app(args=argv, prog_name="netsense", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("interrupted", err=True)
+        return 130
+    except typer.TyperException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        typer.echo(f"error: {exc.format_message()}{hint}", err=True)
+        return int(getattr(exc, "exit_code", 2) or 2)
+    return rc if isinstance(rc, int) else 0
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    sys.exit(main())

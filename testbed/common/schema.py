@@ -21,7 +21,7 @@ class StrictModel(BaseModel):
 def one_line(exc: ValidationError, tags: Iterable[str] = ()) -> str:
     """The first error of a ValidationError as ``path: message (got X)``.
 
-    ``path`` reads as written in the file (``timeline[0].mbit``); ``tags`` are the
+    ``path`` reads as written in the file (``timeline[0].rate_mbit``); ``tags`` are the
     discriminator values pydantic puts into the location of a tagged union (left out).
     """
     err = exc.errors(include_url=False)[0]

@@ -88,7 +88,7 @@ class Names:
 class TimelineEvent(StrictModel):
     """Base of an event kind: ``at`` plus the kind's fields; ``check`` and ``expand``."""
 
-    at: float = Field(ge=0, le=MAX_SECONDS, description="seconds after the timeline origin")
+    at_s: float = Field(ge=0, le=MAX_SECONDS, description="seconds after the timeline origin")
 
     def check(self, names: Names) -> None:
         """Raise ValueError (one line) when the event names what the topology lacks."""
@@ -102,13 +102,13 @@ class SetRate(TimelineEvent):
 
     kind: Literal["set_rate"]
     link: str
-    mbit: float = Field(ge=MIN_MBIT, le=MAX_MBIT)
+    rate_mbit: float = Field(ge=MIN_MBIT, le=MAX_MBIT)
 
     def check(self, names: Names) -> None:
         names.link(self.link)
 
     def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
-        return [Action(self.at, "set_rate", self.link, self.mbit, source=source)], []
+        return [Action(self.at_s, "set_rate", self.link, self.rate_mbit, source=source)], []
 
 
 class CrossStart(TimelineEvent):
@@ -127,7 +127,7 @@ class CrossStart(TimelineEvent):
 
     def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         plan = FlowPlan(self.id, self.src, self.dst, [self.streams], self.bitrate_mbit)
-        return [Action(self.at, "cross_start", self.id, self.streams, 0, source)], [plan]
+        return [Action(self.at_s, "cross_start", self.id, self.streams, 0, source)], [plan]
 
 
 class CrossStop(TimelineEvent):
@@ -141,7 +141,7 @@ class CrossStop(TimelineEvent):
             raise ValueError(f"no earlier cross_start/ramp with id {self.id!r}")
 
     def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
-        return [Action(self.at, "cross_stop", self.id, source=source)], []
+        return [Action(self.at_s, "cross_stop", self.id, source=source)], []
 
 
 class Ramp(TimelineEvent):
@@ -173,7 +173,7 @@ class Ramp(TimelineEvent):
         return self
 
     def last_level_at(self) -> float:
-        return self.at + (len(self.levels()) - 1) * self.every_s
+        return self.at_s + (len(self.levels()) - 1) * self.every_s
 
     def stop_at(self) -> float | None:
         return None if self.hold_s is None else self.last_level_at() + self.hold_s
@@ -196,10 +196,10 @@ class Ramp(TimelineEvent):
     def expand(self, source: str, end_s: float | None = None) -> tuple[list[Action], list[FlowPlan]]:
         levels = self.levels()
         adds = [levels[0]] + [b - a for a, b in zip(levels, levels[1:], strict=False)]
-        actions = [Action(self.at + k * self.every_s, "cross_start", self.id, add, k, source)
+        actions = [Action(self.at_s + k * self.every_s, "cross_start", self.id, add, k, source)
                    for k, add in enumerate(adds)]
         if self.hold_s is not None:
-            end = self.at + (len(adds) - 1) * self.every_s + self.hold_s
+            end = self.at_s + (len(adds) - 1) * self.every_s + self.hold_s
             actions.append(Action(end, "cross_stop", self.id, source=source))
         return actions, [FlowPlan(self.id, self.src, self.dst, adds)]
 
@@ -252,8 +252,8 @@ class Trace(TimelineEvent):
         rows = parse_trace(Path(self.file), self.format, bin_ms=self.bin_ms)
         changes = trace_rate_changes(rows, scale=self.scale, min_mbit=self.min_mbit,
                                      duration_s=self.duration_s,
-                                     end_s=None if end_s is None else end_s - self.at)
-        return [Action(self.at + t, "set_rate", self.link, round(mbit, 4), source=source)
+                                     end_s=None if end_s is None else end_s - self.at_s)
+        return [Action(self.at_s + t, "set_rate", self.link, round(mbit, 4), source=source)
                 for t, mbit in changes], []
 
 

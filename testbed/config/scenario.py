@@ -13,7 +13,7 @@ netem fields (delay, jitter, loss) are refused when the running kernel has no sc
 Overrides (used by sweeps and ``netsense run --set``) address fields by dotted path and
 re-validate the whole scenario. Paths (``N`` is a list index)::
 
-    name, description, timeline_origin, probe_links, probe_seconds, timeout_s
+    name, description, timeline_origin, probe_links, probe_s, timeout_s
     topology.kind     a name in topologies.registry (star | dumbbell | leafspine), or
                       package.module:Class for a user's topology (topologies/PLUGINS.md)
     topology.<field>  the kind's own fields, from its Params model, e.g.
@@ -27,7 +27,7 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     workload.time_limit_s, workload.eval_every, workload.target_accuracy, workload.lr,
     workload.threads, workload.data_dir, workload.args.<knob>   (e.g. workload.args.width)
     methods, methods.N, seeds, seeds.N
-    timeline.N.at, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.mbit
+    timeline.N.at_s, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.rate_mbit
 
 Consumer bounds (issue 13): passing the schema means the run can use the value, so every
 number is finite (no ``.inf``/``.nan``) and within what its consumer takes: HTB rates in
@@ -40,11 +40,15 @@ deadline for step-counted runs): an event the run cannot reach is refused here, 
 that still did not happen at run time (a step-counted run ended first) fails the run
 (``testbed.orchestration.run``). A ``cross_stop`` may not come before the start (or the
 last ramp level) it stops. Trace replays are cut at the run's end.
+
+Field names follow one convention (``*_mbit`` rates, ``*_s`` seconds); older names
+(``at``, ``mbit``, ``probe_seconds``) are still read, with a note: testbed.config.renames.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -67,6 +71,7 @@ from netsenseml import methods
 from testbed.common import bounded, inputs, schema
 from testbed.common.names import is_name
 from testbed.common.schema import StrictModel
+from testbed.config import renames
 from testbed.config.events import (
     EVENT_KINDS,
     MAX_SECONDS,
@@ -247,8 +252,8 @@ class Scenario(StrictModel):
         "rank 0's first step record (steadier when start-up time varies)",
     )
     probe_links: bool = False
-    probe_seconds: float = Field(2.0, ge=1, le=60, multiple_of=1,
-                                 description="whole seconds: iperf3 -t takes an integer")
+    probe_s: float = Field(2.0, ge=1, le=60, multiple_of=1,
+                           description="whole seconds: iperf3 -t takes an integer")
     timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
 
     @field_validator("name")
@@ -284,10 +289,10 @@ class Scenario(StrictModel):
                 earlier = {e.id: e for e in self.timeline[:i] if isinstance(e, CrossStart | Ramp)}
                 start = earlier.get(ev.id)
                 if start is not None:
-                    begun = start.last_level_at() if isinstance(start, Ramp) else start.at
-                    if ev.at < begun:
+                    begun = start.last_level_at() if isinstance(start, Ramp) else start.at_s
+                    if ev.at_s < begun:
                         raise ValueError(
-                            f"{where}.at: {ev.at:g} s is before {ev.id!r} has started "
+                            f"{where}.at_s: {ev.at_s:g} s is before {ev.id!r} has started "
                             f"({'its last level' if isinstance(start, Ramp) else 'cross_start'} "
                             f"at {begun:g} s)")
             self._check_reachable(where, ev)
@@ -322,7 +327,7 @@ class Scenario(StrictModel):
 
     def _check_reachable(self, where: str, ev: Any) -> None:
         end, what = self.run_end_s()
-        times = [("at", ev.at)]
+        times = [("at_s", ev.at_s)]
         if isinstance(ev, Ramp):
             times.append(("last level", ev.last_level_at()))
             if ev.stop_at() is not None:
@@ -372,16 +377,29 @@ def scenario_path(name_or_path: str | Path) -> Path:
 
 def format_validation_error(exc: ValidationError) -> str:
     """First error of a pydantic ValidationError as ``path: message (got X)``."""
-    return schema.one_line(exc, tags=EVENT_KINDS)
+    line = schema.one_line(exc, tags=EVENT_KINDS)
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(err.get("loc", ()))
+    if err.get("type") == "extra_forbidden":
+        hint = renames.suggest(Scenario, loc)
+        if not hint and len(loc) == 2 and loc[0] == "topology" and isinstance(loc[1], str):
+            # the topology is validated by its kind's own Params: suggest from the built-ins'
+            fields = {f for k in topology_registry.kinds()
+                      for f in topology_registry.params_class(k).model_fields}
+            close = difflib.get_close_matches(loc[1], sorted(fields), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+        line += hint
+    return line
 
 
 def validate_scenario(
-    data: Mapping[str, Any], *, base_dir: Path | None = None, skip_kernel_checks: bool = False
+    data: Mapping[str, Any], *, base_dir: Path | None = None, skip_kernel_checks: bool = False,
+    label: str = "",
 ) -> Scenario:
-    """Validate a mapping; raise ScenarioError with a one-line message."""
+    """Validate a mapping (old field names renamed first); raise ScenarioError, one line."""
     try:
         return Scenario.model_validate(
-            dict(data),
+            renames.apply_renames(data, label),
             context={"base_dir": base_dir, "skip_kernel_checks": skip_kernel_checks},
         )
     except ValidationError as exc:
@@ -398,7 +416,8 @@ def load_scenario(name_or_path: str | Path, *, skip_kernel_checks: bool = False)
     data = inputs.load_mapping(path, f"scenario {label}", ScenarioError)
     try:
         scn = validate_scenario(
-            data, base_dir=path.resolve().parent, skip_kernel_checks=skip_kernel_checks
+            data, base_dir=path.resolve().parent, skip_kernel_checks=skip_kernel_checks,
+            label=f"scenario {label}",
         )
     except ScenarioError as exc:
         raise ScenarioError(f"scenario {label}: {exc}") from None
@@ -438,6 +457,7 @@ def apply_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenari
     already absolute after the first load, so re-validation finds them.
     """
     data = copy.deepcopy(scenario.model_dump(mode="python"))
+    overrides = {renames.rename_path(k): v for k, v in overrides.items()}
     for dotted, value in overrides.items():
         if not isinstance(dotted, str) or len(dotted) > 200:
             raise ScenarioError(f"override {str(dotted)[:40]!r}...: path longer than 200 "

@@ -219,14 +219,39 @@ def resolve_sweep_path(name_or_path: str | os.PathLike[str]) -> Path:
     return inputs.resolve(name_or_path, SWEEPS_DIR, "sweep", SweepError)
 
 
+def list_sweeps() -> list[tuple[str, str]]:
+    """(name, one-line description) of each bundled sweep, with its run count when it loads."""
+    out = []
+    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+        try:
+            spec = load_sweep(path)
+            n = len(expand(spec, Path("results")))
+            desc = (spec.description.strip().splitlines() or [""])[0]
+            out.append((path.stem, f"{desc} [{n} runs]" if desc else f"[{n} runs]"))
+        except SweepError as exc:
+            out.append((path.stem, f"(invalid: {exc})"))
+    return out
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    """``source: path: message``, with a "did you mean" for an unknown field."""
+    e = err.errors()[0]
+    msg = schema.one_line(err)
+    if e["type"] == "extra_forbidden":
+        from testbed.config.renames import suggest
+
+        msg += suggest(SweepSpec, tuple(e["loc"]))
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {msg}{more}"
+
+
 def load_sweep(name_or_path: str | os.PathLike[str]) -> SweepSpec:
     path = resolve_sweep_path(name_or_path)
     data = inputs.load_mapping(path, f"sweep {path.name}", SweepError)
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as err:
-        more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        raise SweepError(f"sweep {path.name}: {schema.one_line(err)}{more}") from None
+        raise SweepError(_one_line(err, f"sweep {path.name}")) from None
 
 
 def expand(spec: SweepSpec, results_root: Path) -> list[RunSpec]:
@@ -299,7 +324,8 @@ def resolve_scenarios(runs: list[RunSpec], base_dir: Path | None = None) -> list
         try:
             if key not in cache:
                 cache[key] = (scn.load_scenario(_near(ref, base_dir)) if isinstance(ref, str)
-                              else scn.validate_scenario(ref, base_dir=base_dir))
+                              else scn.validate_scenario(ref, base_dir=base_dir,
+                                                    label=f"experiment {r.experiment}"))
             okey = (key, json.dumps(r.overrides, sort_keys=True, default=str))
             if okey not in resolved_cache:  # methods x seeds share one resolved scenario
                 resolved_cache[okey] = scn.apply_overrides(cache[key], r.overrides)
@@ -352,3 +378,35 @@ def estimate_run_s(scenario: Any) -> float:
     if limit is None and steps is not None:
         limit = steps * FALLBACK_STEP_S
     return (limit or 30.0) + PER_RUN_OVERHEAD_S
+
+
+def with_overrides(runs: list[RunSpec], overrides: dict[str, Any]) -> list[RunSpec]:
+    """Runs with ``overrides`` (``netsense sweep --set``) applied last, so they win."""
+    if not overrides:
+        return runs
+    return [RunSpec(r.sweep, r.experiment, r.kind, r.scenario_ref, r.params,
+                    {**r.overrides, **overrides}, r.method, r.seed, r.run_dir, r.scenario)
+            for r in runs]
+
+
+def experiment_summary(runs: list[RunSpec], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per experiment for ``sweep --dry-run``: runs, pending, grid, estimate."""
+    out: dict[str, dict[str, Any]] = {}
+    for r, row in zip(runs, rows, strict=True):
+        e = out.setdefault(r.experiment, {
+            "experiment": r.experiment, "kind": r.kind, "runs": 0, "pending": 0,
+            "grid": {}, "methods": set(), "seeds": set(), "est_s": 0.0})
+        e["runs"] += 1
+        e["pending"] += row["state"] == "pending"
+        e["est_s"] += row["est_s"]
+        e["methods"].add(r.method)
+        e["seeds"].add(r.seed)
+        for k, v in r.params.items():
+            e["grid"].setdefault(k, [])
+            if v not in e["grid"][k]:
+                e["grid"][k].append(v)
+    for e in out.values():
+        e["grid"] = "; ".join(f"{k}: {', '.join(_fmt(v) for v in vs)}"
+                              for k, vs in e["grid"].items()) or "-"
+        e["methods"], e["seeds"] = len(e["methods"]), len(e["seeds"])
+    return list(out.values())

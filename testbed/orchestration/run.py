@@ -92,6 +92,7 @@ class _Run:
         self.seed = seed
         self.folder = RunFolder(run_dir)
         self.progress = RunProgress(progress, f"[{scenario.name}] {method} seed {seed}")
+        self._first_step_wall: float | None = None  # progress line: start-up vs training
         self.signals = SignalGuard()
         self.emu: Any = None
         self.traffic: CrossTraffic | None = None
@@ -146,10 +147,10 @@ class _Run:
                 rows.append({"link": link, "configured_mbit": configured})
                 continue
             self.progress.update(f"probing link {link}", force=True)
-            measured = self.emu.iperf3_goodput(pair[0], pair[1], self.scn.probe_seconds)
+            measured = self.emu.iperf3_goodput(pair[0], pair[1], self.scn.probe_s)
             rows.append({
                 "link": link, "src": pair[0], "dst": pair[1], "configured_mbit": configured,
-                "measured_mbit": round(measured, 3), "seconds": self.scn.probe_seconds,
+                "measured_mbit": round(measured, 3), "seconds": self.scn.probe_s,
             })
         self.folder.write_links(rows)
 
@@ -244,10 +245,15 @@ class _Run:
             time.sleep(POLL_S)
 
     def _status_text(self, rec: dict[str, Any] | None) -> str:
-        elapsed = time.time() - (self.launch_wall or time.time())
+        now = time.time()
+        elapsed = now - (self.launch_wall or now)
         if rec is None:
-            return f"starting workers  {elapsed:5.1f} s"
-        parts = [f"step {rec.get('step')}", f"{elapsed:5.1f} s"]
+            return f"start-up (torch import, rendezvous)  {elapsed:5.1f} s"
+        if self._first_step_wall is None:
+            self._first_step_wall = now
+        start_up = self._first_step_wall - (self.launch_wall or now)
+        parts = [f"training: step {rec.get('step')}", f"{now - self._first_step_wall:5.1f} s",
+                 f"(after {start_up:.1f} s start-up)"]
         if isinstance(rec.get("kept_ratio"), int | float):
             parts.append(f"kept {rec['kept_ratio']:.3g}")
         if isinstance(rec.get("comm_s"), int | float):

@@ -42,7 +42,24 @@ def versions() -> dict[str, str]:
         ).stdout.split("\n")[0].strip()
     except (OSError, subprocess.TimeoutExpired):
         out["iperf3"] = "missing"
+    out["git"] = git_commit()
     return out
+
+
+def git_commit() -> str:
+    """The source's commit (``+dirty`` with uncommitted changes); "?" outside a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, check=False, timeout=5)
+        if head.returncode != 0:
+            return "?"
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True, check=False, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
 
 
 def host_facts() -> dict[str, Any]:

@@ -140,13 +140,15 @@ def run_sweep(
     rep = SweepReport()
     t0 = time.monotonic()
     bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.description}"),
+                   TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+                   TextColumn("{task.description}"),
                    console=console, disable=not progress, transient=False)
+    eta = SweepEta([0.0 if is_done(r.run_dir) else estimate_run_s(r.scenario) for r in runs])
     with locks, zygote, bar:
-        task = bar.add_task("", total=len(runs))
+        task = bar.add_task("", total=len(runs), eta=eta.text())
         current = "between runs"
         try:
-            for r in runs:
+            for i, r in enumerate(runs):
                 if is_done(r.run_dir):
                     if not (r.run_dir / "sweep.json").is_file():
                         write_json(r.run_dir / "sweep.json", sweep_meta(r))
@@ -156,9 +158,11 @@ def run_sweep(
                     continue
                 bar.update(task, description=r.label)
                 current = f"during {r.label}"
+                t_run = time.monotonic()
                 _run_one(r, run_fn, console, rep)
+                eta.done(i, time.monotonic() - t_run)
                 current = "between runs"
-                bar.advance(task)
+                bar.update(task, advance=1, eta=eta.text())
         except KeyboardInterrupt:
             # run_scenario re-raises only after its teardown, so the network is gone here.
             rep.interrupted = True
@@ -166,6 +170,30 @@ def run_sweep(
                           "[/yellow]")
     rep.seconds = time.monotonic() - t0
     return rep
+
+
+class SweepEta:
+    """Time left: the pending runs' estimates (``estimate_run_s``), scaled by how the runs
+    done so far compared with their own estimates (a loaded machine runs late, a stop at
+    target early)."""
+
+    def __init__(self, estimates: list[float]) -> None:
+        self.left = list(estimates)
+        self.est_done = 0.0
+        self.actual_done = 0.0
+
+    def done(self, index: int, seconds: float) -> None:
+        self.est_done += self.left[index]
+        self.actual_done += seconds
+        self.left[index] = 0.0
+
+    def seconds(self) -> float:
+        scale = self.actual_done / self.est_done if self.est_done > 0 else 1.0
+        return sum(self.left) * scale
+
+    def text(self) -> str:
+        s = self.seconds()
+        return f"ETA {int(s // 60)}:{int(s % 60):02d}" if s > 0 else ""
 
 
 def _run_one(r: RunSpec, run_fn: RunFn, console: Any, rep: SweepReport) -> None:

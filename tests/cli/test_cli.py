@@ -104,8 +104,8 @@ CASES = {
     "malformed-method": (_mod("methods", ["topk:2.5"]), "methods[0]:"),
     "zero-workers": (_mod("topology.n_workers", 0), "topology.n_workers: Input should be "
                      "greater than 0 (got 0)"),
-    "unknown-link": ({**GOOD, "timeline": [{"at": 1, "kind": "set_rate", "link": "bottleneck",
-                                            "mbit": 5}]},
+    "unknown-link": ({**GOOD, "timeline": [{"at_s": 1, "kind": "set_rate", "link": "bottleneck",
+                                            "rate_mbit": 5}]},
                      "unknown link 'bottleneck'; links: w0, w1, x0"),
     "path-in-name": (_mod("name", "a/b"), "name: invalid name 'a/b'"),
     "netem": (_mod("topology.loss_pct", 1), "topology.loss_pct:"),
@@ -117,7 +117,7 @@ def test_bad_scenario_exits_2_with_one_line(tmp_path, monkeypatch, case):
     data, needle = CASES[case]
     if case == "netem" and kernel.has_netem():
         pytest.skip("this kernel has netem, so netem fields are valid here")
-    proc = netsense(["run", _yaml(tmp_path, data), "--out", str(tmp_path / "res")], tmp_path,
+    proc = netsense(["run", _yaml(tmp_path, data), "--results", str(tmp_path / "res")], tmp_path,
                     monkeypatch)
     assert proc.exit_code == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -137,7 +137,7 @@ def test_missing_file_unknown_name_and_bad_method_flag(tmp_path, monkeypatch):
         (["run", "smoke", "--method", "bogus"], "--method:"),
         (["run", "smoke", "--set", "topology.rate_mbit=-1"], "topology.rate_mbit"),
     ):
-        proc = netsense([*args, "--out", str(tmp_path / "res")], tmp_path, monkeypatch)
+        proc = netsense([*args, "--results", str(tmp_path / "res")], tmp_path, monkeypatch)
         assert proc.exit_code == 2, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], (args, proc.stderr)
@@ -149,7 +149,7 @@ def test_missing_file_unknown_name_and_bad_method_flag(tmp_path, monkeypatch):
 def test_real_process_bad_input(tmp_path, case):
     """The installed script, as `make experiment` runs it: exit 2, one line, no traceback."""
     data, needle = CASES[case]
-    proc = netsense_proc(["run", _yaml(tmp_path, data), "--out", str(tmp_path / "res")],
+    proc = netsense_proc(["run", _yaml(tmp_path, data), "--results", str(tmp_path / "res")],
                          tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -161,9 +161,9 @@ def test_real_process_bad_input(tmp_path, case):
 def test_list_and_help(tmp_path, monkeypatch):
     proc = netsense(["list"], tmp_path, monkeypatch)
     assert proc.exit_code == 0
-    names = [line.split()[0] for line in proc.stdout.splitlines()]
+    names = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
     assert "smoke" in names and "star-congestion" in names
-    smoke = next(line for line in proc.stdout.splitlines() if line.startswith("smoke "))
+    smoke = next(line for line in proc.stdout.splitlines() if line.strip().startswith("smoke "))
     assert "2-worker star" in smoke
     proc = netsense(["--help"], tmp_path, monkeypatch)
     for cmd in ("run", "list", "doctor", "clean"):

@@ -233,7 +233,7 @@ def test_smoke_runs_rootless_as_an_unprivileged_user(user):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        proc = subprocess.run(user.argv("run", "smoke", "--out", str(home / "results"),
+        proc = subprocess.run(user.argv("run", "smoke", "--results", str(home / "results"),
                                         "--quiet"),
                               capture_output=True, text=True, env=user.env, cwd=home,
                               timeout=400, check=False)
@@ -272,7 +272,7 @@ def test_clean_removes_what_a_killed_rootless_run_left(user):
     stay, holding the run's namespaces; the same user's `netsense clean` removes them."""
     home, state = user.home, user.home / "state"
     pids_before, ns_before = _pids_of(user.uid), _owned_namespaces(user.uid)
-    proc = subprocess.Popen(user.argv("run", "smoke", "-m", "allreduce", "--out",
+    proc = subprocess.Popen(user.argv("run", "smoke", "-m", "allreduce", "--results",
                                       str(home / "killed"), "--quiet"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=user.env, cwd=home)
@@ -320,7 +320,7 @@ def test_without_user_namespaces_doctor_fails_and_run_refuses(tmp_path):
     mode = next(line for line in doctor.stdout.splitlines() if line.startswith("│ mode"))
     assert "FAILED" in mode and "max_user_namespaces" in mode, doctor.stdout
     assert "Operation not permitted" not in doctor.stdout  # nothing was probed without a mode
-    run = subprocess.run([*wrap, "run", "smoke", "--out", str(tmp_path / "res")],
+    run = subprocess.run([*wrap, "run", "smoke", "--results", str(tmp_path / "res")],
                          capture_output=True, text=True, env=env, timeout=120, check=False)
     assert run.returncode == 2, run.stdout + run.stderr
     lines = run.stderr.strip().splitlines()

@@ -81,16 +81,16 @@ def test_bundled_scenarios_load_and_name_their_links():
         (with_("workload.model", "gpt"), "dataset 'digits' does not fit model 'gpt'; accepted: text"),
         (with_("workload.model", "nosuchpkg.mod:build"), "module 'nosuchpkg.mod' not found"),
         (with_("workload.time_limit_s", 5), "exactly one of steps or time_limit_s"),
-        ({**BASE, "timeline": [{"at": 1, "kind": "set_rate", "link": "w7", "mbit": 5}]},
+        ({**BASE, "timeline": [{"at_s": 1, "kind": "set_rate", "link": "w7", "rate_mbit": 5}]},
          "unknown link 'w7'; links: w0, w1, x0"),
-        ({**BASE, "timeline": [{"at": 1, "kind": "cross_start", "id": "a", "src": "x0",
+        ({**BASE, "timeline": [{"at_s": 1, "kind": "cross_start", "id": "a", "src": "x0",
                                 "dst": "w9"}]}, "unknown dst host 'w9'"),
-        ({**BASE, "timeline": [{"at": 1, "kind": "cross_stop", "id": "nope"}]},
+        ({**BASE, "timeline": [{"at_s": 1, "kind": "cross_stop", "id": "nope"}]},
          "no earlier cross_start/ramp with id 'nope'"),
-        ({**BASE, "timeline": [{"at": 1, "kind": "ramp", "id": "r", "src": "x0", "dst": "w1",
+        ({**BASE, "timeline": [{"at_s": 1, "kind": "ramp", "id": "r", "src": "x0", "dst": "w1",
                                 "start_streams": 10, "max_streams": 5}]}, "max_streams (5)"),
-        ({**BASE, "timeline": [{"at": -1, "kind": "set_rate", "link": "w0", "mbit": 5}]},
-         "timeline[0].at"),
+        ({**BASE, "timeline": [{"at_s": -1, "kind": "set_rate", "link": "w0", "rate_mbit": 5}]},
+         "timeline[0].at_s"),
     ],
 )
 def test_bad_scenarios_give_one_line_naming_the_field(tmp_path, data, needle):
@@ -137,7 +137,7 @@ def test_overrides_revalidate_and_reach_nested_fields():
         apply_overrides(scn, {"nosuch.x": 1})
     with pytest.raises(ScenarioError, match="unknown link"):
         apply_overrides(scn, {"timeline.0.kind": "set_rate", "timeline.0": {
-            "kind": "set_rate", "at": 1, "link": "bottleneck", "mbit": 3}})
+            "kind": "set_rate", "at_s": 1, "link": "bottleneck", "rate_mbit": 3}})
 
 
 def test_ramp_expands_to_one_client_per_level_and_a_stop():
@@ -181,7 +181,7 @@ def test_csv_and_mahimahi_traces(tmp_path):
 def test_trace_event_resolves_relative_to_the_scenario_file(tmp_path):
     (tmp_path / "tr").mkdir()
     (tmp_path / "tr" / "a.csv").write_text("0,5\n1,7\n")
-    data = {**BASE, "timeline": [{"at": 2, "kind": "trace", "link": "w1", "file": "tr/a.csv"}]}
+    data = {**BASE, "timeline": [{"at_s": 2, "kind": "trace", "link": "w1", "file": "tr/a.csv"}]}
     scn = load_scenario(write(tmp_path, data))
     assert Path(scn.timeline[0].file).is_absolute()
     actions, _ = expand(scn.timeline)

@@ -104,7 +104,7 @@ def test_netsense_refuses_a_broken_plugin_in_one_line(plugin, tmp_path):
                                                                    "cable_mbit": 0}}))
     env = {"PYTHONPATH": str(plugin.parent), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     proc = subprocess.run([str(Path(sys.executable).parent / "netsense"), "run", str(scn),
-                           "--out", str(tmp_path / "res")], capture_output=True, text=True,
+                           "--results", str(tmp_path / "res")], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

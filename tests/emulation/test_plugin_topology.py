@@ -42,8 +42,8 @@ def pair_scenario(**topology) -> dict:
     return {
         "name": "pair", "topology": {"kind": KIND, **topology},
         "workload": {"model": "mlp", "dataset": "digits", "batch_size": 32, "steps": 30},
-        "methods": ["allreduce"], "probe_links": True, "probe_seconds": 1.0,
-        "timeline": [{"at": 0, "kind": "set_rate", "link": "cable", "mbit": 20}],
+        "methods": ["allreduce"], "probe_links": True, "probe_s": 1.0,
+        "timeline": [{"at_s": 0, "kind": "set_rate", "link": "cable", "rate_mbit": 20}],
     }
 
 

@@ -71,7 +71,7 @@ def test_forked_workers_match_fresh_processes(zygote, tmp_path: Path) -> None:
 
 def test_forked_worker_exit_codes_and_kill(zygote, tmp_path: Path) -> None:
     # bad argument: the worker's parser exits 2 and says why in its log
-    bad = zygote.spawn(["--model", "mlp"], env=dict(os.environ), cwd=os.getcwd(),
+    bad = zygote.spawn(["--model", "mlp", "--batch-size", "0"], env=dict(os.environ), cwd=os.getcwd(),
                        log=tmp_path / "bad.out", netns_pid=None)
     assert bad.wait(timeout=30) == 2
     assert "error:" in (tmp_path / "bad.out").read_text()

@@ -80,7 +80,7 @@ def smoke(tmp_path_factory):
     """`netsense run smoke` exactly as `make experiment` runs it."""
     root = tmp_path_factory.mktemp("smoke")
     t = time.monotonic()
-    proc = subprocess.run([str(NETSENSE), "run", "smoke", "--out", str(root)],
+    proc = subprocess.run([str(NETSENSE), "run", "smoke", "--results", str(root)],
                           capture_output=True, text=True, timeout=300)
     return proc, root, time.monotonic() - t
 
@@ -169,7 +169,7 @@ def test_cross_traffic_lowers_netsenseml_kept_ratio(cross):
 
 def _netsense_bg(root: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [str(NETSENSE), "run", "smoke", "--method", "allreduce", "--quiet", "--out", str(root),
+        [str(NETSENSE), "run", "smoke", "--method", "allreduce", "--quiet", "--results", str(root),
          "--set", "workload.time_limit_s=120", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

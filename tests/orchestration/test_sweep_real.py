@@ -132,7 +132,7 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     import pandas as pd
 
     out = tmp_path / "figs"
-    res = CliRunner().invoke(_cli(), ["plot", str(swept), "--out", str(out)])
+    res = CliRunner().invoke(_cli(), ["plot", str(swept), "--figures", str(out)])
     assert res.exit_code == 0, res.output
     for name in ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup"):
         png, pdf = out / f"{name}.png", out / f"{name}.pdf"
@@ -146,10 +146,57 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     assert len(sp) == 2
 
     report = tmp_path / "r.html"
-    res = CliRunner().invoke(_cli(), ["report", str(swept), "--out", str(report),
+    res = CliRunner().invoke(_cli(), ["report", str(swept), "--html", str(report),
                                       "--figures", str(out)])
     assert res.exit_code == 0, res.output
     page = report.read_text()
     assert page.count("data:image/png;base64,") == 4
     assert "speedup" in page and "tiny-dumbbell" in page and "torch" in page
     assert "src=\"http" not in page  # self-contained
+
+
+def test_line_rate_model_is_computed_from_the_run_files(swept: Path) -> None:
+    """compute (median rank-0 compute_s) + 2(N-1)/N x grad bytes x 8 / rate, from the raw
+    files read here with csv/json, against the dashed line of the throughput figure."""
+    import json
+    import statistics
+
+    from testbed.analysis import plots
+
+    runs, steps = tables.load_runs(swept)
+    model = plots.line_rate_model(tables.ok_runs(runs), steps, swept)
+    assert len(model) == 2  # one point per rate of the one experiment
+    compute, samples, grad, world = [], [], None, None
+    for d in sorted(p.parent for p in swept.rglob("summary.json")):
+        with open(d / "steps.csv", newline="") as fh:
+            for row in csv.DictReader(fh):
+                if row["rank"] == "0" and row.get("samples"):
+                    compute.append(float(row["compute_s"]))
+                    samples.append(float(row["samples"]))
+        start = json.loads((d / "workers" / "rank0.jsonl").read_text().splitlines()[0])
+        grad = start["grad_bytes"]
+        world = json.loads((d / "config.json").read_text())["world_size"]
+    for _, m in model.iterrows():
+        comm = 2 * (world - 1) / world * grad * 8 / (m["rate_mbit"] * 1e6)
+        want = statistics.median(samples) / (statistics.median(compute) + comm)
+        assert m["samples_per_s"] == pytest.approx(want, rel=1e-9)
+
+
+def test_a_repeated_seed_counts_once(swept: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    copy = tmp_path / "res"
+    shutil.copytree(swept, copy)
+    first = sorted(p.parent for p in copy.rglob("summary.json"))[0]
+    again = first.with_name(first.name + "-again")
+    shutil.copytree(first, again)
+    cfg = json.loads((again / "config.json").read_text())
+    cfg["started_at"] = "2999-01-01T00:00:00+00:00"  # the repeat is the latest
+    (again / "config.json").write_text(json.dumps(cfg))
+    runs, _ = tables.load_runs(copy)
+    assert len(runs) == 5 and tables.repeated_runs(runs) == 1
+    assert set(tables.throughput_table(runs)["seeds"]) == {1}
+    kept = tables.ok_runs(runs)
+    assert str(again.relative_to(copy)) in set(kept["run"])
+    assert str(first.relative_to(copy)) not in set(kept["run"])

@@ -23,17 +23,17 @@ CASES = {
     "knob-model-lacks": ("workload.args.layers=2", "model mlp has no knob layers"),
     "knob-inf": ("workload.args.model_args=width=1e400", "knob width=inf out of range"),
     "stop-needs-eval": ("workload.eval_every=null", None),  # placeholder, replaced below
-    "event-after-end": ("timeline.0.at=500", "timeline[0] (set_rate): at 500 s is not before"),
-    "event-far-future": ("timeline.0.at=1.0e300", "timeline[0].at: Input should be less"),
+    "event-after-end": ("timeline.0.at_s=500", "timeline[0] (set_rate): at_s 500 s is not before"),
+    "event-far-future": ("timeline.0.at_s=1.0e300", "timeline[0].at_s: Input should be less"),
     "rate-inf": ("topology.rate_mbit=.inf", "topology.rate_mbit: Input should be a finite"),
-    "rate-nan": ("timeline.0.mbit=.nan", "timeline[0].mbit: Input should be a finite"),
-    "rate-tiny": ("timeline.0.mbit=0.000001", "timeline[0].mbit: Input should be greater"),
+    "rate-nan": ("timeline.0.rate_mbit=.nan", "timeline[0].rate_mbit: Input should be a finite"),
+    "rate-tiny": ("timeline.0.rate_mbit=0.000001", "timeline[0].rate_mbit: Input should be greater"),
     "name-too-long": (f"name={LONG}", "name: String should have at most 128"),
     "seed-negative": ("seeds=[-1]", "seeds[0]: Input should be greater than or equal to 0"),
     "seed-too-big": ("seeds=[99999999999]", "seeds[0]: Input should be less"),
     "time-limit-inf": ("workload.time_limit_s=.inf", "workload.time_limit_s: Input should be a"),
     "time-limit-huge": ("workload.time_limit_s=1.0e9", "workload.time_limit_s: Input should be"),
-    "probe-fraction": ("probe_seconds=0.5", "probe_seconds: Input should be a multiple of 1"),
+    "probe-fraction": ("probe_s=0.5", "probe_s: Input should be a multiple of 1"),
     "data-dir-missing": ("workload.data_dir=/nonexistent/x", "data_dir: no such folder"),
     "queue-zero": ("topology.queue_pkts=0", "topology.queue_pkts"),
     "delay-huge": ("topology.delay_ms=1.0e12", "topology.delay_ms: Input should be less"),
@@ -45,7 +45,7 @@ del CASES["stop-needs-eval"]
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_set_values_refused_with_one_line(tmp_path, monkeypatch, case):
     item, needle = CASES[case]
-    res = netsense(["run", "smoke", "--set", item, "--out", str(tmp_path / "res")], tmp_path,
+    res = netsense(["run", "smoke", "--set", item, "--results", str(tmp_path / "res")], tmp_path,
                    monkeypatch)
     assert res.exit_code == 2, res.stderr
     lines = res.stderr.strip().splitlines()
@@ -67,30 +67,30 @@ timeline:
 
 EVENT_CASES = {
     "stop-before-start": (
-        "  - {at: 5, kind: cross_start, id: f, src: x0, dst: w1}\n"
-        "  - {at: 2, kind: cross_stop, id: f}",
-        "timeline[1] (cross_stop).at: 2 s is before 'f' has started (cross_start at 5 s)"),
+        "  - {at_s: 5, kind: cross_start, id: f, src: x0, dst: w1}\n"
+        "  - {at_s: 2, kind: cross_stop, id: f}",
+        "timeline[1] (cross_stop).at_s: 2 s is before 'f' has started (cross_start at 5 s)"),
     "stop-mid-ramp": (
-        "  - {at: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 30, every_s: 4}\n"
-        "  - {at: 3, kind: cross_stop, id: r}",
+        "  - {at_s: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 30, every_s: 4}\n"
+        "  - {at_s: 3, kind: cross_stop, id: r}",
         "before 'r' has started (its last level at 13 s)"),
     "ramp-past-end": (
-        "  - {at: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 50, every_s: 5}",
+        "  - {at_s: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 50, every_s: 5}",
         "timeline[0] (ramp): last level 26 s is not before the run's end"),
     "ramp-hold-past-end": (
-        "  - {at: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 10, every_s: 5, "
+        "  - {at_s: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 10, every_s: 5, "
         "hold_s: 30}", "stop (hold_s) 36 s is not before"),
     "streams-over-iperf3": (
-        "  - {at: 1, kind: cross_start, id: f, src: x0, dst: w1, streams: 129}",
+        "  - {at_s: 1, kind: cross_start, id: f, src: x0, dst: w1, streams: 129}",
         "timeline[0].streams: Input should be less than or equal to 128"),
     "bitrate-huge": (
-        "  - {at: 1, kind: cross_start, id: f, src: x0, dst: w1, bitrate_mbit: 1.0e9}",
+        "  - {at_s: 1, kind: cross_start, id: f, src: x0, dst: w1, bitrate_mbit: 1.0e9}",
         "timeline[0].bitrate_mbit: Input should be less"),
     "too-many-flows": (
-        "  - {at: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 300, step_streams: 1, "
+        "  - {at_s: 1, kind: ramp, id: r, src: x0, dst: w1, max_streams: 300, step_streams: 1, "
         "every_s: 0.01}", "timeline: 300 iperf3 clients"),
     "id-too-long": (
-        f"  - {{at: 1, kind: cross_start, id: {LONG}, src: x0, dst: w1}}",
+        f"  - {{at_s: 1, kind: cross_start, id: {LONG}, src: x0, dst: w1}}",
         "timeline[0].id: String should have at most 64"),
 }
 
@@ -98,7 +98,7 @@ EVENT_CASES = {
 @pytest.mark.parametrize("case", sorted(EVENT_CASES))
 def test_timeline_values_refused(tmp_path, monkeypatch, case):
     timeline, needle = EVENT_CASES[case]
-    res = netsense(["run", _scenario(tmp_path, timeline), "--out", str(tmp_path / "res")],
+    res = netsense(["run", _scenario(tmp_path, timeline), "--results", str(tmp_path / "res")],
                    tmp_path, monkeypatch)
     assert res.exit_code == 2, res.stderr
     lines = res.stderr.strip().splitlines()
@@ -127,7 +127,7 @@ def test_timeline_thread_records_errors_and_never_raises(capfd):
 
 
 def test_batch_larger_than_a_shard_refused(tmp_path, monkeypatch):
-    res = netsense(["run", "smoke", "--set", "workload.batch_size=800", "--out",
+    res = netsense(["run", "smoke", "--set", "workload.batch_size=800", "--results",
                     str(tmp_path / "res")], tmp_path, monkeypatch)
     assert res.exit_code == 2
     assert res.stderr.strip().splitlines() == [
@@ -137,7 +137,7 @@ def test_batch_larger_than_a_shard_refused(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("seed", ["-1", "4294967296"])
 def test_cli_seed_bounds(tmp_path, monkeypatch, seed):
-    res = netsense(["run", "smoke", "--seed", seed, "--out", str(tmp_path / "res")], tmp_path,
+    res = netsense(["run", "smoke", "--seed", seed, "--results", str(tmp_path / "res")], tmp_path,
                    monkeypatch)
     assert res.exit_code == 2
     assert res.stderr.strip().splitlines() == [

@@ -84,10 +84,11 @@ def test_plot_and_report_name_exclusions_and_still_draw(tmp_path, monkeypatch):
     res = netsense(["plot", str(root)], tmp_path, monkeypatch)
     assert res.exit_code == 0, res.output
     assert "Traceback" not in res.output
+    said = res.stdout + res.stderr  # notes go to stderr, the written figures to stdout
     for run in damaged:
-        assert sum(f"excluded damaged run {run}:" in ln for ln in res.stdout.splitlines()) == 1
+        assert sum(f"excluded damaged run {run}:" in ln for ln in said.splitlines()) == 1
     assert "not plotted: sw/rate/rate_mbit=50/dgc-s0 is failed (orchestrator died" in \
-        res.stdout.replace("\n", " ")
+        said.replace("\n", " ")
     assert (root / "figures" / "throughput_vs_rate.png").is_file()
     assert len(open(root / "figures" / "runs.csv").read().splitlines()) == 1 + 5
 
@@ -105,5 +106,5 @@ def test_only_damaged_runs_is_bad_input_not_silence(tmp_path, monkeypatch):
     (d / "summary.json").write_text("")
     res = netsense(["plot", str(root)], tmp_path, monkeypatch)
     assert res.exit_code == 2
-    assert "excluded damaged run sw/rate/rate_mbit=10/allreduce-s0" in res.stdout
+    assert "excluded damaged run sw/rate/rate_mbit=10/allreduce-s0" in res.stdout + res.stderr
     assert "no loadable run folders" in res.stderr

@@ -39,7 +39,7 @@ def _timed(fn):
 def test_alias_bomb_refused_at_once(tmp_path, monkeypatch, kind):
     p = tmp_path / "bomb.yaml"
     p.write_text(BOMB if kind == "scenario" else SWEEP_BOMB)
-    args = ["run", str(p), "--out", str(tmp_path / "r")] if kind == "scenario" else \
+    args = ["run", str(p), "--results", str(tmp_path / "r")] if kind == "scenario" else \
         ["sweep", str(p), "--results", str(tmp_path / "r"), "--dry-run"]
     res = _timed(lambda: netsense(args, tmp_path, monkeypatch))
     assert res.exit_code == 2
@@ -48,13 +48,13 @@ def test_alias_bomb_refused_at_once(tmp_path, monkeypatch, kind):
 
 
 def test_set_value_bomb_and_size(tmp_path, monkeypatch):
-    res = _timed(lambda: netsense(["run", "smoke", "--set", "description=" + BOMB, "--out",
+    res = _timed(lambda: netsense(["run", "smoke", "--set", "description=" + BOMB, "--results",
                                    str(tmp_path / "r")], tmp_path, monkeypatch))
     assert res.exit_code == 2, res.stderr
     assert res.stderr.strip().splitlines() == [
         "error: --set description: more than 100000 YAML nodes once aliases are expanded "
         "(alias bomb?)"], res.stderr
-    res = netsense(["run", "smoke", "--set", "description=" + "x" * 70000, "--out",
+    res = netsense(["run", "smoke", "--set", "description=" + "x" * 70000, "--results",
                     str(tmp_path / "r")], tmp_path, monkeypatch)
     assert res.exit_code == 2 and "longer than 65536 bytes" in res.stderr
 
@@ -88,9 +88,9 @@ def test_trace_bounds(tmp_path, monkeypatch, fmt, content, needle):
         "workload": {"model": "mlp", "dataset": "digits", "batch_size": 8,
                      "time_limit_s": 10},
         "methods": ["allreduce"],
-        "timeline": [{"at": 0, "kind": "trace", "link": "w0", "file": "t.trace",
+        "timeline": [{"at_s": 0, "kind": "trace", "link": "w0", "file": "t.trace",
                       "format": fmt}]}))
-    res = _timed(lambda: netsense(["run", str(s), "--out", str(tmp_path / "r")], tmp_path,
+    res = _timed(lambda: netsense(["run", str(s), "--results", str(tmp_path / "r")], tmp_path,
                                   monkeypatch))
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()

@@ -16,9 +16,9 @@ from tests.reliability.helpers import NETSENSE, env_for, one_line_error
 
 def _commands(out: str, results: str) -> dict[str, list[str]]:
     return {
-        "run": ["run", "smoke", "--out", out],
+        "run": ["run", "smoke", "--results", out],
         "sweep": ["sweep", "tiny", "--results", out],
-        "plot": ["plot", results, "--out", out],
+        "plot": ["plot", results, "--figures", out],
         "report-figures": ["report", results, "--figures", out],
     }
 
@@ -41,10 +41,10 @@ def test_unusable_output_folder_one_line(tmp_path, monkeypatch, target, command)
 
 def test_report_out_must_be_a_file(tmp_path, monkeypatch):
     (tmp_path / "results").mkdir()
-    res = netsense(["report", str(tmp_path / "results"), "--out", str(tmp_path)], tmp_path,
+    res = netsense(["report", str(tmp_path / "results"), "--html", str(tmp_path)], tmp_path,
                    monkeypatch)
     assert res.exit_code == 2
-    one_line_error(res.stderr, "--out", "is a folder")
+    one_line_error(res.stderr, "--html", "is a folder")
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -56,9 +56,9 @@ def test_read_only_folder_refused_even_for_root(tmp_path):
     (tmp_path / "results").mkdir()
     env, _ = env_for(tmp_path)
     script = (f"mount -t tmpfs -o ro none {ro} || exit 99; "
-              f"for args in 'run smoke --out {ro}/res' 'sweep tiny --results {ro}/res' "
-              f"'plot {tmp_path}/results --out {ro}/f' "
-              f"'report {tmp_path}/results --out {ro}/r.html'; do "
+              f"for args in 'run smoke --results {ro}/res' 'sweep tiny --results {ro}/res' "
+              f"'plot {tmp_path}/results --figures {ro}/f' "
+              f"'report {tmp_path}/results --html {ro}/r.html'; do "
               f"{NETSENSE} $args; echo \"rc=$?\"; done")
     proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                            script], capture_output=True, text=True, env=env, timeout=120,

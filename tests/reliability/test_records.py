@@ -61,8 +61,8 @@ def _wait(cond, timeout: float = 180, every: float = 0.02):
 
 def test_event_after_a_step_counted_run_fails_the_run(tmp_path):
     """Valid (before the deadline) but never reached: failed, with the reason; no traceback."""
-    proc = run_cli(["run", _write(tmp_path, "steps: 3", "  - {at: 300, kind: set_rate, "
-                                  "link: w1, mbit: 10}"), "--seed", "0", "--out", "res",
+    proc = run_cli(["run", _write(tmp_path, "steps: 3", "  - {at_s: 300, kind: set_rate, "
+                                  "link: w1, rate_mbit: 10}"), "--seed", "0", "--results", "res",
                     "-q"], tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -77,7 +77,7 @@ def test_event_after_a_step_counted_run_fails_the_run(tmp_path):
 def test_sigkill_of_orchestrator_then_clean_repairs_the_record(tmp_path):
     env, _ = env_for(tmp_path)
     proc = subprocess.Popen([str(NETSENSE), "run", _write(tmp_path, "time_limit_s: 60"),
-                             "--seed", "0", "--out", "res", "-q"], cwd=tmp_path, env=env,
+                             "--seed", "0", "--results", "res", "-q"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         run_dir = _wait(lambda: next(iter((tmp_path / "res").glob("rel/*/workers/rank0.jsonl")),
@@ -109,7 +109,7 @@ def test_sigint_at_a_run_boundary_leaves_only_final_records(tmp_path):
     """SIGINT the moment the first of two runs is final: exit 130 and every run folder has
     a final summary (no empty folder, nothing 'running')."""
     env, _ = env_for(tmp_path)
-    proc = subprocess.Popen([str(NETSENSE), "run", _write(tmp_path, "steps: 3"), "--out",
+    proc = subprocess.Popen([str(NETSENSE), "run", _write(tmp_path, "steps: 3"), "--results",
                              "res", "-q"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
