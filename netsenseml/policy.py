@@ -287,8 +287,9 @@ class NetSensePolicy:
         ratio_hysteresis: int = 2,
         ratio_margin: float = 0.01,
         decide_confirm: int = 3,
-        backoff_window: int = 100,
         max_confirm: int = 48,
+        backoff_factor: float = 4.0,
+        backoff_reset: float = 2.0,
         change_factor: float = 2.0,
         change_confirm: int = 3,
         spike_s: float = 0.25,
@@ -296,6 +297,7 @@ class NetSensePolicy:
         min_spread: float = 3.0,
         min_transfer_fraction: float = 0.1,
         compute_window: int = 20,
+        compute_quantile: float = 0.2,
         codec_window: int = 5,
         overlap_window: int = 5,
         probe_every: int = 20,
@@ -320,8 +322,10 @@ class NetSensePolicy:
             # letting it go (a gain below fidelity_tolerance) is what keeps a steady link
             # steady; without it the noise of J alone moves the level.
             raise ValueError("need 0 <= fidelity_tolerance < compress_margin")
-        if not 1 <= decide_confirm <= max_confirm or backoff_window < 0:
-            raise ValueError("need 1 <= decide_confirm <= max_confirm and backoff_window >= 0")
+        if not 1 <= decide_confirm <= max_confirm:
+            raise ValueError("need 1 <= decide_confirm <= max_confirm")
+        if backoff_factor < 1 or backoff_reset <= 1:
+            raise ValueError(f"need backoff_factor >= 1 and backoff_reset > 1, got {backoff_factor}, {backoff_reset}")
         if ratio_margin < 0:
             raise ValueError(f"ratio_margin must be >= 0, got {ratio_margin}")
         if ratio_hysteresis < 1:
@@ -332,6 +336,8 @@ class NetSensePolicy:
             raise ValueError("change_confirm and every *_window must be >= 1")
         if change_confirm > fit_window:
             raise ValueError("change_confirm must be <= fit_window")
+        if not 0 <= compute_quantile < 0.5:
+            raise ValueError(f"compute_quantile must be in [0, 0.5), got {compute_quantile}")
         if min_spread <= 1:
             raise ValueError(f"min_spread must be > 1, got {min_spread}")
         if not 0 < min_transfer_fraction < 1:
@@ -354,9 +360,12 @@ class NetSensePolicy:
         self.ratio_hysteresis = ratio_hysteresis
         self.ratio_margin = ratio_margin
         self.decide_confirm = decide_confirm
-        self.backoff_window = backoff_window
         self.max_confirm = max_confirm
+        self.backoff_factor = backoff_factor
+        self.backoff_reset = backoff_reset
+        self._band_beta = 0.0  # the bandwidth estimate (s/byte) when the back-off last grew
         self._confirm = decide_confirm  # grows on reversals (see _decide)
+        self._band = 1.0  # multiplies compress_margin; grows on reversals
         self._last_move: tuple[str, int] | None = None  # (level left, step) of the last level change
         self._want_release = False
         self._want_count = 0
@@ -367,6 +376,7 @@ class NetSensePolicy:
         self.min_spread = min_spread
         self.min_transfer_fraction = min_transfer_fraction
         self.initial_compute_s = initial_compute_s
+        self.compute_quantile = compute_quantile
         self.probe_every = probe_every
         self.probe_budget = probe_budget
         self.probe_memory = probe_memory
@@ -388,6 +398,7 @@ class NetSensePolicy:
         self._points: deque[tuple[float, float, int]] = deque(maxlen=fit_window)  # (x, y, step)
         self._off = 0  # consecutive same-size steps off the prediction, signed
         self._a_fitted: float | None = None
+        self._trust_probe = True  # until the first regime change (see _fit)
         self._collectives = 1.0
         self._compute: deque[float] = deque(maxlen=compute_window)
         self._hidden: deque[float] = deque(maxlen=overlap_window)
@@ -411,7 +422,10 @@ class NetSensePolicy:
         return b * max(1.0, cal.world_size / 2) if d.level in GATHERED else b
 
     def compute_s(self) -> float:
-        return min(self._compute) if self._compute else self.initial_compute_s
+        if not self._compute:
+            return self.initial_compute_s
+        v = sorted(self._compute)
+        return v[round(self.compute_quantile * (len(v) - 1))]
 
     def codec_s(self, level: str) -> float:
         seen = self._codec.get(level)
@@ -563,6 +577,7 @@ class NetSensePolicy:
         at_once = self._off > 0 and y - predicted > self.spike_s
         if abs(self._off) >= self.change_confirm or at_once:
             self._new_regime = True
+            self._trust_probe = False
             keep = list(self._points)[-abs(self._off) :]
             self._points.clear()
             self._probe_points.clear()
@@ -619,8 +634,14 @@ class NetSensePolicy:
             sxy = sum(w[x] * (x - mx) * (med[x] - my) for x in xs)
             a = my - (sxy / sxx) * mx
             self._a_fitted = max(a, 0.0)
-        else:  # one size: the last identified intercept stands (module docstring)
-            a = self._a_fitted if self._a_fitted is not None else self._collectives * self._cal().latency_s
+        elif self._a_fitted is not None:  # one size: the last identified intercept stands
+            a = self._a_fitted
+        elif self._trust_probe:  # the first step: the probe's slope, ``a`` the rest, kept
+            cal = self._cal()
+            a = max(self._collectives * cal.latency_s, min(med[x] - cal.s_per_byte * x for x in xs))
+            self._a_fitted, self._trust_probe = max(a, 0.0), False
+        else:
+            a = self._collectives * self._cal().latency_s
         self.a = min(max(a, 0.0), (1 - self.min_transfer_fraction) * min(med.values()))
         sxx0 = sum(w[x] * x * x for x in xs)
         if sxx0 > 0:
@@ -638,7 +659,7 @@ class NetSensePolicy:
                 moved = abs(self._grid_index(best.ratio) - self._grid_index(cur.ratio))
                 if moved < self.ratio_hysteresis or self.cost(cur) <= (1 + self.ratio_margin) * self.cost(best):
                     best = cur
-            elif not release and self.cost(cur) <= (1 + self.compress_margin) * self.cost(best):
+            elif not release and self.cost(cur) <= (1 + self._band * self.compress_margin) * self.cost(best):
                 # Leaving a less compressed level needs a gain of compress_margin; coming
                 # back needs only that it is within fidelity_tolerance (``preferred``).
                 best = cur
@@ -649,19 +670,24 @@ class NetSensePolicy:
         # (in the same direction), unless the fit has just seen a new regime.
         self._want_count = self._want_count + 1 if self._want_release == release else 1
         self._want_release = release
-        if self._new_regime:
-            self._confirm = self.decide_confirm
+        moved = self._band > 1 and not (
+            self._band_beta / self.backoff_reset <= self.beta <= self._band_beta * self.backoff_reset)
+        if self._new_regime or moved:  # the tie the back-off was for has gone
+            self._confirm, self._band, self._last_move = self.decide_confirm, 1.0, None
         if self.steps > 1 and not self._new_regime and self._want_count < self._confirm:
             return
         self._want_count = 0
         if best.level != cur.level:
-            # Back-off: a level change that undoes the previous one within backoff_window
-            # steps is an oscillation (the two levels are a near tie the noise decides);
-            # each one doubles the confirmation the next level change needs, like TCP's
-            # retransmission back-off, until a new regime resets it.
+            # Back-off: a level change that undoes the previous one in the same regime is
+            # an oscillation (the two levels are a near tie that the noise decides); each
+            # one multiplies the confirmation and the compress margin the next level
+            # change needs by backoff_factor, like TCP's retransmission back-off, until a
+            # new regime resets them.
             last = self._last_move
-            if last is not None and last[0] == best.level and self.steps - last[1] <= self.backoff_window:
-                self._confirm = min(2 * self._confirm, self.max_confirm)
+            if last is not None and last[0] == best.level:
+                self._confirm = min(round(self.backoff_factor * self._confirm), self.max_confirm)
+                self._band *= self.backoff_factor
+                self._band_beta = self.beta
             self._last_move = (cur.level, self.steps)
         self.decision = best
         self.changes += 1
