@@ -41,12 +41,13 @@ queues, codec time), it stops.
 ``E(d) = max(comm(d) / n, comm(d) - H)`` and ``comm(d) = a + beta x x(d) + G(d)``:
 
 * ``C`` -- compute: the step period minus the exposed communication minus the codec time,
-  as the ``compute_quantile`` (0.2) quantile of the last ``compute_window`` steps. The hook
+  as the ``compute_quantile`` (0.1: the 3rd smallest of 20) quantile of the last ``compute_window`` steps. The hook
   can only measure it as a remainder, which also holds whatever else the job does between
   steps (its own small collectives waiting behind a congested queue, data-loading stalls);
-  those only ever add, hence a low quantile, like BBR's min RTT -- but not the minimum: a
-  busy host jitters compute by +-15 % both ways, the minimum sits 15 % low, and ``c(d)``
-  multiplies that error differently per level (a top-k step would look cheaper than it is).
+  those only ever add (on the emulated links, most steps under 1-2 competing streams), hence
+  a low quantile, like BBR's min RTT -- but not the minimum: a busy host jitters compute by
+  +-15 % both ways, the minimum sits ~15 % low, and ``c(d)`` multiplies that error
+  differently per level (a top-k step looks cheaper than it is).
 * ``K(d)`` -- codec: seconds per step to compress ``d`` and decode every rank's payload.
   The registration probe times each level on a gradient-sized tensor; while a level is in
   use, the minimum of its last ``codec_window`` measured values replaces the probe's. This
@@ -321,7 +322,7 @@ class NetSensePolicy:
         min_spread: float = 3.0,
         min_transfer_fraction: float = 0.1,
         compute_window: int = 20,
-        compute_quantile: float = 0.2,
+        compute_quantile: float = 0.1,
         codec_window: int = 5,
         overlap_window: int = 5,
         probe_every: int = 20,
