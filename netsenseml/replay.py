@@ -13,7 +13,11 @@ collective's time by a uniform factor in ``[1 - jitter, 1 + jitter]``, and with
 probability ``spike_prob`` a collective is delayed by ``spike_s`` x U(0.5, 1.5) more (the
 emulated links show such one-sided spikes: CPU contention, a retransmission), and
 ``delay_s`` adds U(0, delay_s) to every collective (the scheduling noise of a busy host,
-which hides a small payload's transfer).
+which hides a small payload's transfer). ``compute_jitter`` multiplies each step's compute
+and codec time by U(1 - compute_jitter, 1 + compute_jitter) (a busy host: the real runs
+show +-15 % on both compute and communication). ``Job.gather_fixed_s`` adds a fixed time to
+every all-gathered collective (on the emulated links an all-gather costs milliseconds more
+than an allreduce of the same bytes; the registration probe sees it, see ``calibration``).
 Communication hides behind the backward pass for up to ``hidden_s`` seconds (the time
 from the first bucket's launch to the last's); the last bucket's collective is always
 exposed. Compute and codec times are the job's, codec per level as given.
