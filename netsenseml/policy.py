@@ -130,7 +130,8 @@ saw two sizes, and at a small payload on a noisy path the transfer is lost in th
 noise: after congestion the policy would read the noise as a narrow link and never release.
 So, like BBR's periodic probing for bandwidth, when the fit has seen a single size for
 ``probe_every`` steps the policy sends one step at the smallest candidate with
-``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change),
+``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change;
+at ``none``, the largest size, the least compressed one ``min_spread`` times smaller),
 if the model predicts that step to cost at most ``probe_budget`` x a step more. A probe
 whose comm time stays within the noise of the decision's steps says only that the slope
 is small: the next one goes ``min_spread`` times further (like TCP's slow start), its cost
@@ -568,7 +569,18 @@ class NetSensePolicy:
         here = self.wire_bytes(cur)
         larger = [d for d in self.candidates() if self.wire_bytes(d) > here]
         if not larger:
-            return None
+            # At the largest size (``none``) the probe goes down instead: one step at the
+            # least compressed candidate ``min_spread`` times smaller (it costs no time).
+            # Without it a wrong first split -- a registration probe that a token bucket's
+            # burst let through at line rate reads a narrow link's transfer as latency --
+            # would keep the policy from ever seeing what compression gains.
+            smaller = [d for d in self.candidates() if self.wire_bytes(d) * self.min_spread <= here]
+            if not smaller:
+                return None
+            probe = max(smaller, key=self.wire_bytes)
+            self._unprobed = 0
+            self.probes += 1
+            return Decision(probe.level, probe.ratio, probe=True)
         # Its cost: the slope the last probe showed, where that one was lost in the noise;
         # the model's otherwise (which over-states it when beta is unknown). The largest
         # candidate up to the target size that fits the budget.
