@@ -17,16 +17,28 @@ steps after the step they are drawn from) and prints, per job and bottleneck rat
    collective x U(0.8, 1.2), + U(0, 4 ms), 5 % of them +20 ms x U(0.5, 1.5)): the MLP of
    ``policy-steps.yaml`` (17 ms compute) idle 100 steps, 8 streams 100, idle 200; the
    most held decisions per phase, decision changes and probes, 4 seeds.
+5. **Host noise, steady and stepwise** (compute and communication each x U(0.85, 1.15),
+   what the real runs show): level changes in 500 steady steps (from step 10) per job and
+   link, 5 seeds; the stepwise ramp (0, 1, 2, 4, 8, 16 streams, 60 steps each, then idle)
+   with level changes per stable segment (its first 10 steps left out) and the idle-link
+   throughput of netsenseml against allreduce (step-time ratio over the idle segments).
+6. ``--real RUN_DIR [RUN_DIR ...]``: the same per-segment figures from real runs'
+   ``steps.csv`` (rank 0, probes left out; segments from ``--segments``, seconds since the
+   first step, the first ``--settle`` seconds of each left out), e.g. for
+   ``netsense run policy-steps -m netsenseml allreduce``.
 
 Noise in sections 1-3: each collective's time x U(0.9, 1.1), 2 % of them +10 ms x
 U(0.5, 1.5) (one-sided spikes, as on the emulated links); seed 0.
 
 Usage: ``python benchmarks/policy_response.py [--jobs mlp slow 10m] [--rates 10 100 1000]``
+``python benchmarks/policy_response.py --real RUNS/policy-steps/*-s0``
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -35,7 +47,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from netsenseml.paper_rule import PaperRule  # noqa: E402
 from netsenseml.policy import Decision, NetSensePolicy  # noqa: E402
-from netsenseml.replay import Job, Link, changes, oracle, replay, step_seconds  # noqa: E402
+from netsenseml.replay import (  # noqa: E402
+    Job,
+    Link,
+    changes,
+    level_changes,
+    oracle,
+    replay,
+    step_seconds,
+)
 
 JOBS = {
     # the emulated MLP (width 512): 1.2 MB gradient, ~7 ms compute, sampled top-k ~3 ms
@@ -115,6 +135,53 @@ def busy_host() -> None:
               f"  idle again [{most(kept, 200, 400)}]  changes {changes(steps)}, probes {policy.probes}")
 
 
+HOST = {"jitter": 0.15, "compute_jitter": 0.15}
+# policy-steps.yaml's MLP as measured on the emulated 1 Gbit/s link (an all-gather costs
+# ~4 ms more than an allreduce there)
+REAL_MLP = Job(dense_bytes=1.2e6, compute_s=0.017, gather_fixed_s=0.004,
+               codec_s={"none": 5e-4, "fp16": 7e-4, "bf16": 7e-4, "int8": 3.5e-3, "topk": 3e-3})
+SEGMENT_STREAMS = (0, 1, 2, 4, 8, 16, 0)
+
+
+def host_noise(jobs: dict[str, Job], rate_mbit: float) -> None:
+    print(f"\nhost noise (compute and comm x U(0.85, 1.15)) at {rate_mbit:g} Mbit/s")
+    for name, job in jobs.items():
+        cells = []
+        for n in (0, 2, 8):
+            counts = [level_changes(replay(NetSensePolicy(), job, [link(rate_mbit, n)] * 500, seed=seed,
+                                           **HOST)[9:]) for seed in range(5)]
+            cells.append(f"{n} streams {counts}")
+        print(f"  {name}: level changes in 500 steady steps (5 seeds): " + "; ".join(cells))
+        links = [link(rate_mbit, n) for n in SEGMENT_STREAMS for _ in range(60)]
+        for seed in range(3):
+            steps = replay(NetSensePolicy(), job, links, seed=seed, **HOST)
+            segs = [[s for s in steps[60 * i + 10:60 * (i + 1)] if not s.decision.probe]
+                    for i in range(len(SEGMENT_STREAMS))]
+            idle = [s for i in (0, len(SEGMENT_STREAMS) - 1) for s in segs[i]]
+            ratio = (statistics.mean(s.step_s for s in idle)
+                     / statistics.mean(step_seconds(job, s.link, Decision("none")) for s in idle))
+            print(f"    seed {seed} ramp {'/'.join(map(str, SEGMENT_STREAMS))} streams: level changes per "
+                  f"segment {[level_changes(g) for g in segs]}, held {[most(g, 0, 10**9) for g in segs]}, "
+                  f"idle step time / allreduce {ratio:.3f}")
+
+
+def real(runs: list[str], segments: list[float], settle: float) -> None:
+    print("\nreal runs: level changes per segment (rank 0, probes left out)")
+    for run in runs:
+        rows = [r for r in csv.DictReader(open(Path(run) / "steps.csv")) if r["rank"] == "0"]
+        t0 = float(rows[0]["t"])
+        print(f"  {Path(run).name}")
+        for a, b in zip(segments, segments[1:], strict=False):
+            seg = [r for r in rows if a + settle <= float(r["t"]) - t0 < b and r.get("probe", "0") in ("0", "")]
+            if not seg:
+                continue
+            ch = sum(1 for x, y in zip(seg, seg[1:], strict=False) if x["level"] != y["level"])
+            held = Counter(r["level"] for r in seg).most_common(2)
+            step_ms = 1e3 * statistics.median(float(r["step_s"]) for r in seg)
+            print(f"    {a + settle:5.1f}-{b:5.1f} s: {len(seg):4d} steps, median step {step_ms:6.1f} ms, "
+                  f"level changes {ch}, held {held}")
+
+
 def most(steps: list, a: int, b: int) -> str:
     """The two decisions held most often in steps ``a`` to ``b - 1``."""
     seen = Counter(fmt(s.decision) for s in steps if a <= s.step < b).most_common(2)
@@ -125,7 +192,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
     ap.add_argument("--rates", nargs="+", type=float, default=[10, 100, 1000])
+    ap.add_argument("--real", nargs="+", help="run folders (with steps.csv) to summarise instead")
+    ap.add_argument("--segments", default="0,6,12,18,24,30,36,60",
+                    help="segment edges in seconds since the first step (policy-steps.yaml's)")
+    ap.add_argument("--settle", type=float, default=1.0, help="seconds left out at each segment's start")
     args = ap.parse_args()
+    if args.real:
+        real(args.real, [float(x) for x in args.segments.split(",")], args.settle)
+        return 0
     for name in args.jobs:
         print(f"\n=== job {name}: {JOBS[name]}")
         for rate in args.rates:
@@ -136,6 +210,7 @@ def main() -> int:
         for rate in args.rates:
             steadiness(name, JOBS[name], rate)
     busy_host()
+    host_noise({"real-mlp": REAL_MLP, **{k: JOBS[k] for k in args.jobs if k != "10m"}}, max(args.rates))
     return 0
 
 

@@ -631,6 +631,15 @@ def _timed_allreduce(t: torch.Tensor, group: Any) -> float:
     return time.perf_counter() - t0
 
 
+def _timed_allgather(t: torch.Tensor, group: Any, world: int) -> float:
+    outs = [torch.empty_like(t) for _ in range(world)]
+    _sync(t.device)
+    t0 = time.perf_counter()
+    dist.all_gather(outs, t, group=group)
+    _sync(t.device)
+    return time.perf_counter() - t0
+
+
 def probe_network(
     state: NetSenseState,
     ddp_model: torch.nn.Module,
@@ -644,7 +653,8 @@ def probe_network(
     Codec times: each level of the ladder on a random tensor of the gradient's size (top-k
     at ``probe_ratio``), decoding ``world`` payloads for the gathered levels, after a
     warm-up on a small slice. Latency: the fastest of ``latency_repeats`` one-element
-    allreduces. Bandwidth: one fp32 allreduce of ``min(gradient, probe_bytes)`` bytes; its
+    allreduces, and of as many one-byte all-gathers (the fixed cost of the gathered levels).
+    Bandwidth: one fp32 allreduce of ``min(gradient, probe_bytes)`` bytes; its
     time beyond the latency (at least ``min_transfer_fraction`` of it) per byte. All ranks
     then allreduce their values and use the mean, so they start from the same decision.
     """
@@ -667,10 +677,12 @@ def probe_network(
     topk.ratio = topk_ratio  # type: ignore[attr-defined]
     one = torch.zeros(1, device=device)
     latency = min(_timed_allreduce(one, group) for _ in range(latency_repeats))
+    byte = torch.zeros(1, dtype=torch.uint8, device=device)  # top-k / int8 payloads are bytes
+    gather_latency = min(_timed_allgather(byte, group, world) for _ in range(latency_repeats))
     n = max(1, min(numel, probe_bytes // 4))
     seconds = _timed_allreduce(torch.zeros(n, device=device), group)
     s_per_byte = max(seconds - latency, min_transfer_fraction * seconds) / (4 * n)
-    agreed = torch.tensor([latency, s_per_byte * 1e9, *codec], dtype=torch.float64, device=device)
+    agreed = torch.tensor([latency, s_per_byte * 1e9, *codec, gather_latency], dtype=torch.float64, device=device)
     dist.all_reduce(agreed, group=group)
     v = (agreed / world).tolist()
     index_bytes = torch.empty((), dtype=compress.index_dtype(numel)).element_size()
@@ -681,4 +693,5 @@ def probe_network(
         s_per_byte=v[1] * 1e-9,
         codec_s={"none": 0.0, half: v[2], "int8": v[3], "topk": v[4]},
         topk_bytes_per_element=4.0 + index_bytes,
+        gather_latency_s=v[5],
     )

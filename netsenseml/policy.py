@@ -13,27 +13,41 @@ the predicted cost
 
 ``T(d)`` is the predicted seconds of one step that sends ``d`` (all measured, below);
 ``levels`` restricts the ladder (e.g. to keep a job off top-k). ``c(d) >= 1`` is the
-policy's one assumption about convergence, a prior of how many more steps ``d`` needs than
-uncompressed training: 1 for ``none``, ``1 + fp16_cost`` (1.05), ``1 + int8_cost`` (1.1),
-and ``1 + topk_cost_per_decade x log10(1/r)`` for top-k (1.15 / 1.30 / 1.45 at r = 0.1 /
-0.01 / 0.001; issue 10 asks of its workloads that the most aggressive top-k need >= 1.5x
-the steps). Half precision costs convergence next to nothing; its 5 % stands for "not
-worth the risk unless the uncompressed exchange takes about a tenth of the step" -- on an
-idle link where communication does not dominate, ``none`` has the smallest ``J``. As the
-bandwidth share falls, the policy moves down the ladder, and within top-k ``r`` follows the
-share: at the optimum the top-k transfer takes about ``topk_cost_per_decade / ln 10``
-(6.5 %) of the step, so ``r`` is proportional to the available bandwidth (graded, not a
-switch to the floor) until it reaches ``floor``. Where compressing harder no longer
-shortens the step (latency, standing queues, codec time), it stops.
+policy's one assumption about convergence: how many more steps ``d`` needs than
+uncompressed training, taken from a measured table, ``CONVERGENCE_STEPS`` (steps to 0.95
+accuracy on the ``mixture`` workload, 3 seeds, ``benchmarks/convergence.py --workload
+mixture``): fp16 and int8 need the steps of allreduce (240), so ``c = 1``
+(``fp16_cost = int8_cost = 0``); top-k's rows (273 / 373 / 453 steps at r = 0.1 / 0.01 /
+0.001) fit ``c(r) = 1 + topk_cost_per_decade x max(0, log10(topk_free_ratio / r))`` with
+0.375 per decade and a free ratio of 0.25 (``fit_topk_cost``: 1.15 / 1.53 / 1.90 for the
+measured 1.14 / 1.56 / 1.89). Another workload: re-measure, edit the table.
+
+The table resolves steps to one evaluation interval (20 of 240 steps, 8 %), and the
+model's ``T`` has errors of its own; so the policy does not chase the bare argmin. It
+*prefers* the least compressed level whose ``J`` is within ``fidelity_tolerance`` (8 %) of
+the smallest (within top-k, the ratio of smallest ``J``), and it *leaves* a level for a
+more compressed one only when that gains more than ``compress_margin`` (15 %): a dead band
+between taking a compression and letting it go, which is what keeps a steady link steady.
+On an idle link where the uncompressed exchange is a small part of the step, ``none`` is
+preferred; where it is a third of the step (this machine's MLP at 1 Gbit/s), half
+precision honestly wins ~20 % and is taken. As the bandwidth share falls, the policy moves
+down the ladder, and within top-k ``r`` follows the share: at the optimum the top-k
+transfer takes about ``topk_cost_per_decade / ln 10`` (16 %) of the step, so ``r`` is
+proportional to the available bandwidth (graded, not a switch to the floor) until it
+reaches ``floor``. Where compressing harder no longer shortens the step (latency, standing
+queues, codec time), it stops.
 
 **Step model.** ``T(d) = C + K(d) + E(d)`` with the exposed communication
-``E(d) = max(comm(d) / n, comm(d) - H)`` and ``comm(d) = a + beta x x(d)``:
+``E(d) = max(comm(d) / n, comm(d) - H)`` and ``comm(d) = a + beta x x(d) + G(d)``:
 
 * ``C`` -- compute: the step period minus the exposed communication minus the codec time,
-  as the minimum over the last ``compute_window`` steps. The hook can only measure it as a
-  remainder, which also holds whatever else the job does between steps (its own small
-  collectives waiting behind a congested queue, data-loading stalls); those only ever add,
-  hence the minimum, like BBR's min RTT.
+  as the ``compute_quantile`` (0.1: the 3rd smallest of 20) quantile of the last ``compute_window`` steps. The hook
+  can only measure it as a remainder, which also holds whatever else the job does between
+  steps (its own small collectives waiting behind a congested queue, data-loading stalls);
+  those only ever add (on the emulated links, most steps under 1-2 competing streams), hence
+  a low quantile, like BBR's min RTT -- but not the minimum: a busy host jitters compute by
+  +-15 % both ways, the minimum sits ~15 % low, and ``c(d)`` multiplies that error
+  differently per level (a top-k step looks cheaper than it is).
 * ``K(d)`` -- codec: seconds per step to compress ``d`` and decode every rank's payload.
   The registration probe times each level on a gradient-sized tensor; while a level is in
   use, the minimum of its last ``codec_window`` measured values replaces the probe's. This
@@ -43,6 +57,10 @@ shortens the step (latency, standing queues, codec time), it stops.
   ``r x topk_bytes_per_element / 4``) x ``world/2`` for the levels that are all-gathered
   (int8, top-k): per byte handed, a W-rank all-gather moves W/2 times what a ring
   allreduce moves. (So with 8 workers int8 saves nothing over fp32, and the policy knows.)
+* ``G(d)`` -- the all-gathered levels' extra fixed cost: the registration probe times a
+  one-byte all-gather next to the one-element allreduce; ``comm(d)`` of int8 and top-k
+  carries the difference per collective (on the emulated links an all-gather costs
+  milliseconds more, which a fit shared with allreduce would read as a narrow link).
 * ``a`` and ``beta`` -- the fixed seconds of a step's collectives (latency and standing
   queue, which compression cannot remove) and the seconds per wire byte (the inverse of
   the bandwidth share the job gets now). Least squares of comm time on wire bytes over the
@@ -53,8 +71,9 @@ shortens the step (latency, standing queues, codec time), it stops.
   too small to reset the fit). While those steps sent
   about one size (largest/smallest < ``min_spread``), or sizes whose comm times differ by
   less than ``noise_mads`` median absolute deviations, the intercept cannot be told from
-  the slope: then the intercept of the last fit that could tell them stands (before any, the
-  probe's latency x the collectives per step) and ``beta`` takes the rest -- so when a
+  the slope: then the intercept of the last fit that could tell them stands (before any,
+  the first step's: its comm time beyond what the probe's bandwidth explains, at least
+  the probe's latency x the collectives per step) and ``beta`` takes the rest -- so when a
   standing queue appears, it first reads as less bandwidth (more compression, the safe
   side), and the steps at the new size then separate the two. ``a`` is kept at or below
   ``(1 - min_transfer_fraction)`` x the smallest comm time in the fit, so that ``beta``
@@ -84,31 +103,35 @@ assumed to be ``initial_compute_s`` (default 0: communication is assumed to domi
 the first step has measured compute), so the first step already sends what the link calls
 for -- no blind uncompressed steps; on a fast idle link the cost is two compressed steps
 whose withheld part error feedback delivers later. The first decision after a measured
-step is the argmin. After that the policy moves to the argmin only when it predicts a
-gain worth the move (hysteresis):
+step is the preferred level (above). After that the policy moves to it only when it
+predicts a gain worth the move (hysteresis):
 
-* to another level: ``J(current) > (1 + compress_margin) x J(best)`` when that compresses
-  harder, ``(1 + release_margin)`` when it releases. Releasing needs less: it moves toward
-  fidelity, and a release margin at or above a dense level's cost could never be met
-  (``J(none)`` undercuts ``J(fp16)`` by at most ``fp16_cost``), which would pin the policy
-  at that level after congestion. So ``none`` is taken back where the uncompressed
-  exchange takes below ~8 % of compute and left above ~23 % (defaults);
+* to a more compressed level: ``J(current) > (1 + compress_margin) x J(preferred)``; to a
+  less compressed one: as soon as it is preferred (within ``fidelity_tolerance`` of the
+  best). So ``none`` is left where compressing gains more than 15 % and taken back where
+  it costs less than 8 % (defaults);
 * within top-k: the best ratio is ``ratio_hysteresis`` grid steps away (1.78x) *and*
   ``J`` gains ``ratio_margin``. Near its optimum ``J`` is flat in ``r`` (that is why the
-  grid is fine), so a few percent of measurement noise would otherwise move ``r``.
-
+  grid is fine), so a few percent of measurement noise would otherwise move ``r``;
 * and the move must be called for ``decide_confirm`` observations in a row (in the same
-  direction) -- at once only when the fit has just seen a new regime.
+  direction) -- at once only when the fit has just seen a new regime;
+* back-off: a level change that undoes the previous one (back to the level just left)
+  without a new regime in between is an oscillation -- two levels in a near tie that the
+  noise of the estimates decides. Each such reversal multiplies ``compress_margin`` and
+  the confirmation count by ``backoff_factor`` (4; the count up to ``max_confirm``), like
+  TCP's retransmission back-off; a new regime, or the bandwidth estimate moving by
+  ``backoff_reset`` (2x) from where the back-off grew, resets them.
 
 A steady link therefore keeps its decision; noise must move ``J`` past a margin, for
-several steps, to cause a change.
+several steps, to cause a change, and a tie costs at most a move and its reversal.
 
 **Probes.** At one size the split between ``a`` and ``beta`` rests on the last fit that
 saw two sizes, and at a small payload on a noisy path the transfer is lost in the latency
 noise: after congestion the policy would read the noise as a narrow link and never release.
 So, like BBR's periodic probing for bandwidth, when the fit has seen a single size for
 ``probe_every`` steps the policy sends one step at the smallest candidate with
-``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change),
+``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change;
+at ``none``, the largest size, the least compressed one ``min_spread`` times smaller),
 if the model predicts that step to cost at most ``probe_budget`` x a step more. A probe
 whose comm time stays within the noise of the decision's steps says only that the slope
 is small: the next one goes ``min_spread`` times further (like TCP's slow start), its cost
@@ -132,14 +155,17 @@ of time, a bandwidth change is acted upon ``change_confirm + 1`` steps after it 
 the old level; 2 where each is more than ``spike_s`` slower), and the start has no lag at
 all (the probe).
 
-**Bounds** (``tests/test_sense_policy.py`` checks them on synthetic traces, with noise):
-the first step sends the probe's decision; when the bandwidth share drops by
-``change_factor`` or more the policy compresses harder from the 5th step of the drop on
-(``change_confirm + 2``; the 3rd where each slow step is more than ``spike_s`` slower; a
-step later where the gain is right at ``compress_margin``); when congestion ends it is
-back at its idle decision (``none`` where that is the argmin) within 7 steps
-(``benchmarks/policy_response.py`` measures 4-6); smaller changes are followed within
-``fit_window + 2`` steps; a steady link makes zero changes of the decision (probes aside).
+**Bounds** (``tests/netsenseml/test_sense_policy.py`` checks them on synthetic traces, with
+10 % jitter and spikes, and with the host noise of the real runs, 15 % jitter on compute
+and on communication each): the first step sends the probe's decision; a stepwise drop
+of the share gives a monotone stepwise increase of compression (the decision held at the
+end of each level never sends more than at the level before; at most 2 single steps back
+up the ladder per trace); when the share drops by ``change_factor`` or more the policy
+compresses harder from the 5th step of the drop on (``change_confirm + 2``; the 3rd where
+each slow step is more than ``spike_s`` slower); when congestion ends it is back at
+``none`` (where that is preferred) within 7 steps (measured: 4-5); a steady link makes
+zero level changes from step 10 on (the probe's decision, the first measured one and one
+correction as the fit sees a second size come first), a near tie at most 3.
 
 Pure Python (no torch) and deterministic, so that identical inputs on every rank give
 identical decisions.
@@ -159,6 +185,48 @@ from netsenseml import methods
 LADDER: tuple[str, ...] = ("none", "fp16", "int8", "topk")
 assert set(LADDER) <= {i.label for i in methods.ladder()}, "policy levels must be registry ladder levels"
 GATHERED = ("int8", "topk")  # levels exchanged by all-gather (per-rank payloads)
+
+#: Steps to 0.95 held-out accuracy on the ``mixture`` workload (MLP width 2048, 2 ranks,
+#: batch 32, evaluated every 20 steps; mean of seeds 0, 1, 2), measured on loopback with
+#: ``benchmarks/convergence.py --workload mixture`` (issue 10's convergence table). The
+#: priors ``c(d)`` below come from this table and from nowhere else; re-measure and edit it
+#: for another workload. Keys: registry method names.
+CONVERGENCE_STEPS: dict[str, float] = {
+    "allreduce": 240, "fp16": 240, "int8": 240,
+    "topk:0.1": 273, "topk:0.01": 373, "topk:0.001": 453,
+    "dgc:0.01": 320, "powersgd:4": 347,
+}
+
+
+def dense_costs(table: Mapping[str, float] = CONVERGENCE_STEPS) -> dict[str, float]:
+    """``c(d) - 1`` of the dense levels: their steps over allreduce's, less one."""
+    base = table["allreduce"]
+    return {lvl: max(0.0, table[lvl] / base - 1.0) for lvl in ("fp16", "int8")}
+
+
+def fit_topk_cost(table: Mapping[str, float] = CONVERGENCE_STEPS) -> tuple[float, float]:
+    """``(per_decade, free_ratio)`` of ``c(r) = 1 + per_decade x max(0, log10(free_ratio / r))``.
+
+    Least squares of ``c(r) - 1`` on ``log10(1/r)`` over the table's top-k rows; the line
+    crosses zero at ``free_ratio``: keeping more than that costs no measurable steps (on
+    ``mixture``: 0.375 per decade, free above r = 0.26; it reproduces 1.14 / 1.56 / 1.89 at
+    r = 0.1 / 0.01 / 0.001 as 1.16 / 1.53 / 1.91).
+    """
+    base = table["allreduce"]
+    pts = [(math.log10(1.0 / float(k.split(":")[1])), v / base - 1.0) for k, v in table.items() if k.startswith("topk:")]
+    if len(pts) < 2:
+        raise ValueError("fit_topk_cost needs at least two topk:<ratio> rows")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    if slope <= 0:
+        raise ValueError("fit_topk_cost: the table's top-k rows do not cost more steps at smaller ratios")
+    zero = mx - my / slope  # log10(1/r) where the line crosses c = 1
+    return slope, min(1.0, 10.0 ** (-zero))
+
+
+DENSE_COSTS = dense_costs()
+TOPK_COST = fit_topk_cost()
 
 
 @dataclass(frozen=True)
@@ -186,6 +254,7 @@ class Calibration:
     s_per_byte: float
     codec_s: Mapping[str, float] = field(default_factory=dict)
     topk_bytes_per_element: float = 8.0
+    gather_latency_s: float | None = None  # a one-element all-gather (None: as latency_s)
 
 
 @dataclass(frozen=True)
@@ -235,14 +304,18 @@ class NetSensePolicy:
         floor: float = 0.005,
         max_ratio: float = 0.25,
         ratios_per_decade: int = 8,
-        fp16_cost: float = 0.05,
-        int8_cost: float = 0.1,
-        topk_cost_per_decade: float = 0.15,
-        compress_margin: float = 0.05,
-        release_margin: float = 0.01,
+        fp16_cost: float = DENSE_COSTS["fp16"],
+        int8_cost: float = DENSE_COSTS["int8"],
+        topk_cost_per_decade: float = TOPK_COST[0],
+        topk_free_ratio: float = TOPK_COST[1],
+        fidelity_tolerance: float = 0.08,
+        compress_margin: float = 0.15,
         ratio_hysteresis: int = 2,
         ratio_margin: float = 0.01,
         decide_confirm: int = 3,
+        max_confirm: int = 48,
+        backoff_factor: float = 4.0,
+        backoff_reset: float = 2.0,
         change_factor: float = 2.0,
         change_confirm: int = 3,
         spike_s: float = 0.25,
@@ -250,6 +323,7 @@ class NetSensePolicy:
         min_spread: float = 3.0,
         min_transfer_fraction: float = 0.1,
         compute_window: int = 20,
+        compute_quantile: float = 0.1,
         codec_window: int = 5,
         overlap_window: int = 5,
         probe_every: int = 20,
@@ -267,14 +341,17 @@ class NetSensePolicy:
             raise ValueError(f"need 0 < floor <= max_ratio <= 1, got floor={floor}, max_ratio={max_ratio}")
         if ratios_per_decade < 1:
             raise ValueError(f"ratios_per_decade must be >= 1, got {ratios_per_decade}")
-        if min(fp16_cost, int8_cost, topk_cost_per_decade) < 0:
-            raise ValueError("fp16_cost, int8_cost and topk_cost_per_decade must be >= 0")
-        if not 0 <= release_margin < min(fp16_cost, int8_cost, compress_margin) or compress_margin < 0:
-            # A release margin of at least a dense level's cost would keep that level
-            # forever once taken: J(none) can never undercut it by more than its cost.
-            raise ValueError("need 0 <= release_margin < min(fp16_cost, int8_cost, compress_margin)")
-        if decide_confirm < 1:
-            raise ValueError(f"decide_confirm must be >= 1, got {decide_confirm}")
+        if min(fp16_cost, int8_cost, topk_cost_per_decade) < 0 or not 0 < topk_free_ratio <= 1:
+            raise ValueError("need fp16_cost, int8_cost, topk_cost_per_decade >= 0 and 0 < topk_free_ratio <= 1")
+        if not 0 <= fidelity_tolerance < compress_margin:
+            # The dead band between taking a compression (a gain above compress_margin) and
+            # letting it go (a gain below fidelity_tolerance) is what keeps a steady link
+            # steady; without it the noise of J alone moves the level.
+            raise ValueError("need 0 <= fidelity_tolerance < compress_margin")
+        if not 1 <= decide_confirm <= max_confirm:
+            raise ValueError("need 1 <= decide_confirm <= max_confirm")
+        if backoff_factor < 1 or backoff_reset <= 1:
+            raise ValueError(f"need backoff_factor >= 1 and backoff_reset > 1, got {backoff_factor}, {backoff_reset}")
         if ratio_margin < 0:
             raise ValueError(f"ratio_margin must be >= 0, got {ratio_margin}")
         if ratio_hysteresis < 1:
@@ -285,6 +362,8 @@ class NetSensePolicy:
             raise ValueError("change_confirm and every *_window must be >= 1")
         if change_confirm > fit_window:
             raise ValueError("change_confirm must be <= fit_window")
+        if not 0 <= compute_quantile < 0.5:
+            raise ValueError(f"compute_quantile must be in [0, 0.5), got {compute_quantile}")
         if min_spread <= 1:
             raise ValueError(f"min_spread must be > 1, got {min_spread}")
         if not 0 < min_transfer_fraction < 1:
@@ -301,11 +380,19 @@ class NetSensePolicy:
         self.max_ratio = max_ratio
         self.costs = {"none": 0.0, half_level: fp16_cost, "int8": int8_cost}
         self.topk_cost_per_decade = topk_cost_per_decade
+        self.topk_free_ratio = topk_free_ratio
+        self.fidelity_tolerance = fidelity_tolerance
         self.compress_margin = compress_margin
-        self.release_margin = release_margin
         self.ratio_hysteresis = ratio_hysteresis
         self.ratio_margin = ratio_margin
         self.decide_confirm = decide_confirm
+        self.max_confirm = max_confirm
+        self.backoff_factor = backoff_factor
+        self.backoff_reset = backoff_reset
+        self._band_beta = 0.0  # the bandwidth estimate (s/byte) when the back-off last grew
+        self._confirm = decide_confirm  # grows on reversals (see _decide)
+        self._band = 1.0  # multiplies compress_margin; grows on reversals
+        self._last_move: tuple[str, int] | None = None  # (level left, step) of the last level change
         self._want_release = False
         self._want_count = 0
         self._new_regime = False
@@ -315,6 +402,7 @@ class NetSensePolicy:
         self.min_spread = min_spread
         self.min_transfer_fraction = min_transfer_fraction
         self.initial_compute_s = initial_compute_s
+        self.compute_quantile = compute_quantile
         self.probe_every = probe_every
         self.probe_budget = probe_budget
         self.probe_memory = probe_memory
@@ -336,6 +424,7 @@ class NetSensePolicy:
         self._points: deque[tuple[float, float, int]] = deque(maxlen=fit_window)  # (x, y, step)
         self._off = 0  # consecutive same-size steps off the prediction, signed
         self._a_fitted: float | None = None
+        self._trust_probe = True  # until the first regime change (see _fit)
         self._collectives = 1.0
         self._compute: deque[float] = deque(maxlen=compute_window)
         self._hidden: deque[float] = deque(maxlen=overlap_window)
@@ -359,7 +448,10 @@ class NetSensePolicy:
         return b * max(1.0, cal.world_size / 2) if d.level in GATHERED else b
 
     def compute_s(self) -> float:
-        return min(self._compute) if self._compute else self.initial_compute_s
+        if not self._compute:
+            return self.initial_compute_s
+        v = sorted(self._compute)
+        return v[round(self.compute_quantile * (len(v) - 1))]
 
     def codec_s(self, level: str) -> float:
         seen = self._codec.get(level)
@@ -367,17 +459,25 @@ class NetSensePolicy:
             return min(seen)
         return float(self._cal().codec_s.get(level, 0.0))
 
+    def gather_extra_s(self, d: Decision) -> float:
+        """Fixed seconds an all-gathered level's collectives take beyond an allreduce's
+        (the probe's one-element all-gather minus its one-element allreduce)."""
+        cal = self._cal()
+        if d.level not in GATHERED or cal.gather_latency_s is None:
+            return 0.0
+        return self._collectives * max(0.0, cal.gather_latency_s - cal.latency_s)
+
     def step_s(self, d: Decision) -> float:
         """Predicted seconds of one step that sends ``d``: ``C + K(d) + exposed comm``."""
         hidden = min(self._hidden) if self._hidden else 0.0
-        comm = self.a + self.beta * self.wire_bytes(d)
+        comm = self.a + self.beta * self.wire_bytes(d) + self.gather_extra_s(d)
         exposed = max(comm / self._collectives, comm - hidden)
         return self.compute_s() + self.codec_s(d.level) + exposed
 
     def steps_factor(self, d: Decision) -> float:
         """``c(d)``: the prior factor on the steps to accuracy."""
         if d.level == "topk":
-            return 1.0 + self.topk_cost_per_decade * math.log10(1.0 / d.ratio)
+            return 1.0 + self.topk_cost_per_decade * max(0.0, math.log10(self.topk_free_ratio / d.ratio))
         return 1.0 + self.costs[d.level]
 
     def cost(self, d: Decision) -> float:
@@ -398,6 +498,18 @@ class NetSensePolicy:
                 best, best_j = d, j
         assert best is not None
         return best
+
+    def preferred(self) -> Decision:
+        """The least compressed level whose ``J`` is within ``fidelity_tolerance`` of the
+        smallest (within top-k, the ratio of smallest ``J``): a compression must buy more
+        than the priors' resolution to be used."""
+        per_level: dict[str, tuple[float, Decision]] = {}
+        for d in self.candidates():
+            j = self.cost(d)
+            if d.level not in per_level or j < per_level[d.level][0]:
+                per_level[d.level] = (j, d)
+        bound = (1 + self.fidelity_tolerance) * min(j for j, _ in per_level.values())
+        return next(d for j, d in per_level.values() if j <= bound)
 
     def stats(self) -> dict[str, float]:
         """The model behind the current decision, for step logs (units in the names)."""
@@ -431,8 +543,9 @@ class NetSensePolicy:
         """Feeds one step's mean-over-ranks observation; returns the next decision."""
         self._cal()
         self.steps += 1
-        x, y = self.wire_bytes(obs.decision), max(obs.comm_s, 0.0)
         self._collectives = max(1.0, float(round(obs.collectives)))
+        x = self.wire_bytes(obs.decision)
+        y = max(obs.comm_s - self.gather_extra_s(obs.decision), 0.0)
         if obs.decision.probe:
             self._add_probe(x, y)
         else:
@@ -456,7 +569,18 @@ class NetSensePolicy:
         here = self.wire_bytes(cur)
         larger = [d for d in self.candidates() if self.wire_bytes(d) > here]
         if not larger:
-            return None
+            # At the largest size (``none``) the probe goes down instead: one step at the
+            # least compressed candidate ``min_spread`` times smaller (it costs no time).
+            # Without it a wrong first split -- a registration probe that a token bucket's
+            # burst let through at line rate reads a narrow link's transfer as latency --
+            # would keep the policy from ever seeing what compression gains.
+            smaller = [d for d in self.candidates() if self.wire_bytes(d) * self.min_spread <= here]
+            if not smaller:
+                return None
+            probe = max(smaller, key=self.wire_bytes)
+            self._unprobed = 0
+            self.probes += 1
+            return Decision(probe.level, probe.ratio, probe=True)
         # Its cost: the slope the last probe showed, where that one was lost in the noise;
         # the model's otherwise (which over-states it when beta is unknown). The largest
         # candidate up to the target size that fits the budget.
@@ -490,6 +614,7 @@ class NetSensePolicy:
         at_once = self._off > 0 and y - predicted > self.spike_s
         if abs(self._off) >= self.change_confirm or at_once:
             self._new_regime = True
+            self._trust_probe = False
             keep = list(self._points)[-abs(self._off) :]
             self._points.clear()
             self._probe_points.clear()
@@ -546,8 +671,14 @@ class NetSensePolicy:
             sxy = sum(w[x] * (x - mx) * (med[x] - my) for x in xs)
             a = my - (sxy / sxx) * mx
             self._a_fitted = max(a, 0.0)
-        else:  # one size: the last identified intercept stands (module docstring)
-            a = self._a_fitted if self._a_fitted is not None else self._collectives * self._cal().latency_s
+        elif self._a_fitted is not None:  # one size: the last identified intercept stands
+            a = self._a_fitted
+        elif self._trust_probe:  # the first step: the probe's slope, ``a`` the rest, kept
+            cal = self._cal()
+            a = max(self._collectives * cal.latency_s, min(med[x] - cal.s_per_byte * x for x in xs))
+            self._a_fitted, self._trust_probe = max(a, 0.0), False
+        else:
+            a = self._collectives * self._cal().latency_s
         self.a = min(max(a, 0.0), (1 - self.min_transfer_fraction) * min(med.values()))
         sxx0 = sum(w[x] * x * x for x in xs)
         if sxx0 > 0:
@@ -557,18 +688,18 @@ class NetSensePolicy:
         return min(range(len(self.ratios)), key=lambda i: abs(math.log(self.ratios[i] / ratio)))
 
     def _decide(self) -> None:
-        best = self.best()
+        best = self.preferred()
         cur = self.decision
-        release = self.wire_bytes(best) > self.wire_bytes(cur)
+        release = self._fidelity(best) < self._fidelity(cur)
         if self.steps > 1 and best != cur:  # the first measured step decides freely
             if best.level == cur.level == "topk":
                 moved = abs(self._grid_index(best.ratio) - self._grid_index(cur.ratio))
                 if moved < self.ratio_hysteresis or self.cost(cur) <= (1 + self.ratio_margin) * self.cost(best):
                     best = cur
-            else:
-                margin = self.release_margin if release else self.compress_margin
-                if self.cost(cur) <= (1 + margin) * self.cost(best):
-                    best = cur
+            elif not release and self.cost(cur) <= (1 + self._band * self.compress_margin) * self.cost(best):
+                # Leaving a less compressed level needs a gain of compress_margin; coming
+                # back needs only that it is within fidelity_tolerance (``preferred``).
+                best = cur
         if best == cur:
             self._want_count = 0
             return
@@ -576,11 +707,31 @@ class NetSensePolicy:
         # (in the same direction), unless the fit has just seen a new regime.
         self._want_count = self._want_count + 1 if self._want_release == release else 1
         self._want_release = release
-        if self.steps > 1 and not self._new_regime and self._want_count < self.decide_confirm:
+        moved = self._band > 1 and not (
+            self._band_beta / self.backoff_reset <= self.beta <= self._band_beta * self.backoff_reset)
+        if self._new_regime or moved:  # the tie the back-off was for has gone
+            self._confirm, self._band, self._last_move = self.decide_confirm, 1.0, None
+        if self.steps > 1 and not self._new_regime and self._want_count < self._confirm:
             return
         self._want_count = 0
+        if best.level != cur.level:
+            # Back-off: a level change that undoes the previous one in the same regime is
+            # an oscillation (the two levels are a near tie that the noise decides); each
+            # one multiplies the confirmation and the compress margin the next level
+            # change needs by backoff_factor, like TCP's retransmission back-off, until a
+            # new regime resets them.
+            last = self._last_move
+            if last is not None and last[0] == best.level:
+                self._confirm = min(round(self.backoff_factor * self._confirm), self.max_confirm)
+                self._band *= self.backoff_factor
+                self._band_beta = self.beta
+            self._last_move = (cur.level, self.steps)
         self.decision = best
         self.changes += 1
+
+    def _fidelity(self, d: Decision) -> tuple[int, float]:
+        """Position on the ladder, least compressed first (higher ratio = less compressed)."""
+        return (self.levels.index(d.level), -d.ratio)
 
 
 def _median(values: list[float]) -> float:

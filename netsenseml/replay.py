@@ -13,7 +13,11 @@ collective's time by a uniform factor in ``[1 - jitter, 1 + jitter]``, and with
 probability ``spike_prob`` a collective is delayed by ``spike_s`` x U(0.5, 1.5) more (the
 emulated links show such one-sided spikes: CPU contention, a retransmission), and
 ``delay_s`` adds U(0, delay_s) to every collective (the scheduling noise of a busy host,
-which hides a small payload's transfer).
+which hides a small payload's transfer). ``compute_jitter`` multiplies each step's compute
+and codec time by U(1 - compute_jitter, 1 + compute_jitter) (a busy host: the real runs
+show +-15 % on both compute and communication). ``Job.gather_fixed_s`` adds a fixed time to
+every all-gathered collective (on the emulated links an all-gather costs milliseconds more
+than an allreduce of the same bytes; the registration probe sees it, see ``calibration``).
 Communication hides behind the backward pass for up to ``hidden_s`` seconds (the time
 from the first bucket's launch to the last's); the last bucket's collective is always
 exposed. Compute and codec times are the job's, codec per level as given.
@@ -62,6 +66,7 @@ class Job:
         default_factory=lambda: {"none": 0.0, "fp16": 2e-4, "bf16": 2e-4, "int8": 1e-3, "topk": 3e-3}
     )
     topk_bytes_per_element: float = 8.0
+    gather_fixed_s: float = 0.0  # extra seconds per all-gathered collective (see module doc)
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ def calibration(job: Job, link: Link) -> Calibration:
         s_per_byte=1.0 / link.rate,
         codec_s=dict(job.codec_s),
         topk_bytes_per_element=job.topk_bytes_per_element,
+        gather_latency_s=link.latency + link.queue + job.gather_fixed_s,
     )
 
 
@@ -100,6 +106,7 @@ def _run_step(
     spike_prob: float = 0.0,
     spike_s: float = 0.0,
     delay_s: float = 0.0,
+    compute_jitter: float = 0.0,
 ) -> tuple[Observation, float]:
     """One step of ``decision`` on ``link``: its observation and its period."""
     handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
@@ -108,7 +115,8 @@ def _run_step(
     comm = 0.0
     for _ in range(job.buckets):
         noise = 1.0 + rng.uniform(-jitter, jitter) if jitter else 1.0
-        seconds = (link.latency + link.queue + per_bucket * g / link.rate) * noise
+        fixed = link.latency + link.queue + (job.gather_fixed_s if decision.level in GATHERED else 0.0)
+        seconds = (fixed + per_bucket * g / link.rate) * noise
         if spike_prob and rng.random() < spike_prob:
             seconds += spike_s * rng.uniform(0.5, 1.5)
         if delay_s:
@@ -117,13 +125,17 @@ def _run_step(
         if isinstance(policy, PaperRule):
             policy.add(per_bucket, seconds, clock + comm)
     codec = job.codec_s.get(decision.level, 0.0)
+    compute = job.compute_s
+    if compute_jitter:
+        compute *= 1.0 + rng.uniform(-compute_jitter, compute_jitter)
+        codec *= 1.0 + rng.uniform(-compute_jitter, compute_jitter)
     exposed = max(comm / job.buckets, comm - job.hidden_s)
     congested, samples = policy.take_counts() if isinstance(policy, PaperRule) else (0, 0)
     obs = Observation(
         decision=decision,
         comm_s=comm,
         exposed_s=exposed,
-        compute_s=job.compute_s + codec,
+        compute_s=compute + codec,
         codec_s=codec,
         bytes_sent=handed,
         collectives=job.buckets,
@@ -131,7 +143,7 @@ def _run_step(
         congested=congested,
         samples=samples,
     )
-    return obs, job.compute_s + codec + exposed
+    return obs, compute + codec + exposed
 
 
 def replay(
@@ -143,6 +155,7 @@ def replay(
     spike_prob: float = 0.0,
     spike_s: float = 0.0,
     delay_s: float = 0.0,
+    compute_jitter: float = 0.0,
     seed: int = 0,
 ) -> list[Step]:
     """Runs one step per entry of ``links``; calibrates a NetSensePolicy on the first link."""
@@ -158,7 +171,8 @@ def replay(
         # Bucket 0 of this step carries the previous step's observation; the decision
         # it yields applies from the next step.
         pending = policy.observe(prev) if prev is not None else None
-        prev, period = _run_step(policy, job, link, decision, rng, clock, jitter, spike_prob, spike_s, delay_s)
+        prev, period = _run_step(policy, job, link, decision, rng, clock, jitter, spike_prob, spike_s, delay_s,
+                                 compute_jitter)
         clock += period
         model = (policy.a, policy.beta) if isinstance(policy, NetSensePolicy) else (0.0, 0.0)
         out.append(Step(i, decision, link, prev.comm_s, period, prev.bytes_sent, model))
