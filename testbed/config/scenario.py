@@ -12,7 +12,7 @@ netem fields (delay, jitter, loss) are refused when the running kernel has no sc
 Overrides (used by sweeps and ``netsense run --set``) address fields by dotted path and
 re-validate the whole scenario. Paths (``N`` is a list index)::
 
-    name, description, timeline_origin, probe_links, probe_seconds, timeout_s
+    name, description, timeline_origin, probe_links, probe_seconds, timeout_s, capture
     topology.kind                       star | dumbbell | leafspine
     topology.n_workers, topology.n_cross, topology.rate_mbit            (star)
     topology.n_left, topology.n_right, topology.n_cross,
@@ -25,6 +25,7 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     workload.batch_size, workload.steps,
     workload.time_limit_s, workload.eval_every, workload.target_accuracy, workload.lr,
     workload.threads, workload.data_dir, workload.args.<knob>   (e.g. workload.args.width)
+    workload.backend (auto | gloo | nccl), workload.device (auto | cpu | cuda)
     methods, methods.N, seeds, seeds.N
     timeline.N.at, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.mbit
 """
@@ -173,6 +174,10 @@ class Workload(_Strict):
     threads: int = Field(1, gt=0, le=64)
     data_dir: str | None = None
     pg_timeout_s: float | None = Field(None, gt=0)
+    # auto: in the emulation, CUDA + NCCL when every worker can have a GPU of its own, else
+    # CPU + gloo (testbed.orchestration.gpus); the worker's --backend/--device.
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
 
     @field_validator("model")
@@ -352,6 +357,9 @@ class Scenario(_Strict):
     )
     probe_links: bool = False
     probe_seconds: float = Field(2.0, gt=0, le=60)
+    capture: bool = Field(False, description="headers-only packet capture at the bottleneck "
+                          "(capture.pcap, capture.csv); off by default, see "
+                          "benchmarks/capture_overhead.py for its cost")
     timeout_s: float | None = Field(None, gt=0)
 
     @field_validator("name")
