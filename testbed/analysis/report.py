@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.analysis import plots, tables
+from testbed.analysis import plots, sensing, tables
 from testbed.config.sweep import SWEEPS_DIR
 
 CSS = """
@@ -123,6 +123,8 @@ def build_report(root: Path, out: Path | None = None, figures_dir: Path | None =
                         "throughput", "throughput_summary", "tta_s", "final_accuracy", "steps",
                         "bytes_sent_total") if c in runs.columns]
     body += ["<h2>All runs</h2>", _table(runs[cols])]
+    body += ["<h2>Network truth: byte conservation, bottleneck sampling, cross traffic</h2>",
+             _table(sensing.truth_table(root, runs))]
     if not failed.empty:
         reasons = []
         for run in failed["run"]:
