@@ -51,6 +51,17 @@ def sweep_cmd(
     except sw.SweepError as exc:
         _fail(str(exc))
         return
+    from testbed.orchestration import gpus
+
+    visible = gpus.visible_gpus()
+    for r in runs:  # before any run: NCCL needs a GPU per emulated worker
+        if r.scenario is None:
+            continue
+        try:
+            gpus.plan(r.scenario.workload.device, r.scenario.workload.backend,
+                      r.scenario.world_size, visible)
+        except gpus.GpuPlanError as exc:
+            _fail(f"{r.label}: {exc}")
     if dry_run:
         rows, total = dry_run_rows(runs)
         t = Table(title=f"sweep {spec.name}: {len(rows)} runs")
