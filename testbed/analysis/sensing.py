@@ -18,6 +18,7 @@ What is compared, and why so:
   of its collectives; a ring all-reduce puts ``2(W-1)/W`` of it on each link, a ring
   all-gather (top-k and the other sparse levels) ``W-1`` times: the estimate is multiplied
   by the factor of the step's level, so that both sides are link Mbit/s.
+* **The training traffic's share** = what the bottleneck end delivered - the cross traffic.
 * **Queueing delay**: truth = backlog bytes / configured rate; the monitor's
   ``est_queue_delay_s`` is its latest sample's delay beyond the ideal at its extremes.
 
@@ -41,7 +42,7 @@ from testbed.common import files
 SMOOTH_S = 0.5
 SPARSE_LEVELS = ("topk", "randomk", "dgc")
 COLUMNS = ["t", "step", "level", "est_rate_mbit", "est_link_mbit", "configured_mbit",
-           "cross_mbit", "available_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
+           "cross_mbit", "available_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
            "backlog_bytes", "drops_per_s", "est_min_rtt_ms", "est_bdp_kB"]
 
 
@@ -127,6 +128,8 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     cross = _smooth(cross, period)
     available = (configured - cross).clip(lower=0.0)
     queue_ms = _series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3
+    # what the training flows got of the bottleneck: what it delivered less the cross traffic
+    training = (_smooth(_series(end, "delivered_mbit"), period) - cross).clip(lower=0.0)
 
     r0 = steps[(steps["rank"] == 0) & steps["est_rate_Bps"].notna()].copy()
     if r0.empty:
@@ -141,6 +144,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
         "configured_mbit": _at(configured, t), "cross_mbit": _at(cross, t).round(3),
         "available_mbit": _at(available, t).round(3),
+        "training_mbit": _at(training, t).round(3),
         "est_queue_ms": (r0["est_queue_delay_s"].to_numpy(float) * 1e3).round(3),
         "truth_queue_ms": _at(queue_ms, t).round(3),
         "backlog_bytes": _at(_series(end, "backlog_bytes"), t).round(0),
@@ -159,6 +163,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "rate_mae_relative": round(mae / mean_avail, 4) if mean_avail > 0 else None,
         "rate_bias_mbit": round(float(table["error_mbit"].mean()), 3),
         "mean_available_mbit": round(mean_avail, 3),
+        "mean_training_mbit": round(float(table["training_mbit"].mean()), 3),
         "queue_mae_ms": round(float((table["est_queue_ms"] - table["truth_queue_ms"])
                                     .abs().mean()), 3),
         "max_truth_queue_ms": round(float(queue_ms.max()), 3),
@@ -179,7 +184,8 @@ def figure(table: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
                label="available (configured - cross traffic)")
     ax[0].plot(table["t"], table["est_link_mbit"], "b.", ms=3,
                label="monitor max delivery rate (link Mbit/s)")
-    ax[0].set_ylabel("Mbit/s")
+    ax[0].set_ylabel("Mbit/s (log)")
+    ax[0].set_yscale("log")  # an estimate 10x off must not flatten the truth into the axis
     ax[0].legend(fontsize=7, loc="upper right")
     b = summary["bottleneck"]
     ax[0].set_title(f"sensing vs truth at {b['link']} -> {b['toward']}: rate MAE "
