@@ -11,9 +11,11 @@ What is compared, and why so:
   with the cross traffic: the end toward a worker that cross traffic targets (star: the
   switch's end of ``w1``); else the dumbbell's busier ``bottleneck`` direction; else the
   end toward a link a ``set_rate`` event changes; else the busiest end toward a worker.
-* **Available rate** = configured rate - the cross traffic's delivered rate, the latter
-  read where it enters the network (the egress of each cross source's own access link),
-  floored at 0; both smoothed over ``SMOOTH_S`` (a 10 Hz rate of a bursty flow swings).
+* **Available rate** = configured rate - the cross traffic's delivered rate: what its
+  iperf3 servers received (their interval reports, ``network.cross_traffic``), or, in runs
+  without them, what its sources sent (the egress of each cross source's own access link;
+  an upper bound: it includes what the bottleneck dropped); floored at 0, smoothed over
+  ``SMOOTH_S`` (a 10 Hz rate of a bursty flow swings).
 * **The monitor's rate on the link.** The monitor measures one rank's *payload* per second
   of its collectives; a ring all-reduce puts ``2(W-1)/W`` of it on each link, a ring
   all-gather (top-k and the other sparse levels) ``W-1`` times: the estimate is multiplied
@@ -109,6 +111,23 @@ def _at(s: pd.Series, t: np.ndarray) -> np.ndarray:
         len(t), np.nan)
 
 
+def _received(run_dir: Path, times: np.ndarray, index: pd.Index) -> pd.Series | None:
+    """The cross traffic's received rate at ``times``: the sum of every iperf3 server's
+    interval reports (summary.json ``network.cross_traffic``), 0 outside them."""
+    summary = files.read_json(run_dir / "summary.json") or {}
+    flows = (summary.get("network") or {}).get("cross_traffic") or []
+    if not flows or not all("received_intervals" in f for f in flows):
+        return None
+    total = np.zeros(len(times))
+    for f in flows:
+        t0 = f.get("started_t")
+        if t0 is None:
+            continue
+        for start, end, mbit in f["received_intervals"]:
+            total += np.where((times >= t0 + start) & (times < t0 + end), mbit, 0.0)
+    return pd.Series(total, index=index)
+
+
 def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The per-step table and the summary (MAE) of one run folder."""
     run_dir = Path(run_dir)
@@ -119,12 +138,14 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     times = end["t"].to_numpy(float)
     period = float(np.median(np.diff(times))) if len(times) > 1 else 0.1
     configured = _series(end, "configured_mbit")
-    cross = pd.Series(0.0, index=configured.index)
-    for src, _dst in _cross_pairs(config):
-        rows = truth[(truth["link"] == src) & (truth["toward"] != src)]
-        if not rows.empty:
-            cross = cross.add(pd.Series(_at(_series(rows, "delivered_mbit"), times),
-                                        index=configured.index), fill_value=0.0)
+    cross = _received(run_dir, times, configured.index)
+    if cross is None:  # no receiver reports: what the sources sent (an upper bound)
+        cross = pd.Series(0.0, index=configured.index)
+        for src, _dst in _cross_pairs(config):
+            rows = truth[(truth["link"] == src) & (truth["toward"] != src)]
+            if not rows.empty:
+                cross = cross.add(pd.Series(_at(_series(rows, "delivered_mbit"), times),
+                                            index=configured.index), fill_value=0.0)
     cross = _smooth(cross, period)
     available = (configured - cross).clip(lower=0.0)
     queue_ms = _series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3

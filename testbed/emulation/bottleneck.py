@@ -47,11 +47,22 @@ class LinkEnd:
 
 
 def root_stats(qdiscs: list[dict[str, Any]], dev: str | None = None) -> dict[str, dict]:
-    """Root qdisc statistics per device from ``tc -s -j qdisc show`` output."""
-    out = {}
+    """Root qdisc statistics per device from ``tc -s -j qdisc show`` output.
+
+    HTB adds its leaves' drops to its own; ``drops`` is nevertheless the largest count of
+    any qdisc of the device, so a kernel that kept them in the leaf still shows them.
+    """
+    out: dict[str, dict] = {}
+    leaf_drops: dict[str, int] = {}
     for q in qdiscs:
-        if q.get("root") and (dev is None or q.get("dev", dev) == dev):
-            out[q.get("dev", dev)] = q
+        name = q.get("dev", dev)
+        if dev is not None and name != dev:
+            continue
+        leaf_drops[name] = max(leaf_drops.get(name, 0), int(q.get("drops", 0)))
+        if q.get("root"):
+            out[name] = dict(q)
+    for name, q in out.items():
+        q["drops"] = max(int(q.get("drops", 0)), leaf_drops.get(name, 0))
     return out
 
 

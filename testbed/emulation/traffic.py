@@ -113,9 +113,10 @@ class CrossTraffic:
         pending: list[_Slot] = []
         for g in self.groups.values():
             for s in g.slots:
-                log = self._log(f"{g.id}-{s.port}-server.log")
+                log = self._log(f"{g.id}-{s.port}-server.json")
                 s.server = self.emu.popen(
-                    g.dst, ["iperf3", "-s", "-p", str(s.port)], stdout=log, stderr=log
+                    g.dst, ["iperf3", "-s", "-p", str(s.port), "-J", "-i",
+                            f"{REPORT_INTERVAL_S:g}"], stdout=log, stderr=log
                 )
                 pending.append(s)
         deadline = time.monotonic() + timeout_s
@@ -175,9 +176,10 @@ class CrossTraffic:
         """Each started client's own JSON report, summarised (after ``close()``).
 
         iperf3 writes its report when it is stopped (SIGTERM: the report has an "error"
-        saying so, and ``end.sum_sent``); the receiver's side is not in a stopped client's
-        report, so the achieved rate is the sender's: bytes that left the client socket,
-        less what the bottleneck dropped and TCP retransmitted (``retransmits``).
+        saying so, and ``end.sum_sent``). ``achieved_mbit``/``intervals`` are the sender's
+        (bytes that left the client socket, retransmissions included: ``retransmits``);
+        ``received_mbit``/``received_intervals`` the receiving server's, what crossed the
+        network: the cross traffic's share of the bottleneck.
         """
         out = []
         for g in self.groups.values():
@@ -195,14 +197,48 @@ class CrossTraffic:
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     row["error"] = f"no report: {type(exc).__name__}"
                     continue
+                received = _first_test(self.log_dir / f"{g.id}-{s.port}-server.json")
+                if received is not None:
+                    row["received_report"] = f"{g.id}-{s.port}-server.json"
+                    row["received_mbit"] = round(
+                        received.get("end", {}).get("sum_received", {})
+                        .get("bits_per_second", 0.0) / 1e6, 3)
+                    row["received_intervals"] = _intervals(received)
                 row.update(seconds=round(sent.get("seconds", 0.0), 3),
                            bytes=int(sent.get("bytes", 0)),
                            achieved_mbit=round(sent.get("bits_per_second", 0.0) / 1e6, 3),
                            retransmits=sent.get("retransmits"),
-                           intervals=[(round(iv["sum"]["start"], 3), round(iv["sum"]["end"], 3),
-                                       round(iv["sum"]["bits_per_second"] / 1e6, 3))
-                                      for iv in data.get("intervals", []) if "sum" in iv])
+                           intervals=_intervals(data))
         return out
+
+
+def _intervals(report: dict[str, Any]) -> list[tuple[float, float, float]]:
+    """(start s, end s, Mbit/s) of an iperf3 JSON report's interval sums."""
+    return [(round(iv["sum"]["start"], 3), round(iv["sum"]["end"], 3),
+             round(iv["sum"]["bits_per_second"] / 1e6, 3))
+            for iv in report.get("intervals", []) if "sum" in iv]
+
+
+def _first_test(path: Path) -> dict[str, Any] | None:
+    """The first test report in an iperf3 server's JSON log (one object per test, and one
+    more, an error, when the server itself is stopped), or None."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    dec, i = json.JSONDecoder(), 0
+    while i < len(text):
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            break
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except ValueError:
+            return None
+        if isinstance(obj, dict) and obj.get("intervals"):
+            return obj
+    return None
 
 
 def _kill_pid(pid: int) -> None:
