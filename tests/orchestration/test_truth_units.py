@@ -129,3 +129,36 @@ def test_sensing_compares_the_estimate_with_the_available_rate(tmp_path):
     assert summary["max_truth_queue_ms"] == pytest.approx(10.0)  # 125 kB at 100 Mbit/s
     assert all(p.exists() for p in written)
     assert json.loads((tmp_path / "sensing.json").read_text())["steps_compared"] == 20
+
+
+def test_capture_analysis_classes_and_retransmissions(tmp_path):
+    """A pcap written here: a training flow between two worker addresses, a cross flow on an
+    iperf3 port with one segment sent twice, and a flow of neither kind."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from testbed.emulation import capture
+
+    def seg(src, dst, sport, dport, seq, n, t):
+        p = Ether() / IP(src=src, dst=dst) / TCP(sport=sport, dport=dport, seq=seq) / (b"x" * n)
+        p.time = t
+        return p
+
+    pkts = [seg("10.0.0.1", "10.0.0.2", 40000, 29500, 1000, 500, 100.1),
+            seg("10.0.0.1", "10.0.0.2", 40000, 29500, 1500, 500, 100.2),
+            seg("10.0.0.3", "10.0.0.2", 41000, 5301, 1, 1000, 100.3),
+            seg("10.0.0.3", "10.0.0.2", 41000, 5301, 1001, 1000, 100.6),
+            seg("10.0.0.3", "10.0.0.2", 41000, 5301, 1, 1000, 100.7),  # sent again
+            seg("10.0.0.9", "10.0.0.2", 42000, 80, 1, 10, 100.8)]
+    wrpcap(str(tmp_path / "c.pcap"), pkts)
+    rows = capture.analyse(tmp_path / "c.pcap", 100.0, {5301: "cross:bulk"},
+                           {"10.0.0.1", "10.0.0.2"})
+    by = {}
+    for r in rows:
+        by.setdefault(r["flow_class"], []).append(r)
+    assert set(by) == {"training", "cross:bulk", "other"}
+    assert sum(r["packets"] for r in by["training"]) == 2
+    assert sum(r["retransmits"] for r in by["training"]) == 0
+    assert sum(r["retransmits"] for r in by["cross:bulk"]) == 1
+    assert [r["t"] for r in by["cross:bulk"]] == [0.0, 0.5]  # 0.5 s bins from the origin
