@@ -99,7 +99,7 @@ def test_training_around_the_shaped_link_is_flagged(tmp_path, monkeypatch):
 CROSS_YAML = """
 name: truth-congestion
 description: 2 workers at 50 Mbit/s; 8 streams each from x0 and x1 toward w1 from 3 s to 9 s
-topology: {kind: star, n_workers: 2, n_cross: 2, rate_mbit: 50, queue_pkts: 100}
+topology: {kind: star, n_workers: 2, n_cross: 2, rate_mbit: 50, queue_pkts: 20}
 workload: {model: mlp, dataset: digits, batch_size: 128, time_limit_s: 13, args: {width: 512}}
 methods: [allreduce]
 timeline_origin: first_step
@@ -118,8 +118,9 @@ def test_bottleneck_truth_follows_cross_traffic(tmp_path):
     into it) from 3 s to 9 s: the queue fills and drops during, and drains after; iperf3's
     own reports and the capture see the cross flows.
 
-    One cross host is not enough for drops here: its own 50 Mbit/s uplink paces it (TCP
-    small queues, no loss), and with GSO a 100-packet queue holds up to 6 MB.
+    A short queue (20 packets) so that drops come within seconds: with GSO on the veths a
+    queued packet can be a 64 kB segment train, and 100 of them (the scenarios' queue) hold
+    a second at 50 Mbit/s, which 16 streams take longer than this test to overflow.
     """
     path = tmp_path / "truth-congestion.yaml"
     path.write_text(CROSS_YAML)
