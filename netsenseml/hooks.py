@@ -143,6 +143,11 @@ class NetSenseState:
     * ``codec_s`` -- seconds spent compressing and decompressing,
     * ``bytes_dense`` -- bytes an fp32 allreduce of the same buckets would have handed over,
     * ``ratio`` -- the top-k kept fraction in use (1.0 otherwise),
+    * ``collectives`` -- collectives this hook issued (each costs headers and acks on the
+      wire however small; the testbed's byte-conservation band needs the count),
+    * ``est_*`` -- the network monitor's estimate at the pop, once it has a sample:
+      ``est_rate_Bps`` (windowed max delivery rate of this rank's payload),
+      ``est_min_rtt_s``, ``est_bdp_B``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
       (:meth:`NetSensePolicy.stats`: fixed comm ms, bandwidth share MB/s, compute ms, codec
       ms, predicted step ms of the decision and of ``none``) and ``probe`` (1 on a probe step).
@@ -240,7 +245,12 @@ class NetSenseState:
                 "ratio": float(self.decision.ratio),
                 "codec_s": float(self._codec_s),
                 "bytes_dense": int(self._bytes_dense),
+                "collectives": int(totals[2] - self._stats_totals[2]),
             }
+            est = self.monitor.estimate()
+            if est is not None:  # the monitor's view, for the testbed's sensing validation
+                out.update(est_rate_Bps=float(est.max_rate), est_min_rtt_s=float(est.min_rtt),
+                           est_bdp_B=float(est.bdp), est_queue_delay_s=float(est.queue_delay))
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
                 out["probe"] = int(self.decision.probe)

@@ -27,6 +27,7 @@ ORCHESTRATOR: dict[str, str] = {
     "threads": "workload.threads", "eval-every": "workload.eval_every",
     "target-accuracy": "workload.target_accuracy", "data-dir": "workload.data_dir",
     "lr": "workload.lr", "pg-timeout": "workload.pg_timeout_s",
+    "backend": "workload.backend", "device": "workload.device",
 }
 
 #: Options ``workload.args`` may set, and the kind of value each takes.

@@ -12,9 +12,10 @@ user's model given by import path (see that module and workloads/README.md). Siz
 ``--width``/``--layers``/``--d-model`` are shorthands, ``--model-args`` sets any knob.
 
 Rendezvous is torch.distributed's ``env://``: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-(LOCAL_RANK picks the GPU). Without WORLD_SIZE the worker runs alone on loopback. Backend:
-NCCL when CUDA is present, else gloo; GLOO_SOCKET_IFNAME is left to the caller (the testbed
-sets it to the emulated host's interface). Every method goes through ``netsenseml.hooks``,
+(LOCAL_RANK picks the GPU, default 0). Without WORLD_SIZE the worker runs alone on loopback.
+``--device``/``--backend`` (default auto: CUDA and NCCL when a GPU is visible, else CPU and
+gloo; gloo on CUDA tensors works too). The interface variables (GLOO_SOCKET_IFNAME, NCCL_*)
+are left to the caller (the testbed sets them to the emulated host's interface). Every method goes through ``netsenseml.hooks``,
 plain ``allreduce`` included, so bytes and comm time are measured the same way for all.
 
 Why the choices below:
@@ -212,7 +213,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="process-group timeout in seconds (default 60)")
     p.add_argument("--no-error-feedback", action="store_true",
                    help="disable the error-feedback residual of lossy methods")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="torch.distributed backend (auto: nccl on CUDA, else gloo)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where the model trains (auto: cuda when available); the GPU is "
+                        "LOCAL_RANK's (default 0)")
     return p
+
+
+BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def choose_device(device: str, backend: str, cuda_available: bool, device_count: int,
+                  local_rank: int) -> tuple[str, int | None, str]:
+    """(device type, CUDA index or None, backend) for the ``--device``/``--backend`` pair.
+
+    The GPU is ``LOCAL_RANK``'s: the launcher (torchrun, or the testbed, which gives each
+    emulated host one GPU through CUDA_VISIBLE_DEVICES) decides which process owns which
+    GPU. Never ``rank % device_count``: two ranks of a node would share a GPU, which NCCL
+    refuses. Raises ValueError with a one-line reason for an impossible pair.
+    """
+    if device == "auto":
+        device = "cuda" if cuda_available else "cpu"
+    if device == "cuda":
+        if not cuda_available or device_count == 0:
+            raise ValueError("--device cuda: no CUDA device is visible to this process")
+        if not 0 <= local_rank < device_count:
+            raise ValueError(f"LOCAL_RANK {local_rank} has no GPU: {device_count} visible "
+                             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})")
+    if backend == "auto":
+        backend = "nccl" if device == "cuda" else "gloo"
+    if backend == "nccl" and device != "cuda":
+        raise ValueError("--backend nccl needs --device cuda (NCCL moves GPU tensors only); "
+                         "use --backend gloo on CPU")
+    return device, (local_rank if device == "cuda" else None), backend
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -455,14 +490,18 @@ def setup(args: argparse.Namespace) -> Setup:
     knobs = entry.resolve_knobs(args.knobs)
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)  # after every refusal: none leaves a folder
     info = model_info(model)
-    cuda = torch.cuda.is_available()
-    backend = "nccl" if cuda else "gloo"
+    try:
+        available = torch.cuda.is_available()
+        dtype, index, backend = choose_device(
+            args.device, args.backend, available,
+            torch.cuda.device_count() if available else 0,
+            int(os.environ.get("LOCAL_RANK", "0")))
+    except ValueError as e:
+        bad_args(str(e))
+    cuda = dtype == "cuda"
+    device = torch.device("cuda", index) if cuda else torch.device("cpu")
     if cuda:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))
-                              % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     model.to(device)
     phases["data_model"] = time.perf_counter() - t
 
@@ -582,7 +621,8 @@ def run(args: argparse.Namespace) -> int:
     log.write("start", rank=s.rank, world_size=s.world, model=args.model, dataset=args.dataset,
               method=args.method, params=s.info.params, grad_bytes=s.info.grad_bytes,
               batch_size=args.batch_size, seed=args.seed, host=socket.gethostname(),
-              torch=torch.__version__, backend=s.backend, optimizer=s.entry.optimizer, lr=s.lr,
+              torch=torch.__version__, backend=s.backend, device=str(s.device),
+              optimizer=s.entry.optimizer, lr=s.lr,
               momentum=s.momentum if s.entry.optimizer == "sgd" else None,
               pg_timeout_s=args.pg_timeout, setup_s=origin - t_launch, proc_wall=PROC_WALL,
               imports_s=t_launch - PROC_T0, phases=s.phases, knobs=s.knobs,

@@ -26,7 +26,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
-from testbed.analysis import loading, plots, tables
+from testbed.analysis import loading, plots, sensing, tables
 from testbed.common.files import atomic_write_text
 from testbed.config.sweep import SWEEPS_DIR
 
@@ -216,6 +216,11 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
         tabs.append({"title": "Runs not ok", "note": "", "html": html_table(
             pd.DataFrame(reasons), [Col("run", "run folder", "run"), Col("status", "status"),
                                     Col("reason", "reason")])})
+    truth = sensing.truth_table(root, runs)
+    if not truth.empty:
+        tabs.append({"title": "Network truth: byte conservation, bottleneck sampling, "
+                     "cross traffic", "note": "", "html": html_table(
+                         truth, [Col(c, c.replace("_", " ")) for c in truth.columns])})
     excluded = loading.excluded_of(runs)
     if excluded:
         tabs.insert(0, {"title": "Excluded runs (damaged folders)",

@@ -78,6 +78,17 @@ def sweep_cmd(
         fail(str(exc))
     if not dry_run:
         _check_out(results, "--results", folder=True)
+    from testbed.orchestration import gpus
+
+    visible = gpus.visible_gpus()
+    for r in runs:  # before any run: NCCL needs a GPU per emulated worker
+        if r.scenario is None:
+            continue
+        try:
+            gpus.plan(r.scenario.workload.device, r.scenario.workload.backend,
+                      r.scenario.world_size, visible)
+        except gpus.GpuPlanError as exc:
+            fail(f"{r.label}: {exc}")
     if dry_run:
         rows, total = dry_run_rows(runs)
         t = Table(title=f"sweep {spec.name}: {len(rows)} runs", title_justify="left")
@@ -189,8 +200,36 @@ def report_cmd(
     Console().print(f"report: {page}", highlight=False, soft_wrap=True)
 
 
+def sensing_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="one run folder (with bottleneck.csv)")],
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="folder for sensing.csv/.json/.png (default: the run folder)")] = None,
+) -> None:
+    """Sensing validation: the monitor's estimates against the bottleneck's truth."""
+    from testbed.analysis import sensing
+
+    if not run_dir.is_dir():
+        fail(f"run_dir: no such folder {str(run_dir)!r}")
+    try:
+        summary, written = sensing.write(run_dir, out)
+    except sensing.SensingError as exc:
+        fail(str(exc))
+        return
+    rel = summary["rate_mae_relative"]
+    Console().print(
+        f"bottleneck {summary['bottleneck']['link']} -> {summary['bottleneck']['toward']}: "
+        f"{summary['steps_compared']} steps; rate MAE {summary['rate_mae_mbit']} Mbit/s"
+        + (f" ({rel:.0%} of the mean available {summary['mean_available_mbit']} Mbit/s)"
+           if rel is not None else "")
+        + f", bias {summary['rate_bias_mbit']} Mbit/s; queueing-delay MAE "
+        f"{summary['queue_mae_ms']} ms", highlight=False)
+    for p in written:
+        Console().print(str(p), highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``sweep``, ``plot`` and ``report`` to the main ``netsense`` app."""
+    """Add ``sweep``, ``plot``, ``report`` and ``sensing`` to the main ``netsense`` app."""
     app.command("sweep")(sweep_cmd)
     app.command("plot")(plot_cmd)
     app.command("report")(report_cmd)
+    app.command("sensing")(sensing_cmd)

@@ -136,6 +136,13 @@ def run(
         check_dir(results, "--results")
     except OutputError as exc:
         fail(str(exc))
+    from testbed.orchestration import gpus
+
+    try:  # before anything is built: NCCL needs a GPU per emulated worker
+        gpus.plan(scn.workload.device, scn.workload.backend, scn.world_size,
+                  gpus.visible_gpus())
+    except gpus.GpuPlanError as exc:
+        fail(str(exc))
     preflight()
 
     from testbed.orchestration import launcher
@@ -263,7 +270,8 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
                       ("samples/s", "right"), ("final acc", "right"), ("TTA s", "right"),
                       ("MB sent", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    failed = []
+    failed: list[str] = []
+    warned: list[str] = []
     for r in summary_table_rows(outcomes):
         table.add_row(
             str(r["method"]), str(r["seed"]), r["status"], _fmt(r["throughput"], ".1f"),
@@ -271,12 +279,16 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
         )
         if r["status"] != "ok":
             failed.append(f"{r['method']} seed {r['seed']}: {r['reason']}")
+        for w in r.get("warnings") or []:
+            warned.append(f"{r['method']} seed {r['seed']}: {w}")
     console = Console(width=max(100, Console().width))
     console.print(table)
     console.print(f"run folders: {Path(outcomes[0].run_dir).parent}", highlight=False,
                   markup=False)
     for line in failed:
         console.print(f"failed: {line}", highlight=False, markup=False, soft_wrap=True)
+    for line in warned:
+        console.print(f"WARNING: {line}", highlight=False, markup=False, soft_wrap=True)
 
 @app.command("list")
 def list_() -> None:

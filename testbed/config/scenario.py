@@ -13,7 +13,7 @@ netem fields (delay, jitter, loss) are refused when the running kernel has no sc
 Overrides (used by sweeps and ``netsense run --set``) address fields by dotted path and
 re-validate the whole scenario. Paths (``N`` is a list index)::
 
-    name, description, timeline_origin, probe_links, probe_s, timeout_s
+    name, description, timeline_origin, probe_links, probe_s, timeout_s, capture
     topology.kind     a name in topologies.registry (star | dumbbell | leafspine), or
                       package.module:Class for a user's topology (topologies/PLUGINS.md)
     topology.<field>  the kind's own fields, from its Params model, e.g.
@@ -26,6 +26,7 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     workload.batch_size, workload.steps,
     workload.time_limit_s, workload.eval_every, workload.target_accuracy, workload.lr,
     workload.threads, workload.data_dir, workload.args.<knob>   (e.g. workload.args.width)
+    workload.backend (auto | gloo | nccl), workload.device (auto | cpu | cuda)
     methods, methods.N, seeds, seeds.N
     timeline.N.at_s, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.rate_mbit
 
@@ -156,6 +157,10 @@ class Workload(StrictModel):
     threads: int = Field(1, gt=0, le=64)
     data_dir: str | None = Field(None, min_length=1, max_length=4096)
     pg_timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    # auto: in the emulation, CUDA + NCCL when every worker can have a GPU of its own, else
+    # CPU + gloo (testbed.orchestration.gpus); the worker's --backend/--device.
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
 
     @field_validator("model")
@@ -255,6 +260,9 @@ class Scenario(StrictModel):
     probe_s: float = Field(2.0, ge=1, le=60, multiple_of=1,
                            description="whole seconds: iperf3 -t takes an integer")
     timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    capture: bool = Field(False, description="headers-only packet capture at the bottleneck "
+                          "(capture.pcap, capture.csv); off by default, see "
+                          "benchmarks/capture_overhead.py for its cost")
 
     @field_validator("name")
     @classmethod

@@ -275,6 +275,18 @@ class Emulation:
                 (intf.name, intf.node.pid if intf.node.inNamespace else None)
                 for intf in (link.intf1, link.intf2)]
 
+    def link_ends(self, link: str) -> list[tuple[str, int | None, str]]:
+        """Both ends of ``link``: (device, namespace PID or None for the orchestrator's own
+        namespace, logical node its egress goes toward). A switch's end lives in the
+        orchestrator's namespace (LinuxBridge), a host's in the host's."""
+        self._check_link(link)
+        if self._net is None:
+            raise EmulationError("emulation is not running")
+        info = self.topo.named_links[link]
+        peers = [info.node2, info.node1]  # intf1 belongs to node1, so it sends toward node2
+        return [(dev, pid, peer[len(self.prefix):])
+                for (dev, pid), peer in zip(self._link_ends[link], peers, strict=True)]
+
     def links(self) -> list[str]:
         """Logical link names events may target (see the topology's module doc)."""
         return list(self._rates)

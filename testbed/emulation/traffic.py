@@ -6,10 +6,13 @@ server port; a ramp that adds streams step by step starts one more client per st
 carrying the increment. All servers are started (and waited for) before training begins,
 so a cross-traffic event at run time only costs one process spawn. Processes are started
 through ``Emulation.popen`` (own process group, tracked) and stopped by their PID.
+Each client writes its own JSON report (``-J``, intervals every ``REPORT_INTERVAL_S``) into
+the run folder's ``cross/`` (``reports()`` summarises them: achieved rate, retransmits).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ from testbed.emulation import netns
 
 IPERF_BASE_PORT = 5301
 IPERF_LONG_S = 86400  # clients run until stopped
+REPORT_INTERVAL_S = 0.5  # iperf3's own rate report: the cross traffic's achieved rate over time
 
 
 # --------------------------------------------------------------------------- iperf3
@@ -35,6 +39,7 @@ class _Slot:
     bitrate_mbit: float | None = None
     server: Popen | None = None
     client: Popen | None = None
+    started_wall: float | None = None
 
 
 @dataclass
@@ -90,9 +95,10 @@ class CrossTraffic:
         pending: list[_Slot] = []
         for g in self.groups.values():
             for s in g.slots:
-                log = self._log(f"{g.id}-{s.port}-server.log")
+                log = self._log(f"{g.id}-{s.port}-server.json")
                 s.server = self.emu.popen(
-                    g.dst, ["iperf3", "-s", "-p", str(s.port)], stdout=log, stderr=log
+                    g.dst, ["iperf3", "-s", "-p", str(s.port), "-J", "-i",
+                            f"{REPORT_INTERVAL_S:g}"], stdout=log, stderr=log
                 )
                 pending.append(s)
         deadline = time.monotonic() + timeout_s
@@ -115,11 +121,12 @@ class CrossTraffic:
         s = g.slots[k]
         argv = [
             "iperf3", "-c", self.emu.ip(g.dst), "-p", str(s.port), "-P", str(s.streams),
-            "-t", str(IPERF_LONG_S), "-i", "0",
+            "-t", str(IPERF_LONG_S), "-i", f"{REPORT_INTERVAL_S:g}", "-J",
         ]
         if s.bitrate_mbit is not None:
             argv += ["-b", f"{s.bitrate_mbit}M"]
-        log = self._log(f"{g.id}-{s.port}-client.log")
+        log = self._log(f"{g.id}-{s.port}-client.json")
+        s.started_wall = time.time()
         s.client = self.emu.popen(g.src, argv, stdout=log, stderr=log)
         total = sum(x.streams for x in g.slots[: k + 1])
         return f"+{s.streams} streams (total {total}) pid {s.client.pid}"
@@ -145,6 +152,75 @@ class CrossTraffic:
         for fh in self._files:
             fh.close()
         self._files.clear()
+
+
+    def reports(self) -> list[dict[str, Any]]:
+        """Each started client's own JSON report, summarised (after ``close()``).
+
+        iperf3 writes its report when it is stopped (SIGTERM: the report has an "error"
+        saying so, and ``end.sum_sent``). ``achieved_mbit``/``intervals`` are the sender's
+        (bytes that left the client socket, retransmissions included: ``retransmits``);
+        ``received_mbit``/``received_intervals`` the receiving server's, what crossed the
+        network: the cross traffic's share of the bottleneck.
+        """
+        out = []
+        for g in self.groups.values():
+            for s in g.slots:
+                if s.client is None:
+                    continue
+                path = self.log_dir / f"{g.id}-{s.port}-client.json"
+                row: dict[str, Any] = {"id": g.id, "src": g.src, "dst": g.dst, "port": s.port,
+                                       "streams": s.streams, "report": path.name,
+                                       "started_wall": s.started_wall}
+                out.append(row)
+                try:
+                    data = json.loads(path.read_text() or "{}")
+                    sent = data["end"]["sum_sent"]
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    row["error"] = f"no report: {type(exc).__name__}"
+                    continue
+                received = _first_test(self.log_dir / f"{g.id}-{s.port}-server.json")
+                if received is not None:
+                    row["received_report"] = f"{g.id}-{s.port}-server.json"
+                    row["received_mbit"] = round(
+                        received.get("end", {}).get("sum_received", {})
+                        .get("bits_per_second", 0.0) / 1e6, 3)
+                    row["received_intervals"] = _intervals(received)
+                row.update(seconds=round(sent.get("seconds", 0.0), 3),
+                           bytes=int(sent.get("bytes", 0)),
+                           achieved_mbit=round(sent.get("bits_per_second", 0.0) / 1e6, 3),
+                           retransmits=sent.get("retransmits"),
+                           intervals=_intervals(data))
+        return out
+
+
+def _intervals(report: dict[str, Any]) -> list[tuple[float, float, float]]:
+    """(start s, end s, Mbit/s) of an iperf3 JSON report's interval sums."""
+    return [(round(iv["sum"]["start"], 3), round(iv["sum"]["end"], 3),
+             round(iv["sum"]["bits_per_second"] / 1e6, 3))
+            for iv in report.get("intervals", []) if "sum" in iv]
+
+
+def _first_test(path: Path) -> dict[str, Any] | None:
+    """The first test report in an iperf3 server's JSON log (one object per test, and one
+    more, an error, when the server itself is stopped), or None."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    dec, i = json.JSONDecoder(), 0
+    while i < len(text):
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            break
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except ValueError:
+            return None
+        if isinstance(obj, dict) and obj.get("intervals"):
+            return obj
+    return None
 
 
 def _kill_pid(pid: int) -> None:

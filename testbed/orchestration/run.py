@@ -47,9 +47,9 @@ from typing import Any
 from testbed.common import files
 from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
-from testbed.emulation import leftovers
+from testbed.emulation import bottleneck, counters, leftovers
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import launcher, records
+from testbed.orchestration import gpus, launcher, records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
 from testbed.orchestration.rundir import RunFolder, host_facts, orchestrator_entry, versions
@@ -86,8 +86,19 @@ class _Run:
     def __init__(
         self, scenario: Scenario, method: str, seed: int, run_dir: Path, progress: bool,
         meta: dict[str, Any] | None = None,
+        gpu_plan: gpus.GpuPlan | None = None,
     ) -> None:
         self.scn = scenario
+        self.gpu_plan = gpu_plan or gpus.GpuPlan("cpu", "gloo", None)
+        self.sampler: bottleneck.BottleneckSampler | None = None
+        self.cross_pairs: list[tuple[str, str]] = []
+        self.counters_before: dict[str, counters.IntfCounters] = {}
+        self.counters_after: dict[str, counters.IntfCounters] = {}
+        self.intfs: dict[str, str] = {}
+        self.capture: Any = None
+        self.capture_ips: set[str] = set()
+        self.network: dict[str, Any] = {}
+        self.warnings: list[str] = []
         self.method = method
         self.seed = seed
         self.folder = RunFolder(run_dir)
@@ -186,10 +197,12 @@ class _Run:
         if len(hosts) != self.scn.world_size:
             raise _RunFailed(f"emulation has {len(hosts)} worker hosts, scenario wants "
                              f"{self.scn.world_size}")
-        self.workers = WorkerGroup(self.emu, self.folder.workers)
+        self.workers = WorkerGroup(self.emu, self.folder.workers, gpus=self.gpu_plan.per_rank)
         zygote = self._ready_zygote()
+        self.counters_before = self._read_counters()
         self.launch_wall = time.time()
         self.timing["launch_wall"] = self.launch_wall
+        self._start_sampler()
         self.workers.launch(hosts, self.config["worker_argv"], self.config["master_port"],
                             zygote, on_spawn=self._write_pids)
 
@@ -232,6 +245,7 @@ class _Run:
                 raise _RunFailed(failure)
             if all(c is not None for c in codes):
                 self.timing["workers_done_wall"] = time.time()
+                self.counters_after = self._read_counters()
                 return
             if self.timeline.error:
                 raise _RunFailed(f"timeline event failed: {self.timeline.error}")
@@ -263,11 +277,112 @@ class _Run:
             parts.append(f"last event {last.kind} {last.target}")
         return "  ".join(parts)
 
+    # network truth ------------------------------------------------------------------
+    def _read_counters(self) -> dict[str, counters.IntfCounters]:
+        """Each worker host's interface counters, read in its namespace (no subprocess)."""
+        self.intfs = {h: self.emu.intf(h) for h in self.emu.worker_hosts}
+        return {h: counters.read_counters(self.emu.host_pid(h), self.intfs[h])
+                for h in self.emu.worker_hosts}
+
+    def _start_sampler(self) -> None:
+        """bottleneck.csv: the watched links' qdisc truth at 10 Hz (testbed.emulation.bottleneck)."""
+        targets = [a.target for a in (self.timeline.actions if self.timeline else [])
+                   if a.kind == "set_rate"]
+        links = bottleneck.watched_links(self.emu.links(), targets, self.cross_pairs,
+                                         list(self.emu.worker_hosts))
+        ends = [bottleneck.LinkEnd(link, dev, pid, toward)
+                for link in links for dev, pid, toward in self.emu.link_ends(link)]
+        self.sampler = bottleneck.BottleneckSampler(
+            ends, self.emu.link_rate, self.folder.path / "bottleneck.csv", self.launch_wall)
+        self.sampler.start()
+        if self.scn.capture:
+            self._start_capture(ends)
+
+    def _start_capture(self, ends: list[bottleneck.LinkEnd]) -> None:
+        """capture.pcap on the first watched end in this namespace (a switch's end: it
+        sees both directions of its link); the analysis runs after teardown."""
+        from testbed.emulation import capture
+
+        dst_hosts = [d for _, d in self.cross_pairs]
+        local = [e for e in ends if e.pid is None]
+        if not local:
+            self.network["capture"] = {"error": "no watched link end in this namespace"}
+            return
+        end = next((e for e in local if e.toward in dst_hosts), local[0])
+        self.capture_ips = {self.emu.ip(h) for h in self.emu.worker_hosts}
+        self.capture = capture.Capture(end.dev, self.folder.path / "capture.pcap")
+        self.capture.start()
+
+    def _stop_truth(self) -> None:
+        """Last counters (if the workers did not all finish) and the sampler, before the
+        emulation goes; errors here are recorded, never raised past teardown."""
+        if not self.counters_after and self.counters_before and self.emu is not None:
+            try:
+                self.counters_after = self._read_counters()
+            except (OSError, LookupError) as exc:
+                self.network["bytes_error"] = f"{type(exc).__name__}: {exc}"
+        if self.sampler is not None:
+            self.network["bottleneck"] = self.sampler.stop()
+        if self.capture is not None:
+            self.network["capture"] = self.capture.stop()
+
+    def _analyse_capture(self) -> None:
+        """capture.csv: bytes per flow class over time and retransmissions (scapy)."""
+        if self.capture is None:
+            return
+        from testbed.emulation import capture
+
+        ports = {}
+        if self.traffic is not None:
+            for g in self.traffic.groups.values():
+                for slot in g.slots:
+                    ports[slot.port] = f"cross:{g.id}"
+        try:
+            self.network["capture"].update(capture.write_analysis(
+                self.capture.path, self.folder.path / "capture.csv", self.launch_wall or 0.0,
+                ports, self.capture_ips))
+        except Exception as exc:  # noqa: BLE001 - the capture is information, not the result
+            self.network["capture"]["error"] = f"{type(exc).__name__}: {exc}"
+
+    def _conservation(self) -> None:
+        """summary.json's ``network.bytes`` and its warnings (testbed.emulation.counters)."""
+        if not (self.counters_before and self.counters_after):
+            return
+        recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+        cross_hosts = {h for pair in self.cross_pairs for h in pair}
+        ranks = []
+        for rank, host in enumerate(self.emu.worker_hosts):
+            rank_recs = recs.get(rank, [])
+            sent, colls, steps = counters.hook_totals(rank_recs)
+            grad = next((int(r.get("grad_bytes") or 0) for r in rank_recs
+                         if r.get("kind") == "start"), 0)
+            ranks.append(counters.rank_bytes(
+                rank, host, self.intfs[host], self.counters_before[host],
+                self.counters_after[host], sent, colls, steps, self.scn.world_size,
+                grad_bytes=grad, cross_endpoint=host in cross_hosts))
+        block, warns = counters.verdict(ranks, self.scn.world_size)
+        self.network["bytes"] = block
+        self.warnings += warns
+
+    def _cross_reports(self) -> None:
+        if self.traffic is None or not self.traffic.groups:
+            return
+        reports = self.traffic.reports()
+        origin = self.launch_wall or 0.0
+        for r in reports:
+            if r.get("started_wall") is not None:
+                r["started_t"] = round(r.pop("started_wall") - origin, 3)
+        self.network["cross_traffic"] = reports
+
     def _teardown_all(self) -> None:
         t = time.monotonic()
         errors: list[str] = []
         if self.timeline is not None:
             self.timeline.stop()
+        try:
+            self._stop_truth()
+        except Exception as exc:  # noqa: BLE001 - truth is information; teardown goes on
+            errors.append(f"network truth: {type(exc).__name__}: {exc}")
         for step, fn in (
             ("cross-traffic", lambda: self.traffic and self.traffic.close()),
             ("workers", lambda: self.workers and self.workers.kill()),
@@ -295,6 +410,9 @@ class _Run:
             if self.workers.exit_anomalies:
                 self.summary["exit_anomalies"] = list(self.workers.exit_anomalies)
         self.summary["events_applied"] = len(events)
+        self._cross_reports()
+        self._conservation()
+        self._analyse_capture()
         self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
     def _timeline_shortfall(self) -> str | None:
@@ -327,7 +445,9 @@ class _Run:
             "run_id": self.folder.path.name,
             "world_size": self.scn.world_size,
             "master_port": 29500 + random.randrange(1000),
-            "worker_argv": worker_argv(self.scn, self.method, self.seed, self.folder.workers),
+            "worker_argv": worker_argv(self.scn, self.method, self.seed, self.folder.workers,
+                                       self.gpu_plan.device, self.gpu_plan.backend),
+            "gpu_plan": vars(self.gpu_plan),
             "versions": versions(),
             "host": host_facts(),
             "started_at": started,
@@ -355,6 +475,7 @@ class _Run:
 
     def _work(self) -> None:
         actions, plans = expand(self.scn.timeline, end_s=self.scn.workload.time_limit_s)
+        self.cross_pairs = [(p.src, p.dst) for p in plans]
         self._start_zygote()
         self._build()
         if self.scn.probe_links:
@@ -392,6 +513,10 @@ class _Run:
             finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         self._record_phases()
+        if self.network:
+            self.summary["network"] = self.network
+        if self.warnings:
+            self.summary["warnings"] = self.warnings
         if self.summary.get("reason") is None:
             self.summary.pop("reason")
         self.folder.write_summary(self.summary)
@@ -455,12 +580,13 @@ ACTIONS: dict[str, Callable[[_Run, Action], str]] = {
 
 
 def _final_line(s: dict[str, Any]) -> str:
+    warns = "".join(f"\n  WARNING: {w}" for w in s.get("warnings", []))
     if s.get("status") == "ok":
         tp = s.get("throughput_samples_per_s")
         return (f"ok  {s.get('steps')} steps  {tp:.1f} samples/s  "
                 f"build {s.get('build_s')} s  teardown {s.get('teardown_s')} s"
-                if tp else "ok")
-    return f"{s.get('status')}: {s.get('reason')}"
+                if tp else "ok") + warns
+    return f"{s.get('status')}: {s.get('reason')}" + warns
 
 
 def run_scenario(
@@ -474,12 +600,17 @@ def run_scenario(
     KeyboardInterrupt) after teardown if SIGINT/SIGTERM arrived, and ValueError if
     ``run_dir`` already holds a finished (ok) run, which a caller must never overwrite.
     ``meta`` (a sweep's record of the run) is written as sweep.json together with the
-    first summary, so a run folder never exists without it.
+    first summary, so a run folder never exists without it. Raises ``gpus.GpuPlanError``
+    (a ValueError) before anything exists when the scenario needs GPUs this machine does
+    not have.
     """
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
+    wl = scenario.workload
+    plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())
     # absolute: workers (forked by the zygote, which works elsewhere) open files under it
-    return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta).execute()
+    return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta,
+                plan).execute()
 
 
 def summary_table_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
@@ -493,6 +624,7 @@ def summary_table_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
             "final_acc": s.get("final_accuracy"), "tta": s.get("time_to_accuracy_s"),
             "mb_sent": (s.get("bytes_sent_total") or 0) / 1e6,
             "reason": s.get("reason"), "run_dir": str(o.run_dir),
+            "warnings": s.get("warnings", []),
         })
     return rows
 

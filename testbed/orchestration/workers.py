@@ -25,14 +25,23 @@ from testbed.orchestration import records
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path) -> list[str]:
-    """``python -m workloads.train`` command line for this scenario/method/seed."""
+def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
+                device: str | None = None, backend: str | None = None) -> list[str]:
+    """``python -m workloads.train`` command line for this scenario/method/seed.
+
+    ``device``/``backend``: the orchestrator's resolved choice (``testbed.orchestration.gpus``);
+    None leaves the worker's own default (auto).
+    """
     wl = scenario.workload
     argv = [
         sys.executable, "-m", "workloads.train", "--model", wl.model, "--dataset", wl.dataset,
         "--method", method, "--batch-size", str(wl.batch_size), "--seed", str(seed),
         "--log-dir", str(log_dir), "--threads", str(wl.threads),
     ]
+    if device is not None:
+        argv += ["--device", device]
+    if backend is not None:
+        argv += ["--backend", backend]
     if wl.steps is not None:
         argv += ["--steps", str(wl.steps)]
     if wl.time_limit_s is not None:
@@ -53,6 +62,31 @@ def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path) -> li
     return argv
 
 
+def transport_env(intf: str, rank: int, run_prefix: str,
+                  gpus: list[str] | None = None) -> dict[str, str]:
+    """Environment that keeps rank ``rank``'s collectives on its emulated interface ``intf``.
+
+    gloo: ``GLOO_SOCKET_IFNAME`` (without it gloo binds to the hostname's address). NCCL
+    (set too when the rank uses a GPU; harmless to gloo): NCCL treats every process with
+    the same boot id as one node and then talks over shared memory or GPU peer-to-peer,
+    never touching the shaped links. A per-host ``NCCL_HOSTID`` makes each emulated host a
+    node of its own; ``NCCL_P2P_DISABLE``/``NCCL_SHM_DISABLE`` forbid the intra-node paths
+    anyway, ``NCCL_IB_DISABLE`` plus ``NCCL_NET=Socket`` pick the socket transport (no
+    RDMA device may take the traffic past the veth), ``NCCL_SOCKET_IFNAME`` binds it to the
+    host's interface (``=`` prefix: exactly this name, not every name starting with it).
+    Each emulated host sees only its own GPU (``CUDA_VISIBLE_DEVICES``, so ``LOCAL_RANK``
+    is 0 in every host, as on a real one-GPU machine). Unverified on a GPU so far: run
+    ``benchmarks/gpu_smoke.sh``, whose byte-conservation figures say whether it holds.
+    """
+    env = {"GLOO_SOCKET_IFNAME": intf, "LOCAL_RANK": "0",
+           "NCCL_SOCKET_IFNAME": "=" + intf, "NCCL_HOSTID": f"{run_prefix}-host{rank}",
+           "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1",
+           "NCCL_NET": "Socket"}
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[rank]
+    return env
+
+
 def tail(path: Path, n: int = 3) -> str:
     """The last ``n`` non-empty lines of a log, joined on one line (for a failure reason)."""
     try:
@@ -65,8 +99,11 @@ def tail(path: Path, n: int = 3) -> str:
 class WorkerGroup:
     """The worker processes of one run, one per worker host, rank = host order."""
 
-    def __init__(self, emu: Any, workers_dir: Path) -> None:
+    def __init__(self, emu: Any, workers_dir: Path, gpus: list[str] | None = None) -> None:
+        """``gpus``: the GPU of each rank (a CUDA device id, ``gpu_plan``) or None (CPU)."""
         self.emu = emu
+        self.gpus = gpus
+        self.prefix = str(getattr(emu, "prefix", "nst"))
         self.workers_dir = workers_dir
         self.procs: list[Any] = []  # Popen, or launcher.ForkedWorker
         self._logs: list[IO[bytes]] = []
@@ -92,7 +129,8 @@ class WorkerGroup:
             PYTHONUNBUFFERED="1",
         )
         base_env.pop("LOCAL_RANK", None)
-        envs = [dict(base_env, RANK=str(r), GLOO_SOCKET_IFNAME=self.emu.intf(h))
+        envs = [dict(base_env, RANK=str(r),
+                     **transport_env(self.transport_intf(h), r, self.prefix, self.gpus))
                 for r, h in enumerate(hosts)]
         for rank, host in enumerate(hosts):
             log_path = self.workers_dir / f"rank{rank}.log"
@@ -108,6 +146,10 @@ class WorkerGroup:
             self.procs.append(proc)
             if on_spawn is not None:
                 on_spawn()
+
+    def transport_intf(self, host: str) -> str:
+        """The interface the collectives must use: the host's emulated (shaped) one."""
+        return self.emu.intf(host)
 
     def exit_codes(self) -> list[int | None]:
         return [p.poll() for p in self.procs]

@@ -1,0 +1,265 @@
+"""Sensing validation: the network monitor's estimates against the bottleneck's truth.
+
+Inputs, all from one run folder: ``steps.csv`` (the hooks' ``est_*`` columns, the monitor's
+estimate at each step: ``netsenseml.sense``), ``bottleneck.csv`` (the qdisc truth at
+10 Hz: ``testbed.emulation.bottleneck``) and ``config.json``/``summary.json`` (world size,
+cross-traffic endpoints).
+
+What is compared, and why so:
+
+* **The bottleneck end.** The watched link end whose egress the training traffic shares
+  with the cross traffic: the end toward a worker that cross traffic targets (star: the
+  switch's end of ``w1``); else the dumbbell's busier ``bottleneck`` direction; else the
+  end toward a link a ``set_rate`` event changes; else the busiest end toward a worker.
+* **Available rate** = configured rate - the cross traffic's delivered rate: what its
+  iperf3 servers received (their interval reports, ``network.cross_traffic``), or, in runs
+  without them, what its sources sent (the egress of each cross source's own access link;
+  an upper bound: it includes what the bottleneck dropped); floored at 0, smoothed over
+  ``SMOOTH_S`` (a 10 Hz rate of a bursty flow swings).
+* **The monitor's rate on the link.** The monitor measures one rank's *payload* per second
+  of its collectives; a ring all-reduce puts ``2(W-1)/W`` of it on each link, a ring
+  all-gather (top-k and the other sparse levels) ``W-1`` times: the estimate is multiplied
+  by the factor of the step's level, so that both sides are link Mbit/s.
+* **The training traffic's share** = what the bottleneck end delivered - the cross traffic.
+* **Queueing delay**: truth = backlog bytes / configured rate; the monitor's
+  ``est_queue_delay_s`` is its latest sample's delay beyond the ideal at its extremes.
+
+The error is ``estimate - available`` at every rank-0 step that has an estimate (truth
+interpolated at the step's time); the table is ``sensing.csv`` and the figure
+``sensing.png``; ``summary`` holds the mean absolute error of the rate estimate (Mbit/s
+and relative to the mean available rate).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from testbed.common import files
+
+SMOOTH_S = 0.5
+SPARSE_LEVELS = ("topk", "randomk", "dgc")
+COLUMNS = ["t", "step", "level", "est_rate_mbit", "est_link_mbit", "configured_mbit",
+           "cross_mbit", "available_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
+           "backlog_bytes", "drops_per_s", "est_min_rtt_ms", "est_bdp_kB"]
+
+
+class SensingError(ValueError):
+    """The run folder lacks what the validation needs; the message says what."""
+
+
+def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    steps_path, truth_path = run_dir / "steps.csv", run_dir / "bottleneck.csv"
+    for p in (steps_path, truth_path, run_dir / "config.json"):
+        if not p.exists():
+            raise SensingError(f"{run_dir}: no {p.name} (a run of this testbed version "
+                               f"writes it)")
+    config = json.loads((run_dir / "config.json").read_text())
+    steps = pd.read_csv(steps_path)
+    truth = pd.read_csv(truth_path)
+    if "est_rate_Bps" not in steps.columns:
+        raise SensingError(f"{run_dir}: steps.csv has no monitor estimates (est_rate_Bps)")
+    if truth.empty:
+        raise SensingError(f"{run_dir}: bottleneck.csv has no samples")
+    return steps, truth, config
+
+
+def _cross_pairs(config: dict[str, Any]) -> list[tuple[str, str]]:
+    pairs = []
+    for ev in config.get("scenario", {}).get("timeline", []):
+        if ev.get("src") and ev.get("dst"):
+            pairs.append((ev["src"], ev["dst"]))
+    return pairs
+
+
+def bottleneck_end(truth: pd.DataFrame, config: dict[str, Any]) -> tuple[str, str]:
+    """(link, toward) of the end the comparison uses (module doc)."""
+    ends = truth.groupby(["link", "toward"])["sent_bytes"].agg(lambda s: s.max() - s.min())
+    workers = {t for t in truth["toward"].unique() if str(t).startswith("w")}
+    for _src, dst in _cross_pairs(config):
+        if (dst, dst) in ends.index:
+            return dst, dst
+    if "bottleneck" in ends.index.get_level_values(0):
+        sub = ends.loc["bottleneck"]
+        return "bottleneck", str(sub.idxmax())
+    for ev in config.get("scenario", {}).get("timeline", []):
+        link = ev.get("link")
+        if ev.get("kind") == "set_rate" and (link, link) in ends.index:
+            return link, link
+    toward_workers = ends[[t in workers for _, t in ends.index]]
+    if toward_workers.empty:
+        raise SensingError("bottleneck.csv watches no link end toward a worker")
+    link, toward = toward_workers.idxmax()
+    return str(link), str(toward)
+
+
+def _series(rows: pd.DataFrame, column: str) -> pd.Series:
+    return rows.set_index("t")[column].astype(float).sort_index()
+
+
+def _smooth(s: pd.Series, period: float) -> pd.Series:
+    window = max(1, int(round(SMOOTH_S / period)))
+    return s.rolling(window, min_periods=1, center=True).mean()
+
+
+def _at(s: pd.Series, t: np.ndarray) -> np.ndarray:
+    return np.interp(t, s.index.to_numpy(float), s.to_numpy(float)) if len(s) else np.full(
+        len(t), np.nan)
+
+
+def _received(run_dir: Path, times: np.ndarray, index: pd.Index) -> pd.Series | None:
+    """The cross traffic's received rate at ``times``: the sum of every iperf3 server's
+    interval reports (summary.json ``network.cross_traffic``), 0 outside them."""
+    summary = files.read_json(run_dir / "summary.json") or {}
+    flows = (summary.get("network") or {}).get("cross_traffic") or []
+    if not flows or not all("received_intervals" in f for f in flows):
+        return None
+    total = np.zeros(len(times))
+    for f in flows:
+        t0 = f.get("started_t")
+        if t0 is None:
+            continue
+        for start, end, mbit in f["received_intervals"]:
+            total += np.where((times >= t0 + start) & (times < t0 + end), mbit, 0.0)
+    return pd.Series(total, index=index)
+
+
+def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The per-step table and the summary (MAE) of one run folder."""
+    run_dir = Path(run_dir)
+    steps, truth, config = _read(run_dir)
+    world = int(config.get("world_size") or 1)
+    link, toward = bottleneck_end(truth, config)
+    end = truth[(truth["link"] == link) & (truth["toward"] == toward)]
+    times = end["t"].to_numpy(float)
+    period = float(np.median(np.diff(times))) if len(times) > 1 else 0.1
+    configured = _series(end, "configured_mbit")
+    cross = _received(run_dir, times, configured.index)
+    if cross is None:  # no receiver reports: what the sources sent (an upper bound)
+        cross = pd.Series(0.0, index=configured.index)
+        for src, _dst in _cross_pairs(config):
+            rows = truth[(truth["link"] == src) & (truth["toward"] != src)]
+            if not rows.empty:
+                cross = cross.add(pd.Series(_at(_series(rows, "delivered_mbit"), times),
+                                            index=configured.index), fill_value=0.0)
+    cross = _smooth(cross, period)
+    available = (configured - cross).clip(lower=0.0)
+    queue_ms = _series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3
+    # what the training flows got of the bottleneck: what it delivered less the cross traffic
+    training = (_smooth(_series(end, "delivered_mbit"), period) - cross).clip(lower=0.0)
+
+    r0 = steps[(steps["rank"] == 0) & steps["est_rate_Bps"].notna()].copy()
+    if r0.empty:
+        raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate")
+    t = r0["t"].to_numpy(float)
+    levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
+    factor = np.where(levels.isin(SPARSE_LEVELS), max(world - 1, 1),
+                      2 * (world - 1) / world if world > 1 else 1.0)
+    est_mbit = r0["est_rate_Bps"].to_numpy(float) * 8 / 1e6
+    table = pd.DataFrame({
+        "t": t, "step": r0["step"].to_numpy(), "level": levels.to_numpy(),
+        "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
+        "configured_mbit": _at(configured, t), "cross_mbit": _at(cross, t).round(3),
+        "available_mbit": _at(available, t).round(3),
+        "training_mbit": _at(training, t).round(3),
+        "est_queue_ms": (r0["est_queue_delay_s"].to_numpy(float) * 1e3).round(3),
+        "truth_queue_ms": _at(queue_ms, t).round(3),
+        "backlog_bytes": _at(_series(end, "backlog_bytes"), t).round(0),
+        "drops_per_s": _at(_series(end, "drops_per_s"), t).round(2),
+        "est_min_rtt_ms": (r0["est_min_rtt_s"].to_numpy(float) * 1e3).round(3),
+        "est_bdp_kB": (r0["est_bdp_B"].to_numpy(float) / 1e3).round(3),
+    })
+    table["error_mbit"] = (table["est_link_mbit"] - table["available_mbit"]).round(3)
+    table = table[COLUMNS]
+    mae = float(table["error_mbit"].abs().mean())
+    mean_avail = float(table["available_mbit"].mean())
+    summary = {
+        "run_dir": str(run_dir), "bottleneck": {"link": link, "toward": toward},
+        "world_size": world, "steps_compared": int(len(table)),
+        "rate_mae_mbit": round(mae, 3),
+        "rate_mae_relative": round(mae / mean_avail, 4) if mean_avail > 0 else None,
+        "rate_bias_mbit": round(float(table["error_mbit"].mean()), 3),
+        "mean_available_mbit": round(mean_avail, 3),
+        "mean_training_mbit": round(float(table["training_mbit"].mean()), 3),
+        "queue_mae_ms": round(float((table["est_queue_ms"] - table["truth_queue_ms"])
+                                    .abs().mean()), 3),
+        "max_truth_queue_ms": round(float(queue_ms.max()), 3),
+    }
+    return table, summary
+
+
+def figure(table: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
+    """Three panels: rates, queueing delay, rate error; written atomically as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    ax[0].plot(table["t"], table["configured_mbit"], "k--", lw=1, label="configured")
+    ax[0].plot(table["t"], table["available_mbit"], "g-", lw=1.5,
+               label="available (configured - cross traffic)")
+    ax[0].plot(table["t"], table["est_link_mbit"], "b.", ms=3,
+               label="monitor max delivery rate (link Mbit/s)")
+    ax[0].set_ylabel("Mbit/s (log)")
+    ax[0].set_yscale("log")  # an estimate 10x off must not flatten the truth into the axis
+    ax[0].legend(fontsize=7, loc="upper right")
+    b = summary["bottleneck"]
+    ax[0].set_title(f"sensing vs truth at {b['link']} -> {b['toward']}: rate MAE "
+                    f"{summary['rate_mae_mbit']:.1f} Mbit/s", fontsize=9)
+    ax[1].plot(table["t"], table["truth_queue_ms"], "g-", lw=1.5, label="truth: backlog / rate")
+    ax[1].plot(table["t"], table["est_queue_ms"], "b.", ms=3, label="monitor queueing delay")
+    ax[1].set_ylabel("queueing delay, ms")
+    ax[1].legend(fontsize=7, loc="upper right")
+    ax[2].plot(table["t"], table["error_mbit"], "r.", ms=3)
+    ax[2].axhline(0, color="k", lw=0.5)
+    ax[2].set_ylabel("rate error, Mbit/s")
+    ax[2].set_xlabel("seconds since launch")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def write(run_dir: Path, out: Path | None = None) -> tuple[dict[str, Any], list[Path]]:
+    """sensing.csv, sensing.json and sensing.png into ``out`` (default: the run folder)."""
+    table, summary = validate(run_dir)
+    out = Path(out) if out else Path(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files.write_csv(out / "sensing.csv", COLUMNS, table.to_dict("records"))
+    files.write_json(out / "sensing.json", summary)
+    png = figure(table, summary, out / "sensing.png")
+    return summary, [out / "sensing.csv", out / "sensing.json", png]
+
+
+def truth_table(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: byte conservation (status, link tx / hook bytes per rank), the
+    bottleneck sampler's rate, the cross traffic's achieved rate and the run's warnings.
+
+    For the report: a run whose traffic bypassed the emulated links shows here, beside its
+    numbers, whatever its ``status``.
+    """
+    rows = []
+    for run in runs.get("run", pd.Series(dtype=str)):
+        s = files.read_json(Path(root) / run / "summary.json") or {}
+        net = s.get("network") or {}
+        ranks = (net.get("bytes") or {}).get("ranks") or []
+        ratios = [r.get("ratio_tx") for r in ranks if r.get("ratio_tx") is not None]
+        cross = net.get("cross_traffic") or []
+        rows.append({
+            "run": run, "method": s.get("method"),
+            "bytes": (net.get("bytes") or {}).get("status", "not recorded"),
+            "tx/hook min": min(ratios) if ratios else None,
+            "tx/hook max": max(ratios) if ratios else None,
+            "judged ranks": sum(1 for r in ranks if r.get("judged")),
+            "truth Hz": (net.get("bottleneck") or {}).get("rate_hz"),
+            "cross Mbit/s": sum(c.get("achieved_mbit") or 0 for c in cross) if cross else None,
+            "warnings": " | ".join(s.get("warnings") or []),
+        })
+    return pd.DataFrame(rows)
