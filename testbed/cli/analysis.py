@@ -42,14 +42,23 @@ def sweep_cmd(
         "--dry-run", help="list the runs and an estimated duration; run nothing")] = False,
     only: Annotated[list[str] | None, typer.Option(
         "--only", help="run only this experiment (repeatable)")] = None,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="where runs execute: local (here, one at a time), ray (the Ray "
+        "cluster of RAY_ADDRESS or this node) or ray:ADDRESS; one run per node holding the "
+        "Ray resource netsense_host")] = "local",
+    retries: Annotated[int, typer.Option(
+        "--retries", help="ray: times a run whose worker or node was lost is re-submitted "
+        "before it is marked failed")] = 1,
 ) -> None:
     """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped."""
     from testbed.config import sweep as sw
+    from testbed.orchestration.executors import LocalExecutor, parse_executor
     from testbed.orchestration.sweep import dry_run_rows, run_sweep
 
     console = Console()
     try:
         only = only or []
+        ex = parse_executor(executor, retries)
         spec = sw.load_sweep(sweep)
         names = [e.name for e in spec.experiments]
         for o in only:
@@ -78,14 +87,15 @@ def sweep_cmd(
                       f"{sw.FALLBACK_STEP_S} s, + {sw.PER_RUN_OVERHEAD_S:.0f} s per run for "
                       "build, worker start-up and teardown)")
         return
-    from testbed.cli.app import preflight
+    if isinstance(ex, LocalExecutor):
+        from testbed.cli.app import preflight
 
-    preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
+        preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
     from testbed.orchestration.sweep import SweepLocked
 
     try:
-        rep = run_sweep(runs, console=console)
-    except SweepLocked as exc:
+        rep = run_sweep(runs, console=console, executor=ex)
+    except (SweepLocked, sw.SweepError) as exc:  # another sweep; Ray missing or unusable
         _fail(str(exc))
         return
     console.print(f"sweep {spec.name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
