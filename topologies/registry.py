@@ -42,6 +42,7 @@ def register(kind: str, path: str) -> None:
 register("star", "topologies.star:StarTopo")
 register("dumbbell", "topologies.dumbbell:DumbbellTopo")
 register("leafspine", "topologies.leafspine:LeafSpineTopo")
+register("hosts", "topologies.hosts:HostsTopo")  # real machines: docs/real-hosts.md
 
 
 class TopologyKindError(ValueError):

@@ -472,6 +472,10 @@ def run_scenario(
     """
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
+    if scenario.topology.kind == "hosts":  # real machines: torchrun + tc on their NICs
+        from testbed.orchestration.hosts import run_on_hosts
+
+        return run_on_hosts(scenario, method, seed, Path(run_dir).absolute())
     # absolute: workers (forked by the zygote, which works elsewhere) open files under it
     return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta).execute()
 

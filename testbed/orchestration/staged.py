@@ -67,14 +67,18 @@ def run_staged(scenario: Any, method: str, seed: int, name: str,
     spec = stage / "spec.pkl"
     spec.write_bytes(pickle.dumps({"scenario": scenario, "method": method, "seed": seed}))
     t0 = time.monotonic()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "testbed.orchestration.staged", str(spec), str(run_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-    )
+    # Output to a file, not a pipe: after our death the child still tears down and logs,
+    # and a write to a pipe nobody reads would kill it half-way (BrokenPipeError).
+    with open(stage / "child.log", "wb") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "testbed.orchestration.staged", str(spec), str(run_dir)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
     write_json(stage / "task.json", {"task_pid": os.getpid(), "child_pid": child.pid,
                                      "host": os.uname().nodename})
     try:
-        out, _ = child.communicate(timeout=timeout_s)
+        child.wait(timeout=timeout_s)
     except KeyboardInterrupt:  # ray.cancel: the child tears down, then we go
         child.send_signal(signal.SIGINT)
         child.wait()
@@ -82,11 +86,12 @@ def run_staged(scenario: Any, method: str, seed: int, name: str,
         raise
     except subprocess.TimeoutExpired:
         child.send_signal(signal.SIGTERM)
-        out, _ = child.communicate()
+        child.wait()
     try:
         summary = read_json(run_dir / "summary.json") or {}
-        if not summary:  # the child died before writing anything: say so, with its output
-            tail = (out or b"").decode(errors="replace").strip().splitlines()[-3:]
+        if not summary or summary.get("status") == "running":  # died before its summary
+            out = (stage / "child.log").read_bytes()
+            tail = out.decode(errors="replace").strip().splitlines()[-3:]
             summary = {"status": "failed", "method": method, "seed": seed,
                        "reason": f"staged run exited {child.returncode} without a summary: "
                                  + " | ".join(tail)}
