@@ -16,6 +16,9 @@ on ``<results>/<sweep>/.lock`` for the whole sweep; the kernel drops it when the
 dies, however it dies, so a stale lock cannot exist. A second sweep on the same folder
 refuses with one line naming the holder's pid (two sweeps would each delete the other's
 "unfinished" run folders to re-run them).
+
+Where the runs execute (here, or on a Ray cluster) is the executor's business
+(``testbed.orchestration.executors``); skipping, status lines and the report are the same for all.
 """
 
 from __future__ import annotations
