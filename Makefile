@@ -8,6 +8,8 @@ SCENARIO ?= smoke
 SWEEP    ?= paper-quick
 RESULTS  ?= results
 PYTEST_ARGS ?=
+# EXTRAS=dev,ray also installs Ray (`netsense sweep --executor ray` and its tests)
+EXTRAS   ?= dev
 APT_PACKAGES := mininet iperf3 bridge-utils
 STAMP    := $(VENV)/.netsense-setup
 
@@ -29,7 +31,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 test: setup
