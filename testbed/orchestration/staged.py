@@ -139,10 +139,14 @@ def install_tar(data: bytes, run_dir: Path, extra: dict[str, Any]) -> None:
     clear_partials(run_dir)
     inc = incoming_path(run_dir)
     inc.mkdir()
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        tar.extractall(inc, filter="data")  # refuses absolute paths, '..', devices
-    for fname, obj in extra.items():
-        write_json(inc / fname, obj)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+            tar.extractall(inc, filter="data")  # refuses absolute paths, '..', devices
+        for fname, obj in extra.items():
+            write_json(inc / fname, obj)
+    except BaseException:
+        shutil.rmtree(inc, ignore_errors=True)
+        raise
     old = replaced_path(run_dir)
     if run_dir.exists():
         os.rename(run_dir, old)
