@@ -18,6 +18,11 @@ exit codes are the same whichever executor ran the runs.
   retries are used up the driver writes the run folder itself: ``summary.json`` with
   ``status: failed`` and the reason (the Ray error's first line), so the next sweep re-runs it.
 
+Every node needs this repository installed (same version) and, for scenarios that replay a
+trace file, the file at the same absolute path as on the driver (the resolved scenario names
+it by path). config.json records where the run really ran (its node-local staging path in
+``worker_argv``, the node in ``host``).
+
 Ray is an optional extra (``pip install -e .[ray]``); nothing imports it until a Ray executor
 is asked for.
 """
