@@ -6,8 +6,8 @@ touches): compute_s, codec_s, comm_s, step_s and bytes_sent (the payload handed 
 torch.distributed per worker and step). The collective comes from the method registry
 (``reduction``: allreduce or allgather).
 
-``fit_link`` solves ``comm_s = alpha x L + (1/eta) x V x 8 / R`` by least squares over the
-calibration runs (linear in alpha and 1/eta; needs runs whose L/V ratios differ, e.g. one
+``fit_link`` solves ``comm_s = alpha x L + (1/eta) x V x 8 / R`` by relative least squares
+(alpha >= 0, eta <= 1) over the calibration runs (linear in alpha and 1/eta; needs runs whose L/V ratios differ, e.g. one
 allreduce and one allgather method). ``validate`` then predicts every other run from the
 calibration run of the same method (its payload, compute and codec per worker) and the
 target run's worker count, and returns one row per run with the relative errors.
@@ -112,12 +112,19 @@ def fit_link(runs: list[RunStats]) -> LinkCalibration:
         y.append(r.comm_s)
     if len(a) < 2:
         raise ValueError("calibration: need at least 2 runs (e.g. allreduce and topk at n=2)")
-    (alpha, inv_eta), *_ = np.linalg.lstsq(np.array(a), np.array(y), rcond=None)
-    if alpha < 0 or inv_eta < 1:  # out of the physical range: refit the other one alone
-        alpha = max(0.0, float(alpha))
-        inv_eta = max(1.0, float(np.dot([row[1] for row in a],
-                                        [yy - alpha * row[0] for row, yy in zip(a, y, strict=True)])
-                                 / max(1e-12, sum(row[1] ** 2 for row in a))))
+    # relative least squares (each row divided by its measurement): the prediction error that
+    # matters is relative, and comm times span two orders of magnitude across methods
+    w = 1.0 / np.maximum(np.array(y), 1e-6)
+    am, ym = np.array(a) * w[:, None], np.array(y) * w
+    (alpha, inv_eta), *_ = np.linalg.lstsq(am, ym, rcond=None)
+    if alpha < 0 or inv_eta < 1:  # outside the physical box: best fit on its boundary
+        cands = []
+        inv = max(1.0, float(am[:, 1] @ ym / max(1e-30, am[:, 1] @ am[:, 1])))
+        cands.append((0.0, inv))  # alpha = 0, best 1/eta
+        al = max(0.0, float(am[:, 0] @ (ym - am[:, 1]) / max(1e-30, am[:, 0] @ am[:, 0])))
+        cands.append((al, 1.0))  # eta = 1, best alpha
+        alpha, inv_eta = min(cands, key=lambda c: float(
+            np.sum((am @ np.array(c) - ym) ** 2)))
     return LinkCalibration(alpha_s=float(alpha), eta=float(1.0 / inv_eta))
 
 

@@ -132,6 +132,28 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
+def _ppid(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _ray_processes() -> list[str]:
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:100]
+        except OSError:
+            continue
+        if "ray::" in cmd or "staged" in cmd:
+            out.append(f"{p.name} {cmd}")
+    return out
+
+
 def _kill_task_when_training(staging: Path, proc: subprocess.Popen,
                              timeout_s: float = 90) -> dict:
     """SIGKILL the Ray worker process of the first run once its workers train.
@@ -146,7 +168,13 @@ def _kill_task_when_training(staging: Path, proc: subprocess.Popen,
             steps = list(task.parent.glob("*/workers/rank0.jsonl"))
             if info.get("workers") and steps and steps[0].stat().st_size > 0:
                 t = json.loads(task.read_text())
-                os.kill(t["task_pid"], signal.SIGKILL)
+                # the Ray worker = the staged child's parent, as this PID namespace sees it
+                ppid = _ppid(t["child_pid"])
+                if ppid is None:
+                    continue  # the child has gone already: look again
+                if ppid != t["task_pid"]:
+                    print("task pid mismatch:", t, ppid, _ray_processes())
+                os.kill(ppid, signal.SIGKILL)
                 return {**info, **t}
         time.sleep(0.2)
     raise AssertionError("the run never started training under Ray")

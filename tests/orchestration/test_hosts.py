@@ -142,7 +142,7 @@ def test_loopback_run_with_one_host(tmp_path: Path) -> None:
         cfg = json.loads((run / "config.json").read_text())
         assert cfg["hosts_plan"][0]["train"].startswith(f"{sys.executable} -m torch.distributed.run "
                                                         "--nnodes=1 --nproc-per-node=2")
-        assert any("htb" in s and "pfifo limit 50" in s for s in seen), seen[-3:]
+        assert any("qdisc htb 1: root" in s and "limit 50p" in s for s in seen), seen[-3:]
         assert "htb" not in _qdiscs(dev + "a")  # unshaped after the run
         assert not (tmp_path / "remote").exists() or not any((tmp_path / "remote").iterdir())
     finally:
