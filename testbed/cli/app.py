@@ -106,7 +106,8 @@ def run(
         check_dir(out, "--out")
     except OutputError as exc:
         fail(str(exc))
-    preflight()
+    if scn.topology.kind != "hosts":  # real hosts: nothing is emulated on this machine
+        preflight()
 
     from testbed.orchestration import launcher
     from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario
