@@ -11,7 +11,8 @@ child process (``python -m testbed.orchestration.staged SPEC RUN_DIR``) so that
 - when the Ray worker holding the task dies (node lost, worker killed, task cancelled), the
   child gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``), tears its emulation down like any
   interrupted run (interfaces by prefix, processes by PID) and removes its staging folder,
-  since no-one is left to collect it.
+  since no-one is left to collect it. The child runs in a session of its own because Ray
+  SIGKILLs the process group of a dead worker, which would cut that teardown short.
 
 The staging folder lies under ``$NETSENSE_STAGING_DIR`` or ``<tmp>/netsense-staging-<uid>``;
 ``task.json`` in it names the task's PID and the child's (tests kill the former).
@@ -74,6 +75,9 @@ def run_staged(scenario: Any, method: str, seed: int, name: str,
             [sys.executable, "-m", "testbed.orchestration.staged", str(spec), str(run_dir)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
+            # Its own process group: Ray (2.60) SIGKILLs a dead worker's whole group, which
+            # would leave the emulation half torn down; the child tears down on SIGTERM.
+            start_new_session=True,
         )
     write_json(stage / "task.json", {"task_pid": os.getpid(), "child_pid": child.pid,
                                      "host": os.uname().nodename})
