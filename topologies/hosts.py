@@ -51,7 +51,7 @@ class RealHost(BaseModel):
 class HostsParams(spec.ShapedParams):
     """Real machines, one torchrun node each; their NICs shaped with the same HTB tree."""
 
-    hosts: list[RealHost] = Field(min_length=1, max_length=1024)
+    machines: list[RealHost] = Field(min_length=1, max_length=1024)
     procs_per_host: int = Field(1, gt=0, le=64)
     rate_mbit: float = Field(gt=0, le=100000)
     master_port: int = Field(29500, gt=1023, lt=65536)
@@ -60,19 +60,19 @@ class HostsParams(spec.ShapedParams):
 
     @model_validator(mode="after")
     def _rendezvous_reachable(self) -> HostsParams:
-        if len(self.hosts) > 1 and self.hosts[0].address in LOCAL_ADDRESSES:
-            raise ValueError("hosts.0.address: the rendezvous (first) host must be reachable "
+        if len(self.machines) > 1 and self.machines[0].address in LOCAL_ADDRESSES:
+            raise ValueError("machines.0.address: the rendezvous (first) host must be reachable "
                              "from every host; localhost only works with one host")
         return self
 
     def worker_hosts(self) -> list[str]:
         """One name per rank (h<i>, or h<i>-<j> with several processes per host)."""
         if self.procs_per_host == 1:
-            return [f"h{i}" for i in range(len(self.hosts))]
-        return [f"h{i}-{j}" for i in range(len(self.hosts)) for j in range(self.procs_per_host)]
+            return [f"h{i}" for i in range(len(self.machines))]
+        return [f"h{i}-{j}" for i in range(len(self.machines)) for j in range(self.procs_per_host)]
 
     def link_rates(self) -> dict[str, float | None]:
-        return {f"h{i}": self.rate_mbit for i in range(len(self.hosts))}
+        return {f"h{i}": self.rate_mbit for i in range(len(self.machines))}
 
     def link_names(self) -> list[str]:
         return list(self.link_rates())
@@ -152,7 +152,7 @@ def plan(topo: Any, worker_args: list[str], run_id: str, *,
     ``worker_args`` are ``workloads.train``'s arguments without ``--log-dir`` (each host
     gets ``<workdir>/<run_id>/workers``). Rank order: host order, then local rank.
     """
-    hosts = list(_get(topo, "hosts"))
+    hosts = list(_get(topo, "machines"))
     master = _get(hosts[0], "address")
     if master in LOCAL_ADDRESSES and len(hosts) > 1:
         raise ValueError("topology.hosts[0].address: the rendezvous address must be reachable "

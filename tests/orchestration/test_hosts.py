@@ -23,7 +23,7 @@ from testbed.orchestration.hosts import host_plan
 def _scenario(hosts: list[dict], **topo: object) -> object:
     return validate_scenario({
         "name": "real-hosts",
-        "topology": {"kind": "hosts", "hosts": hosts, "rate_mbit": 100, "queue_pkts": 50,
+        "topology": {"kind": "hosts", "machines": hosts, "rate_mbit": 100, "queue_pkts": 50,
                      "master_port": 29611, **topo},
         "workload": {"model": "mlp", "dataset": "digits", "batch_size": 32, "time_limit_s": 3,
                      "eval_every": 10, "target_accuracy": 0.5, "args": {"width": 64}},
@@ -85,14 +85,14 @@ def test_three_host_commands() -> None:
 def test_bad_host_lists_are_refused_with_one_line() -> None:
     from testbed.config.scenario import ScenarioError
 
-    with pytest.raises((ScenarioError, ValueError), match="hosts.0.address"):
+    with pytest.raises((ScenarioError, ValueError), match="machines.0.address"):
         _scenario([{"address": "localhost", "interface": "lo"}, *THREE[:1]])
     with pytest.raises((ScenarioError, ValueError), match="interface"):
         _scenario([{"address": "10.0.0.1", "interface": "eth0; reboot"}])
     with pytest.raises((ScenarioError, ValueError), match="timeline"):
         validate_scenario({
             "name": "x", "topology": {"kind": "hosts", "rate_mbit": 10,
-                                      "hosts": [{"address": "10.0.0.1", "interface": "e"}]},
+                                      "machines": [{"address": "10.0.0.1", "interface": "e"}]},
             "workload": {"model": "mlp", "dataset": "digits", "time_limit_s": 3},
             "methods": ["allreduce"],
             "timeline": [{"at": 1, "kind": "set_rate", "link": "h0", "mbit": 5}]})
