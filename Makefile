@@ -12,6 +12,8 @@ SCENARIO ?= smoke
 SWEEP    ?= paper-quick
 RESULTS  ?= results
 PYTEST_ARGS ?=
+# EXTRAS=dev,ray also installs Ray (`netsense sweep --executor ray` and its tests)
+EXTRAS   ?= dev
 APT_PACKAGES := mininet iperf3 bridge-utils
 # Only for the test that renders report.html in a real headless browser (skipped without it).
 APT_TEST_PACKAGES := chromium
@@ -38,7 +40,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url "$(TORCH_INDEX_URL)") "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 # Refresh the committed JSON schemas after a change to the scenario or sweep models.

@@ -42,6 +42,7 @@ def register(kind: str, path: str) -> None:
 register("star", "topologies.star:StarTopo")
 register("dumbbell", "topologies.dumbbell:DumbbellTopo")
 register("leafspine", "topologies.leafspine:LeafSpineTopo")
+register("hosts", "topologies.hosts:HostsTopo")  # real machines: docs/real-hosts.md
 
 
 class TopologyKindError(ValueError):
@@ -131,12 +132,30 @@ def _error(loc: tuple[str, ...], message: str, value: Any) -> ValidationError:
     return ValidationError.from_exception_data("topology", [detail])
 
 
+def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with its local ``$defs`` references inlined: each variant is embedded in
+    the scenario's schema, where its own ``#/$defs/...`` would point nowhere."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
+                return walk(dict(defs[ref[8:]]))
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
+
+
 def json_schema() -> dict[str, Any]:
     """JSON schema of a topology mapping: one variant per registered kind (its Params with
     ``kind`` fixed), and a plug-in variant whose fields only its own class knows."""
     variants: list[dict[str, Any]] = []
     for kind in _BUILTIN:
-        schema = params_class(kind).model_json_schema()
+        schema = _inline_defs(params_class(kind).model_json_schema())
         schema["properties"]["kind"] = {"const": kind}
         variants.append(schema)
     variants.append({

@@ -52,6 +52,13 @@ def sweep_cmd(
     only: Annotated[list[str] | None, typer.Option(
         "--only", metavar="EXPERIMENT", help="run only this experiment (repeatable)")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="where runs execute: local (here, one at a time), ray (the Ray "
+        "cluster of RAY_ADDRESS or this node) or ray:ADDRESS; one run per node holding the "
+        "Ray resource netsense_host")] = "local",
+    retries: Annotated[int, typer.Option(
+        "--retries", help="ray: times a run whose worker or node was lost is re-submitted "
+        "before it is marked failed")] = 1,
 ) -> None:
     """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped.
 
@@ -59,11 +66,13 @@ def sweep_cmd(
     grid, so it wins).
     """
     from testbed.config import sweep as sw
+    from testbed.orchestration.executors import LocalExecutor, parse_executor
     from testbed.orchestration.sweep import dry_run_rows, run_sweep
 
     console = Console(width=max(120, Console().width))
     try:
         only = only or []
+        ex = parse_executor(executor, retries)
         spec = sw.load_sweep(sweep)
         names = [e.name for e in spec.experiments]
         for o in only:
@@ -115,14 +124,15 @@ def sweep_cmd(
                       "build, worker start-up and teardown)"
                       + ("" if verbose else "; --verbose lists every run"), highlight=False)
         return
-    from testbed.cli.app import preflight
+    if isinstance(ex, LocalExecutor):
+        from testbed.cli.app import preflight
 
-    preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
+        preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
     from testbed.orchestration.sweep import SweepLocked
 
     try:
-        rep = run_sweep(runs, console=console, progress=not quiet)
-    except SweepLocked as exc:
+        rep = run_sweep(runs, console=console, progress=not quiet, executor=ex)
+    except (SweepLocked, sw.SweepError) as exc:  # another sweep; Ray missing or unusable
         fail(str(exc))
     console.print(f"sweep {spec.name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
                   f"skipped (already ok) in {rep.seconds / 60:.1f} min; results in "

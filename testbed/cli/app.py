@@ -143,7 +143,8 @@ def run(
                   gpus.visible_gpus())
     except gpus.GpuPlanError as exc:
         fail(str(exc))
-    preflight()
+    if scn.topology.kind != "hosts":  # real hosts: nothing is emulated on this machine
+        preflight()
 
     from testbed.orchestration import launcher
     from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario

@@ -606,6 +606,10 @@ def run_scenario(
     """
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
+    if scenario.topology.kind == "hosts":  # real machines: torchrun + tc on their NICs
+        from testbed.orchestration.hosts import run_on_hosts
+
+        return run_on_hosts(scenario, method, seed, Path(run_dir).absolute())
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())
     # absolute: workers (forked by the zygote, which works elsewhere) open files under it

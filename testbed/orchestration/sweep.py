@@ -16,6 +16,9 @@ on ``<results>/<sweep>/.lock`` for the whole sweep; the kernel drops it when the
 dies, however it dies, so a stale lock cannot exist. A second sweep on the same folder
 refuses with one line naming the holder's pid (two sweeps would each delete the other's
 "unfinished" run folders to re-run them).
+
+Where the runs execute (here, or on a Ray cluster) is the executor's business
+(``testbed.orchestration.executors``); skipping, status lines and the report are the same for all.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 from testbed.common.files import read_json, write_json
 from testbed.config.sweep import RunSpec, estimate_run_s, param_slug
+from testbed.orchestration.executors import Finished, LocalExecutor, sweep_meta
 
 
 def run_status(run_dir: Path) -> str | None:
@@ -41,12 +45,6 @@ def run_status(run_dir: Path) -> str | None:
 
 def is_done(run_dir: Path) -> bool:
     return run_status(run_dir) == "ok"
-
-
-def sweep_meta(r: RunSpec) -> dict[str, Any]:
-    return {"sweep": r.sweep, "experiment": r.experiment, "kind": r.kind,
-            "scenario": r.scenario_ref, "params": r.params, "overrides": r.overrides,
-            "method": r.method, "seed": r.seed}
 
 
 @dataclass
@@ -111,11 +109,13 @@ def run_sweep(
     run_fn: RunFn | None = None,
     console: Any = None,
     progress: bool = True,
+    executor: Any = None,
 ) -> SweepReport:
     """Run every pending run in order; skip finished ones; go on after failures.
 
-    ``run_fn`` defaults to ``testbed.orchestration.run.run_scenario`` (called with
-    ``meta=``, the run's sweep.json). KeyboardInterrupt from a run (raised after its
+    ``executor`` (``testbed.orchestration.executors``) decides where runs execute; the
+    default is a ``LocalExecutor`` calling ``run_fn`` here, in order (default
+    ``testbed.orchestration.run.run_scenario``, called with ``meta=``, the run's sweep.json). KeyboardInterrupt from a run (raised after its
     teardown) stops the sweep; finished runs stay intact and the report says so. Raises
     SweepLocked, before anything runs, when another process runs a sweep into the same
     folder.
@@ -130,12 +130,7 @@ def run_sweep(
     except BaseException:
         locks.close()
         raise
-    zygote: Any = contextlib.nullcontext()
-    if run_fn is None:
-        from testbed.orchestration import launcher
-        from testbed.orchestration.run import run_scenario as run_fn  # type: ignore[no-redef]
-
-        zygote = launcher.shared()  # one pre-imported worker for all runs (launcher.py)
+    executor = executor or LocalExecutor(run_fn)
     console = console or Console()
     rep = SweepReport()
     t0 = time.monotonic()
@@ -143,29 +138,42 @@ def run_sweep(
                    TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
                    TextColumn("{task.description}"),
                    console=console, disable=not progress, transient=False)
-    eta = SweepEta([0.0 if is_done(r.run_dir) else estimate_run_s(r.scenario) for r in runs])
-    with locks, zygote, bar:
-        task = bar.add_task("", total=len(runs), eta=eta.text())
-        current = "between runs"
+    pending: list[RunSpec] = []
+    running: list[str] = []
+    with locks, bar:
+        task = bar.add_task("", total=len(runs), eta="")
+        for r in runs:
+            if is_done(r.run_dir):
+                if not (r.run_dir / "sweep.json").is_file():
+                    write_json(r.run_dir / "sweep.json", sweep_meta(r))
+                rep.skipped += 1
+                console.print(f"[dim]skip    {r.label}  (ok in {r.run_dir})[/dim]")
+                bar.advance(task)
+            else:
+                pending.append(r)
+        eta = SweepEta([estimate_run_s(r.scenario) for r in pending])
+        index = {r.label: i for i, r in enumerate(pending)}
+        bar.update(task, eta=eta.text())
+
+        def started(r: RunSpec) -> None:
+            running.append(r.label)
+            bar.update(task, description=_describe(running))
+
         try:
-            for i, r in enumerate(runs):
-                if is_done(r.run_dir):
-                    if not (r.run_dir / "sweep.json").is_file():
-                        write_json(r.run_dir / "sweep.json", sweep_meta(r))
-                    rep.skipped += 1
-                    console.print(f"[dim]skip    {r.label}  (ok in {r.run_dir})[/dim]")
+            with executor.session():
+                for fin in executor.execute(pending, started):
+                    with contextlib.suppress(ValueError):
+                        running.remove(fin.run.label)
+                    _report(fin, console, rep)
+                    if fin.run.label in index:
+                        eta.done(index[fin.run.label], fin.seconds)
+                    bar.update(task, eta=eta.text())
+                    bar.update(task, description=_describe(running))
                     bar.advance(task)
-                    continue
-                bar.update(task, description=r.label)
-                current = f"during {r.label}"
-                t_run = time.monotonic()
-                _run_one(r, run_fn, console, rep)
-                eta.done(i, time.monotonic() - t_run)
-                current = "between runs"
-                bar.update(task, advance=1, eta=eta.text())
         except KeyboardInterrupt:
             # run_scenario re-raises only after its teardown, so the network is gone here.
             rep.interrupted = True
+            current = f"during {running[0]}" if running else "between runs"
             console.print(f"[yellow]interrupted {current}; sweep stopped (re-run to resume)"
                           "[/yellow]")
     rep.seconds = time.monotonic() - t0
@@ -196,32 +204,33 @@ class SweepEta:
         return f"ETA {int(s // 60)}:{int(s % 60):02d}" if s > 0 else ""
 
 
-def _run_one(r: RunSpec, run_fn: RunFn, console: Any, rep: SweepReport) -> None:
-    """One run through the orchestrator, its sweep.json, and its status line."""
-    r.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    t_run = time.monotonic()
-    try:
-        outcome = run_fn(r.scenario, r.method, r.seed, r.run_dir, progress=False,
-                         meta=sweep_meta(r))
-    except ValueError as exc:  # the folder is another live run's (or a finished one's)
-        rep.failed.append(r.label)
-        console.print(f"[red]refused[/red] {r.label}  {exc}", highlight=False)
+def _describe(running: list[str]) -> str:
+    if len(running) <= 1:
+        return running[0] if running else ""
+    return f"{len(running)} running"
+
+
+def _report(fin: Finished, console: Any, rep: SweepReport) -> None:
+    """One finished run's status line and counts."""
+    if fin.refused:  # the folder is another live run's (or a finished one's)
+        rep.failed.append(fin.run.label)
+        console.print(f"[red]refused[/red] {fin.run.label}  {fin.summary.get('reason')}",
+                      highlight=False)
         return
     rep.ran += 1
-    if r.run_dir.is_dir() and not (r.run_dir / "sweep.json").is_file():
-        write_json(r.run_dir / "sweep.json", sweep_meta(r))  # a run_fn that ignored meta
-    summary = getattr(outcome, "summary", None) or {}
-    status = getattr(outcome, "status", None) or summary.get("status", "failed")
-    dt = time.monotonic() - t_run
-    if status == "ok":
+    where = f" on {fin.where}" if fin.where else ""
+    if fin.status == "ok":
         rep.ok += 1
-        thr = summary.get("throughput_samples_per_s")
+        thr = fin.summary.get("throughput_samples_per_s")
         thr_s = f"{thr:8.1f} samples/s" if isinstance(thr, int | float) else ""
-        console.print(f"[green]ok[/green]      {r.label}  {thr_s}  ({dt:.0f} s)")
+        console.print(f"[green]ok[/green]      {fin.run.label}  {thr_s}  "
+                      f"({fin.seconds:.0f} s{where})")
     else:
-        rep.failed.append(r.label)
+        rep.failed.append(fin.run.label)
+        summary = fin.summary
         reason = str(summary.get("reason") or summary.get("error") or "").split(" | ")[-1]
-        console.print(f"[red]failed[/red]  {r.label}  {str(reason)[:120]}  ({dt:.0f} s)")
+        console.print(f"[red]failed[/red]  {fin.run.label}  {str(reason)[:120]}  "
+                      f"({fin.seconds:.0f} s{where})")
 
 
 def dry_run_rows(runs: list[RunSpec]) -> tuple[list[dict[str, Any]], float]:

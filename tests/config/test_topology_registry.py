@@ -41,7 +41,7 @@ def test_builtins_declare_names_probe_pairs_and_rates():
     ls = registry.parse({"kind": "leafspine", "leaves": 2, "spines": 1, "uplink_mbit": 20})
     assert "l1-p0" in ls.link_names() and "l1-p0" not in ls.probe_pairs()
     assert ls.probe_pairs()["w3"] == ("w2", "w3") and ls.nominal_rate_mbit() == 20
-    assert registry.kinds() == ["star", "dumbbell", "leafspine"]
+    assert registry.kinds() == ["star", "dumbbell", "leafspine", "hosts"]
 
 
 def test_each_builtin_declares_what_its_topo_builds():
@@ -70,7 +70,7 @@ def test_plugin_topology_validates_and_declares(plugin):
      "topology.kind: cannot import 'no_such_module'"),
     ({"topology.kind": f"{MODULE}:Nope"}, f"topology.kind: module '{MODULE}' has no attribute"),
     ({"topology.kind": f"{MODULE}:PairParams"}, "not a topologies.base.NamedTopo subclass"),
-    ({"topology.kind": "ring"}, "'star', 'dumbbell', 'leafspine' or a plug-in"),
+    ({"topology.kind": "ring"}, "'star', 'dumbbell', 'leafspine', 'hosts' or a plug-in"),
     ({"timeline.0.link": "w0"}, "timeline[0] (set_rate): unknown link 'w0'; links: cable"),
 ])
 def test_plugin_topology_bad_input_is_one_line_naming_the_field(plugin, change, needle):
