@@ -467,3 +467,37 @@ def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
 def speedup_range(sp: pd.DataFrame, col: str = "throughput_speedup") -> tuple[float, float]:
     v = sp[col].replace([np.inf, -np.inf], np.nan).dropna() if not sp.empty else sp
     return (float(v.min()), float(v.max())) if len(v) else (math.nan, math.nan)
+
+
+def _ci_text(v: float, lo: float, hi: float, fmt: str = ".2f") -> str:
+    if pd.isna(v):
+        return ""
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if pd.notna(lo) else f"{v:{fmt}}"
+
+
+def _tta_text(mean: float, half: float, reached: int, seeds: int) -> str:
+    if seeds == 0:
+        return "-"
+    if reached < seeds:
+        return f"not reached ({reached}/{seeds})"
+    return f"{mean:.1f} +- {half:.1f}" if pd.notna(half) else f"{mean:.1f}"
+
+
+def speedup_markdown(sp: pd.DataFrame) -> str:
+    """speedup.csv as a Markdown table: ratios with their 95 % intervals, TTA mean +- half
+    interval (s), "not reached (k/n)" where a side missed the target in some seed."""
+    head = ("| experiment | rate Mbit/s | baseline | throughput x [95 % CI] | TTA x [95 % CI] "
+            "| NetSenseML TTA s | baseline TTA s |")
+    lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in sp.iterrows():
+        base = r["baseline"]
+        if base == ORACLE:
+            base = (f"oracle (thr: {r['oracle_throughput_method']}, "
+                    f"TTA: {r['oracle_tta_method'] if pd.notna(r['oracle_tta_method']) else '-'})")
+        lines.append(
+            f"| {r['experiment']} | {r['rate_mbit']:g} | {base} "
+            f"| {_ci_text(r['throughput_speedup'], r['throughput_speedup_lo'], r['throughput_speedup_hi'])} "
+            f"| {_ci_text(r['tta_speedup'], r['tta_speedup_lo'], r['tta_speedup_hi']) or 'n/a'} "
+            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']))} "
+            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']))} |")
+    return "\n".join(lines)
