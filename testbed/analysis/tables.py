@@ -501,3 +501,67 @@ def speedup_markdown(sp: pd.DataFrame) -> str:
             f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']))} "
             f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']))} |")
     return "\n".join(lines)
+
+
+def _call(v: float, lo: float, hi: float) -> str:
+    """won / lost when the 95 % interval of a speedup excludes 1, else tie."""
+    if pd.isna(v):
+        return "n/a"
+    if pd.notna(lo) and lo > 1:
+        return "won"
+    if pd.notna(hi) and hi < 1:
+        return "lost"
+    return "tie" if pd.notna(lo) else ("won?" if v > 1 else "lost?")
+
+
+def verdict_table(sp: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment and rate: NetSenseML's time-to-accuracy calls against the fixed and
+    adaptive baselines and the oracle (won/lost = the 95 % interval of the TTA speedup lies
+    above/below 1; tie = it spans 1; n/a = a side did not reach the target in every seed).
+    A baseline that never reached the target while NetSenseML did in every seed is counted
+    as ``unreached`` (a win without a size, reported as such)."""
+    cols = ["experiment", "rate_mbit", "won", "tie", "lost", "unreached", "vs_oracle",
+            "oracle_tta_method", "vs_oracle_tta", "vs_allreduce_tta", "vs_paper_tta"]
+    out = []
+    for (exp, rate), g in sp.groupby(["experiment", "rate_mbit"], sort=True):
+        base = g[g["baseline"] != ORACLE]
+        calls = [_call(r["tta_speedup"], r["tta_speedup_lo"], r["tta_speedup_hi"])
+                 for _, r in base.iterrows()]
+        unreached = int(((base["netsenseml_reached"] == base["netsenseml_seeds"])
+                         & (base["baseline_reached"] < base["baseline_seeds"])).sum())
+        orc = g[g["baseline"] == ORACLE]
+
+        def tx(rows: pd.DataFrame) -> str:
+            if rows.empty:
+                return "-"
+            r = rows.iloc[0]
+            return _ci_text(r["tta_speedup"], r["tta_speedup_lo"], r["tta_speedup_hi"]) or "n/a"
+
+        out.append({
+            "experiment": exp, "rate_mbit": rate,
+            "won": sum(c.startswith("won") for c in calls),
+            "tie": calls.count("tie"), "lost": sum(c.startswith("lost") for c in calls),
+            "unreached": unreached,
+            "vs_oracle": _call(*orc[["tta_speedup", "tta_speedup_lo", "tta_speedup_hi"]]
+                               .iloc[0]) if not orc.empty else "n/a",
+            "oracle_tta_method": orc["oracle_tta_method"].iloc[0] if not orc.empty else None,
+            "vs_oracle_tta": tx(orc),
+            "vs_allreduce_tta": tx(base[base["baseline"] == "allreduce"]),
+            "vs_paper_tta": tx(base[base["baseline"] == "netsenseml-paper"]),
+        })
+    return pd.DataFrame(out, columns=cols)
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table (no tabulate dependency); floats with 3 significant
+    digits, NaN as empty."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.3g}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "| " + " | ".join("---" for _ in df.columns) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in df.itertuples(index=False)]
+    return "\n".join(lines)

@@ -116,6 +116,11 @@ def test_tables_equal_values_recomputed_from_steps_csv(swept: Path) -> None:
         else:
             assert r["tta_s"] == pytest.approx(exp["tta"]) and r["reached_target"]
         assert r["steps"] == exp["steps"]
+        # TTA's clock starts at the first training step: its row ends one step_s after 0
+        first = min((row for row in _raw(swept / r["run"])
+                     if row["rank"] == "0" and _f(row["samples"]) is not None),
+                    key=lambda row: float(row["t_worker"]))
+        assert 0 <= float(first["t_worker"]) - float(first["step_s"]) < 0.05
 
     thr = tables.throughput_table(runs)
     assert len(thr) == 6
