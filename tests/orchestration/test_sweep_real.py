@@ -242,6 +242,9 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     sp = pd.read_csv(out / "speedup.csv")
     assert {"rate_mbit", "baseline", "throughput_speedup", "tta_speedup"} <= set(sp.columns)
     assert len(sp) == 6
+    # tiny has no dynamic (kind: timeline) experiment: the file is there with its header only
+    assert pd.read_csv(out / "timeline.csv").columns.tolist()[:4] == [
+        "experiment", "method", "seed", "run"]
 
     report = tmp_path / "r.html"
     res = CliRunner().invoke(_cli(), ["report", str(swept), "--html", str(report),
@@ -298,3 +301,24 @@ def test_a_repeated_seed_counts_once(swept: Path, tmp_path: Path) -> None:
     kept = tables.ok_runs(runs)
     assert str(again.relative_to(copy)) in set(kept["run"])
     assert str(first.relative_to(copy)) not in set(kept["run"])
+
+
+def test_timeline_rows_carry_the_network_as_applied(swept: Path) -> None:
+    """timeline.csv's join of steps.csv and events.csv, checked against the raw files: tiny's
+    4 cross-traffic streams run between the applied cross_start and cross_stop."""
+    from testbed.analysis import timelines
+
+    runs, steps = tables.load_runs(swept)
+    row = runs[(runs["method"] == "allreduce") & (runs["rate_mbit"] == 20.0)].iloc[0]
+    tl = timelines.run_timeline(swept, row, steps[steps["run"] == row["run"]])
+    raw = [r for r in _raw(swept / row["run"]) if r["rank"] == "0" and _f(r["samples"])]
+    assert len(tl) == len(raw) and (tl["rate_mbit"] == 20.0).all()
+    with open(swept / row["run"] / "events.csv", newline="") as fh:
+        ev = {e["kind"]: float(e["t_applied"]) for e in csv.DictReader(fh)}
+    offset = float(raw[0]["t"]) - float(raw[0]["t_worker"])  # launch clock - training clock
+    on, off = ev["cross_start"] - offset, ev["cross_stop"] - offset
+    inside = tl[(tl["t_s"] > on + 0.01) & (tl["t_s"] < off - 0.01)]
+    outside = tl[(tl["t_s"] < on - 0.01) | (tl["t_s"] > off + 0.01)]
+    assert len(inside) > 0 and (inside["streams"] == 4).all()
+    assert len(outside) > 0 and (outside["streams"] == 0).all()
+    assert list(tl.columns) == timelines.COLUMNS
