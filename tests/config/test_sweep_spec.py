@@ -152,3 +152,16 @@ def test_cli_dry_run_lists_runs_and_estimate(tmp_path: Path) -> None:
     verbose = CliRunner().invoke(_cli(), ["sweep", "tiny", "-r", str(tmp_path), "-n", "-v"])
     assert verbose.exit_code == 0 and verbose.output.count("pending") >= 6  # + one per run
     assert not (tmp_path / "tiny").exists()
+
+
+def test_cli_method_filter_runs_only_that_method(tmp_path: Path) -> None:
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run",
+                                      "--method", "topk:0.01"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert res.output.count("pending") == 3  # 2 rates x 1 method, and the total line
+    assert "topk:0.01" in res.output and "allreduce" not in res.output
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path),
+                                      "--method", "topk:0.5"])
+    assert res.exit_code == 2
+    assert "--method: 'topk:0.5' is not in sweep tiny" in res.output
+    assert not (tmp_path / "tiny").exists()
