@@ -9,7 +9,7 @@ every run is the tedious part; this module does it once.
 One row per rank-0 training step of every ok run of kind ``timeline`` (one run per seed,
 :func:`tables.ok_runs`). Columns:
 
-- ``experiment``, ``method``, ``seed``, ``run`` (folder relative to the results root);
+- ``experiment``, ``method``, ``seed`` (one run each: :func:`tables.ok_runs`);
 - ``t_s``: the worker's training clock (``t_worker``, 0 at the start of the first training
   step: the clock time to accuracy is counted on) at the end of the step;
 - ``step``, ``level``, ``kept_ratio``, ``step_s``, ``comm_s``;
@@ -28,7 +28,7 @@ import pandas as pd
 
 from testbed.analysis import tables
 
-COLUMNS = ["experiment", "method", "seed", "run", "t_s", "step", "level", "kept_ratio",
+COLUMNS = ["experiment", "method", "seed", "t_s", "step", "level", "kept_ratio",
            "step_s", "comm_s", "rate_mbit", "streams", "accuracy"]
 
 
@@ -61,7 +61,7 @@ def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFram
         if not acc.empty else pd.Series(dtype=float)
     out = pd.DataFrame({
         "experiment": run["experiment"], "method": run["method"], "seed": run["seed"],
-        "run": run["run"], "t_s": t.round(4), "step": s["step"].to_numpy(),
+        "t_s": t.round(3), "step": s["step"].to_numpy(),
         "level": s["level"].to_numpy() if "level" in s.columns else "none",
         "kept_ratio": s["kept_ratio"].to_numpy() if "kept_ratio" in s.columns else 1.0,
         "step_s": s["step_s"].to_numpy() if "step_s" in s.columns else np.nan,
@@ -69,6 +69,11 @@ def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFram
         "rate_mbit": _at(rate, "rate_mbit", t), "streams": _at(streams, "streams", t),
     })
     out["accuracy"] = out["step"].map(acc[~acc.index.duplicated()]) if len(acc) else np.nan
+    # milliseconds and 4 significant digits: what a figure needs, a file a few MB smaller
+    for col in ("step_s", "comm_s"):
+        out[col] = pd.to_numeric(out[col], errors="coerce").round(4)
+    out["kept_ratio"] = pd.to_numeric(out["kept_ratio"], errors="coerce").map(
+        lambda v: float(f"{v:.4g}") if pd.notna(v) else v)
     return out[COLUMNS]
 
 

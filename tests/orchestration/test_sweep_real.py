@@ -244,7 +244,7 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     assert len(sp) == 6
     # tiny has no dynamic (kind: timeline) experiment: the file is there with its header only
     assert pd.read_csv(out / "timeline.csv").columns.tolist()[:4] == [
-        "experiment", "method", "seed", "run"]
+        "experiment", "method", "seed", "t_s"]
 
     report = tmp_path / "r.html"
     res = CliRunner().invoke(_cli(), ["report", str(swept), "--html", str(report),
