@@ -296,7 +296,7 @@ def test_a_repeated_seed_counts_once(swept: Path, tmp_path: Path) -> None:
     cfg["started_at"] = "2999-01-01T00:00:00+00:00"  # the repeat is the latest
     (again / "config.json").write_text(json.dumps(cfg))
     runs, _ = tables.load_runs(copy)
-    assert len(runs) == 5 and tables.repeated_runs(runs) == 1
+    assert len(runs) == 7 and tables.repeated_runs(runs) == 1
     assert set(tables.throughput_table(runs)["seeds"]) == {1}
     kept = tables.ok_runs(runs)
     assert str(again.relative_to(copy)) in set(kept["run"])
