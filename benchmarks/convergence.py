@@ -63,6 +63,10 @@ WORKLOADS: dict[str, Workload] = {
     # the large one: top-k's own compute is visible next to the step
     "mixture-large": Workload("mlp", "mixture", {"width": 3072}, 0.95, 20, 1500,
                               note="11.2 M params, 45 MB gradient"),
+    # the eval sweep's workload (testbed/sweeps/eval.yaml): a gradient that this shared
+    # 2-core machine can push through an emulated link ~20 times a second
+    "mixture-512": Workload("mlp", "mixture", {"width": 512}, 0.85, 20, 1500, batch_size=64,
+                            note="0.55 M params, 2.2 MB gradient"),
     # the old default, for comparison
     "digits": Workload("mlp", "digits", {"width": 480}, 0.75, 4, 400,
                        note="the paper-quick workload"),

@@ -23,7 +23,8 @@ nothing is typed in. ``make_figures`` writes PNG + PDF of:
 4. ``speedup``              NetSenseML over each baseline per rate, throughput and time to
    accuracy, on one shared colour scale in "x", with the seed range in each cell.
 
-Also writes the tables as CSV (runs.csv, throughput.csv, tta.csv, speedup.csv). Every run
+Also writes the tables as CSV (runs.csv, throughput.csv, tta.csv, speedup.csv) and the
+dynamic runs' per-step timeline.csv (testbed.analysis.timelines). Every run
 folder can be plotted on its own: ``netsense plot -r results/smoke/<run id>``.
 """
 
@@ -44,7 +45,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from netsenseml import methods  # noqa: E402
-from testbed.analysis import loading, tables  # noqa: E402
+from testbed.analysis import loading, tables, timelines  # noqa: E402
 from testbed.common import files  # noqa: E402
 from topologies import registry as topology_registry  # noqa: E402
 
@@ -640,6 +641,7 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
         write_csv(tables.throughput_table(runs), out / "throughput.csv"),
         write_csv(tables.tta_table(runs), out / "tta.csv"),
         write_csv(sp, out / "speedup.csv"),
+        write_csv(timelines.timeline_table(root, runs, steps), out / "timeline.csv"),
     ]
     jobs = {
         "throughput_vs_rate": lambda: plot_throughput(runs, out, steps, root),

@@ -13,25 +13,46 @@ Definitions (per run):
   ``sum(samples[1:]) / (t_last - t_0)``. The first step is left out because it holds the
   rendezvous and DDP bucket set-up, not steady-state training. (Same definition as the
   orchestrator's summary.json, so the two agree to rounding; NaN with fewer than 2 steps.)
-- **time to accuracy** (s) = the training-clock time (``t_worker``: seconds since the worker
-  started, so python/torch start-up noise is not counted) of rank 0's earliest row whose
-  ``accuracy`` is at least the target; NaN when never reached. The target comes from the
-  run's config.json (first key named ``target_accuracy`` found in it).
+- **time to accuracy** (s) = the training-clock time (``t_worker``) of rank 0's earliest row
+  whose ``accuracy`` is at least the target; NaN when never reached. The worker's training
+  clock starts right before its first training step (``workloads/train.py``: the origin is
+  taken after set-up, rendezvous and the first barrier), so TTA counts from the first
+  training step: python/torch start-up and rendezvous are not in it, the first step is.
+  The target comes from the run's config.json (first key named ``target_accuracy``).
 - **final accuracy** = accuracy of the last evaluated row (largest t); final loss likewise.
 
 Seeds: every statistic counts each (experiment, rate, grid values, method, seed) once, with
 its latest finished run (``latest_per_seed``): ``netsense run`` adds a folder each time it
 is repeated, and a repeat is not a new seed.
 
+Statistics: every table gives the mean over seeds and a 95 % Student-t interval,
+``mean +- t(0.975, n-1) * sd / sqrt(n)`` (:func:`ci95`; no interval with one seed).
+A method's TTA mean is given only when *every* seed reached the target (``reached`` says how
+many did); a partial mean would hide the seeds that never got there.
+
 Speedup (the paper's 1.55x-9.84x form), for each experiment, rate and baseline method:
 ``throughput_speedup = mean thr(netsenseml) / mean thr(baseline)`` and
-``tta_speedup = mean TTA(baseline) / mean TTA(netsenseml)``; tta_speedup is NaN when either
-side never reached the target in any seed (an unreached target has no time to compare).
+``tta_speedup = mean TTA(baseline) / mean TTA(netsenseml)``; tta_speedup is empty (NaN) when
+either side missed the target in any seed -- an unreached target has no time to compare, and
+is reported as not reached (``*_reached`` columns), never as a win or a loss of a made-up
+size. The interval of a ratio of two means is the delta-method t-interval on its logarithm:
+``exp(log r +- t * sqrt(cv_a^2 / n_a + cv_b^2 / n_b))`` with ``cv = sd / mean`` and
+``t = t(0.975, min(n_a, n_b) - 1)`` (conservative degrees of freedom).
+
+The **oracle** row (``baseline == "oracle"``): for each experiment and rate the hindsight-best
+*fixed* method, chosen after the fact from the runs -- the highest mean throughput for the
+throughput speedup, the lowest mean TTA among fixed methods that reached the target in every
+seed for the TTA speedup (``oracle_throughput_method`` / ``oracle_tta_method`` name them; they
+may differ). Fixed = every method that is not of the registry's ``adaptive`` kind, so neither
+NetSenseML nor the prototype's rule. Speedup kinds: experiments of kind throughput, tta and
+timeline (a dynamic scenario is one more "rate": its base rate); ``other`` runs (stray single
+runs) count only when nothing else is there.
 """
 
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +64,64 @@ from testbed.common import files
 from topologies import registry as topology_registry
 
 ADAPTIVE = "netsenseml"
-SPEEDUP_KINDS = ("throughput", "tta")
+ORACLE = "oracle"
+SPEEDUP_KINDS = ("throughput", "tta", "timeline")
+#: The identity of one seed's measurement; a later ok run with the same key replaces it.
+RUN_KEY = ("experiment", "rate_mbit", "method", "seed")
+
+#: t(0.975, df) for df = 1..30; beyond, the Cornish-Fisher expansion of the normal quantile.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Two-sided 95 % Student-t quantile (scipy is not a dependency; 3 digits suffice)."""
+    if df < 1:
+        return math.nan
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def ci95(values: Any) -> tuple[float, float, int]:
+    """(mean, half-width of the 95 % t-interval, n) of the finite values; half NaN if n < 2."""
+    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
+    v = v[np.isfinite(v)]
+    n = len(v)
+    if n == 0:
+        return math.nan, math.nan, 0
+    if n == 1:
+        return float(v[0]), math.nan, 1
+    return float(v.mean()), t975(n - 1) * float(v.std(ddof=1)) / math.sqrt(n), n
+
+
+def ratio_ci95(num: Any, den: Any) -> tuple[float, float, float]:
+    """(ratio of means, low, high): the delta-method t-interval on the log ratio (module doc)."""
+    a, _, na = ci95(num)
+    b, _, nb = ci95(den)
+    if na == 0 or nb == 0 or not (a > 0 and b > 0):
+        return math.nan, math.nan, math.nan
+    r = a / b
+    if na < 2 or nb < 2:
+        return r, math.nan, math.nan
+    va = np.asarray(pd.to_numeric(pd.Series(num), errors="coerce"), dtype=float)
+    vb = np.asarray(pd.to_numeric(pd.Series(den), errors="coerce"), dtype=float)
+    va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
+    se = math.sqrt((va.std(ddof=1) / a) ** 2 / na + (vb.std(ddof=1) / b) ** 2 / nb)
+    h = t975(min(na, nb) - 1) * se
+    return r, r * math.exp(-h), r * math.exp(h)
+
+
+def is_adaptive(method: str) -> bool:
+    """True for methods of the registry's ``adaptive`` kind (NetSenseML, the paper's rule)."""
+    from netsenseml import methods  # torch-free registry
+
+    try:
+        return methods.parse(method).kind == "adaptive"
+    except ValueError:
+        return method.split(":", 1)[0].startswith(ADAPTIVE)
 RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
 
 
@@ -149,6 +227,26 @@ def _rate_of(params: dict[str, Any], config: dict[str, Any]) -> float:
     return math.nan
 
 
+def _finished(run_dir: Path, summ: dict[str, Any]) -> tuple[float, float]:
+    """When the run ended: (summary.json's ``finished_at``, the file's modification time).
+
+    ``finished_at`` (ISO, whole seconds) survives copying a results tree; the modification
+    time orders two runs that finished within the same second.
+    """
+    stamp = math.nan
+    v = summ.get("finished_at")
+    if isinstance(v, str):
+        try:
+            stamp = datetime.fromisoformat(v).timestamp()
+        except ValueError:
+            pass
+    try:
+        mtime = (Path(run_dir) / "summary.json").stat().st_mtime
+    except OSError:
+        mtime = math.nan
+    return stamp, mtime
+
+
 def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, steps): one row per run folder, and all steps.csv rows with a ``run`` column.
 
@@ -193,6 +291,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "started_at": cfg.get("started_at") or "",
             "bytes_sent_total": summ.get("bytes_sent_total"),
         }
+        row["finished"], row["finished_mtime"] = _finished(d, summ)
         row["reached_target"] = not math.isnan(row["tta_s"])
         for k, v in params.items():
             row.setdefault(f"param.{k}", v)
@@ -242,68 +341,227 @@ def throughput_table(runs: pd.DataFrame, kinds: tuple[str, ...] | None = None) -
     r = ok_runs(runs)
     if kinds is not None and not r.empty:
         r = r[r["kind"].isin(kinds)]
-    cols = ["experiment", "rate_mbit", "method", "throughput_mean", "throughput_std", "seeds"]
+    cols = ["experiment", "rate_mbit", "method", "throughput_mean", "throughput_ci95",
+            "throughput_std", "seeds"]
     if r.empty:
         return pd.DataFrame(columns=cols)
     g = r.groupby(["experiment", "rate_mbit", "method"], dropna=False)["throughput"]
     t = g.agg(throughput_mean="mean", throughput_std="std", seeds="count").reset_index()
+    t["throughput_ci95"] = [ci95(v)[1] for _, v in g]
     return t.sort_values(["experiment", "rate_mbit", "method"]).reset_index(drop=True)[cols]
 
 
 def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (experiment, rate, method): target, runs reaching it, mean TTA, final accuracy."""
+    """Per (experiment, rate, method): target, seeds reaching it, TTA mean +- 95 % interval.
+
+    ``tta_mean_s`` / ``tta_ci95_s`` only when every seed reached the target (module doc);
+    ``tta_min_s`` / ``tta_max_s`` span the seeds that did.
+    """
     r = ok_runs(runs)
     cols = ["experiment", "rate_mbit", "method", "target_accuracy", "reached", "seeds",
-            "tta_mean_s", "final_accuracy_mean", "final_loss_mean"]
+            "tta_mean_s", "tta_ci95_s", "tta_min_s", "tta_max_s", "final_accuracy_mean",
+            "final_accuracy_ci95", "final_loss_mean"]
     if r.empty:
         return pd.DataFrame(columns=cols)
-    g = r.groupby(["experiment", "rate_mbit", "method"], dropna=False)
-    t = g.agg(target_accuracy=("target_accuracy", "first"), reached=("reached_target", "sum"),
-              seeds=("run", "count"), tta_mean_s=("tta_s", "mean"),
-              final_accuracy_mean=("final_accuracy", "mean"),
-              final_loss_mean=("final_loss", "mean")).reset_index()
-    return t.sort_values(["experiment", "rate_mbit", "method"]).reset_index(drop=True)[cols]
+    out = []
+    for (exp, rate, method), g in r.groupby(["experiment", "rate_mbit", "method"],
+                                            dropna=False, sort=True):
+        all_hit = bool(g["reached_target"].all())
+        m, h, _ = ci95(g["tta_s"]) if all_hit else (math.nan, math.nan, 0)
+        fa, fh, _ = ci95(g["final_accuracy"])
+        hit = g["tta_s"].dropna()
+        out.append({"experiment": exp, "rate_mbit": rate, "method": method,
+                    "target_accuracy": g["target_accuracy"].iloc[0],
+                    "reached": int(g["reached_target"].sum()), "seeds": len(g),
+                    "tta_mean_s": m, "tta_ci95_s": h,
+                    "tta_min_s": hit.min() if len(hit) else math.nan,
+                    "tta_max_s": hit.max() if len(hit) else math.nan,
+                    "final_accuracy_mean": fa, "final_accuracy_ci95": fh,
+                    "final_loss_mean": g["final_loss"].mean()})
+    return pd.DataFrame(out, columns=cols)
+
+
+SPEEDUP_COLUMNS = [
+    "experiment", "kind", "rate_mbit", "baseline", "throughput_speedup", "throughput_speedup_lo",
+    "throughput_speedup_hi", "tta_speedup", "tta_speedup_lo", "tta_speedup_hi",
+    "netsenseml_throughput", "netsenseml_throughput_ci95", "baseline_throughput",
+    "baseline_throughput_ci95", "netsenseml_tta_s", "netsenseml_tta_ci95_s", "baseline_tta_s",
+    "baseline_tta_ci95_s", "netsenseml_reached", "baseline_reached", "netsenseml_seeds",
+    "baseline_seeds", "netsenseml_final_accuracy", "baseline_final_accuracy",
+    "oracle_throughput_method", "oracle_tta_method",
+]
+
+
+def _side(g: pd.DataFrame) -> dict[str, Any]:
+    """One method's numbers in one experiment/rate: means, intervals, reached counts."""
+    thr, thr_h, _ = ci95(g["throughput"])
+    all_hit = bool(g["reached_target"].all()) and len(g) > 0
+    tta, tta_h, _ = ci95(g["tta_s"]) if all_hit else (math.nan, math.nan, 0)
+    return {"thr": thr, "thr_h": thr_h, "tta": tta, "tta_h": tta_h, "all_hit": all_hit,
+            "reached": int(g["reached_target"].sum()), "seeds": len(g),
+            "acc": g["final_accuracy"].mean(), "thr_v": g["throughput"],
+            "tta_v": g["tta_s"] if all_hit else pd.Series(dtype=float)}
+
+
+def oracle_methods(g: pd.DataFrame) -> tuple[str | None, str | None]:
+    """(best fixed method by mean throughput, best fixed by mean TTA among all-seeds-reached)."""
+    fixed = g[[not is_adaptive(m) for m in g["method"]]]
+    if fixed.empty:
+        return None, None
+    thr = fixed.groupby("method")["throughput"].mean().dropna()
+    hit = fixed.groupby("method")["reached_target"].all()
+    tta = fixed.groupby("method")["tta_s"].mean()[hit[hit].index].dropna()
+    return (str(thr.idxmax()) if len(thr) else None, str(tta.idxmin()) if len(tta) else None)
 
 
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """NetSenseML relative to every other method, per experiment and rate (see module doc).
+    """NetSenseML relative to every other method and to the oracle, per experiment and rate.
 
-    Only experiments of kind throughput/tta count when there are any (a congestion-ramp run
-    is a different condition, and stray single runs in the results folder are not a sweep).
+    Definitions, intervals and the oracle: module doc. Experiments of kind throughput, tta and
+    timeline count when there are any (stray single runs in the results folder are not a
+    sweep).
     """
     r = ok_runs(runs)
     if not r.empty and r["kind"].isin(SPEEDUP_KINDS).any():
         r = r[r["kind"].isin(SPEEDUP_KINDS)]
-    cols = ["experiment", "rate_mbit", "baseline", "throughput_speedup", "tta_speedup",
-            "netsenseml_throughput", "baseline_throughput", "netsenseml_tta_s", "baseline_tta_s",
-            "netsenseml_reached", "baseline_reached", "netsenseml_final_accuracy",
-            "baseline_final_accuracy"]
     out: list[dict[str, Any]] = []
     if r.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
     for (exp, rate), g in r.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
-        ns = g[g["method"] == ADAPTIVE]
-        if ns.empty:
+        ns_runs = g[g["method"] == ADAPTIVE]
+        if ns_runs.empty:
             continue
-        ns_thr = ns["throughput"].mean()
-        ns_tta = ns["tta_s"].mean() if ns["reached_target"].all() else math.nan
-        for base, b in g[g["method"] != ADAPTIVE].groupby("method", sort=True):
-            b_thr = b["throughput"].mean()
-            b_tta = b["tta_s"].mean() if b["reached_target"].all() else math.nan
+        ns = _side(ns_runs)
+        best_thr, best_tta = oracle_methods(g)
+        rows: list[tuple[str, pd.DataFrame, pd.DataFrame]] = [
+            (str(base), b, b) for base, b in g[g["method"] != ADAPTIVE].groupby("method")]
+        if best_thr is not None:
+            tta_runs = g[g["method"] == best_tta] if best_tta else g.iloc[0:0]
+            rows.append((ORACLE, g[g["method"] == best_thr], tta_runs))
+        for base, b_thr_runs, b_tta_runs in rows:
+            bt, bq = _side(b_thr_runs), _side(b_tta_runs)
+            thr_sp, thr_lo, thr_hi = ratio_ci95(ns["thr_v"], bt["thr_v"])
+            if ns["all_hit"] and bq["all_hit"]:
+                tta_sp, tta_lo, tta_hi = ratio_ci95(bq["tta_v"], ns["tta_v"])
+            else:
+                tta_sp = tta_lo = tta_hi = math.nan
             out.append({
-                "experiment": exp, "rate_mbit": rate, "baseline": base,
-                "throughput_speedup": ns_thr / b_thr if b_thr > 0 else math.nan,
-                "tta_speedup": b_tta / ns_tta if ns_tta > 0 else math.nan,
-                "netsenseml_throughput": ns_thr, "baseline_throughput": b_thr,
-                "netsenseml_tta_s": ns_tta, "baseline_tta_s": b_tta,
-                "netsenseml_reached": bool(ns["reached_target"].all()),
-                "baseline_reached": bool(b["reached_target"].all()),
-                "netsenseml_final_accuracy": ns["final_accuracy"].mean(),
-                "baseline_final_accuracy": b["final_accuracy"].mean(),
+                "experiment": exp, "kind": g["kind"].iloc[0], "rate_mbit": rate,
+                "baseline": base,
+                "throughput_speedup": thr_sp, "throughput_speedup_lo": thr_lo,
+                "throughput_speedup_hi": thr_hi,
+                "tta_speedup": tta_sp, "tta_speedup_lo": tta_lo, "tta_speedup_hi": tta_hi,
+                "netsenseml_throughput": ns["thr"], "netsenseml_throughput_ci95": ns["thr_h"],
+                "baseline_throughput": bt["thr"], "baseline_throughput_ci95": bt["thr_h"],
+                "netsenseml_tta_s": ns["tta"], "netsenseml_tta_ci95_s": ns["tta_h"],
+                "baseline_tta_s": bq["tta"], "baseline_tta_ci95_s": bq["tta_h"],
+                "netsenseml_reached": ns["reached"], "baseline_reached": bq["reached"],
+                "netsenseml_seeds": ns["seeds"], "baseline_seeds": bq["seeds"],
+                "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": bq["acc"],
+                "oracle_throughput_method": best_thr if base == ORACLE else None,
+                "oracle_tta_method": best_tta if base == ORACLE else None,
             })
-    return pd.DataFrame(out, columns=cols)
+    return pd.DataFrame(out, columns=SPEEDUP_COLUMNS)
 
 
 def speedup_range(sp: pd.DataFrame, col: str = "throughput_speedup") -> tuple[float, float]:
     v = sp[col].replace([np.inf, -np.inf], np.nan).dropna() if not sp.empty else sp
     return (float(v.min()), float(v.max())) if len(v) else (math.nan, math.nan)
+
+
+def _ci_text(v: float, lo: float, hi: float, fmt: str = ".2f") -> str:
+    if pd.isna(v):
+        return ""
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if pd.notna(lo) else f"{v:{fmt}}"
+
+
+def _tta_text(mean: float, half: float, reached: int, seeds: int) -> str:
+    if seeds == 0:
+        return "-"
+    if reached < seeds:
+        return f"not reached ({reached}/{seeds})"
+    return f"{mean:.1f} +- {half:.1f}" if pd.notna(half) else f"{mean:.1f}"
+
+
+def speedup_markdown(sp: pd.DataFrame) -> str:
+    """speedup.csv as a Markdown table: ratios with their 95 % intervals, TTA mean +- half
+    interval (s), "not reached (k/n)" where a side missed the target in some seed."""
+    head = ("| experiment | rate Mbit/s | baseline | throughput x [95 % CI] | TTA x [95 % CI] "
+            "| NetSenseML TTA s | baseline TTA s |")
+    lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in sp.iterrows():
+        base = r["baseline"]
+        if base == ORACLE:
+            base = (f"oracle (thr: {r['oracle_throughput_method']}, "
+                    f"TTA: {r['oracle_tta_method'] if pd.notna(r['oracle_tta_method']) else '-'})")
+        lines.append(
+            f"| {r['experiment']} | {r['rate_mbit']:g} | {base} "
+            f"| {_ci_text(r['throughput_speedup'], r['throughput_speedup_lo'], r['throughput_speedup_hi'])} "
+            f"| {_ci_text(r['tta_speedup'], r['tta_speedup_lo'], r['tta_speedup_hi']) or 'n/a'} "
+            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']))} "
+            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']))} |")
+    return "\n".join(lines)
+
+
+def _call(v: float, lo: float, hi: float) -> str:
+    """won / lost when the 95 % interval of a speedup excludes 1, else tie."""
+    if pd.isna(v):
+        return "n/a"
+    if pd.notna(lo) and lo > 1:
+        return "won"
+    if pd.notna(hi) and hi < 1:
+        return "lost"
+    return "tie" if pd.notna(lo) else ("won?" if v > 1 else "lost?")
+
+
+def verdict_table(sp: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment and rate: NetSenseML's time-to-accuracy calls against the fixed and
+    adaptive baselines and the oracle (won/lost = the 95 % interval of the TTA speedup lies
+    above/below 1; tie = it spans 1; n/a = a side did not reach the target in every seed).
+    A baseline that never reached the target while NetSenseML did in every seed is counted
+    as ``unreached`` (a win without a size, reported as such)."""
+    cols = ["experiment", "rate_mbit", "won", "tie", "lost", "unreached", "vs_oracle",
+            "oracle_tta_method", "vs_oracle_tta", "vs_allreduce_tta", "vs_paper_tta"]
+    out = []
+    for (exp, rate), g in sp.groupby(["experiment", "rate_mbit"], sort=True):
+        base = g[g["baseline"] != ORACLE]
+        calls = [_call(r["tta_speedup"], r["tta_speedup_lo"], r["tta_speedup_hi"])
+                 for _, r in base.iterrows()]
+        unreached = int(((base["netsenseml_reached"] == base["netsenseml_seeds"])
+                         & (base["baseline_reached"] < base["baseline_seeds"])).sum())
+        orc = g[g["baseline"] == ORACLE]
+
+        def tx(rows: pd.DataFrame) -> str:
+            if rows.empty:
+                return "-"
+            r = rows.iloc[0]
+            return _ci_text(r["tta_speedup"], r["tta_speedup_lo"], r["tta_speedup_hi"]) or "n/a"
+
+        out.append({
+            "experiment": exp, "rate_mbit": rate,
+            "won": sum(c.startswith("won") for c in calls),
+            "tie": calls.count("tie"), "lost": sum(c.startswith("lost") for c in calls),
+            "unreached": unreached,
+            "vs_oracle": _call(*orc[["tta_speedup", "tta_speedup_lo", "tta_speedup_hi"]]
+                               .iloc[0]) if not orc.empty else "n/a",
+            "oracle_tta_method": orc["oracle_tta_method"].iloc[0] if not orc.empty else None,
+            "vs_oracle_tta": tx(orc),
+            "vs_allreduce_tta": tx(base[base["baseline"] == "allreduce"]),
+            "vs_paper_tta": tx(base[base["baseline"] == "netsenseml-paper"]),
+        })
+    return pd.DataFrame(out, columns=cols)
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table (no tabulate dependency); floats with 3 significant
+    digits, NaN as empty."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.3g}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |",
+             "| " + " | ".join("---" for _ in df.columns) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in df.itertuples(index=False)]
+    return "\n".join(lines)

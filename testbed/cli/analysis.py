@@ -59,6 +59,8 @@ def sweep_cmd(
     retries: Annotated[int, typer.Option(
         "--retries", help="ray: times a run whose worker or node was lost is re-submitted "
         "before it is marked failed")] = 1,
+    method: Annotated[list[str] | None, typer.Option(
+        "--method", "-m", help="run only this method of the sweep (repeatable)")] = None,
 ) -> None:
     """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped.
 
@@ -79,7 +81,14 @@ def sweep_cmd(
             if o not in names:
                 raise sw.SweepError(f"--only: unknown experiment {o!r}; experiments: "
                                     f"{', '.join(names)}")
-        runs = [r for r in sw.expand(spec, results) if not only or r.experiment in only]
+        method = method or []
+        listed = {r.method for r in sw.expand(spec, results)}
+        for m in method:
+            if m not in listed:
+                raise sw.SweepError(f"--method: {m!r} is not in sweep {spec.name}; methods: "
+                                    f"{', '.join(sorted(listed))}")
+        runs = [r for r in sw.expand(spec, results)
+                if (not only or r.experiment in only) and (not method or r.method in method)]
         if set_:
             runs = sw.with_overrides(runs, parse_overrides(set_))
         runs = sw.resolve_scenarios(runs, base_dir=sw.resolve_sweep_path(sweep).parent)

@@ -146,9 +146,21 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_cli_dry_run_lists_runs_and_estimate(tmp_path: Path) -> None:
     res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run"])
     assert res.exit_code == 0, res.output
-    assert "4 pending, 0 done" in res.output  # the per-experiment summary, not every row
+    assert "6 pending, 0 done" in res.output  # the per-experiment summary, not every row
     assert res.output.count("pending") == 2  # header + total line
     assert "estimated" in res.output and "min" in res.output
     verbose = CliRunner().invoke(_cli(), ["sweep", "tiny", "-r", str(tmp_path), "-n", "-v"])
     assert verbose.exit_code == 0 and verbose.output.count("pending") >= 6  # + one per run
+    assert not (tmp_path / "tiny").exists()
+
+
+def test_cli_method_filter_runs_only_that_method(tmp_path: Path) -> None:
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run",
+                                      "--method", "topk:0.01"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "sweep tiny: 2 runs" in res.output and "2 pending, 0 done" in res.output
+    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path),
+                                      "--method", "topk:0.5"])
+    assert res.exit_code == 2
+    assert "--method: 'topk:0.5' is not in sweep tiny" in res.output
     assert not (tmp_path / "tiny").exists()
