@@ -157,7 +157,7 @@ seeds: [0, 1]
         assert s["status"] in ("ok", "failed")
         assert (d / "sweep.json").is_file(), f"{d} has no sweep.json"
         assert_run_left_nothing(d)
-    dry = run_cli(["sweep", str(sweep), "--results", "res", "--dry-run"], tmp_path)
+    dry = run_cli(["sweep", str(sweep), "--results", "res", "--dry-run", "--verbose"], tmp_path)
     ok = sum(1 for s in summaries.values() if s["status"] == "ok")
     assert dry.stdout.count("skip (ok)") == ok
     assert state_empty(tmp_path / "state")
