@@ -163,45 +163,36 @@ def metrics(
     }
 
 
-def last_step(path: Path) -> dict[str, Any] | None:
-    """Last step record of a JSONL being written (reads only the file's tail)."""
+def _tail_records(path: Path, nbytes: int = 8192) -> list[dict[str, Any]]:
+    """The complete JSON records in the last ``nbytes`` of a JSONL being written, newest
+    first (a partly written last line is skipped)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 8192))
+            fh.seek(max(0, fh.tell() - nbytes))
             tail = fh.read().decode(errors="replace").splitlines()
     except OSError:
-        return None
+        return []
+    out = []
     for line in reversed(tail):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(rec, dict) and rec.get("kind") == "step":
-            return rec
-    return None
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def last_step(path: Path) -> dict[str, Any] | None:
+    """Last step record of a JSONL being written (reads only the file's tail)."""
+    return next((r for r in _tail_records(path) if r.get("kind") == "step"), None)
 
 
 def last_summary(path: Path) -> dict[str, Any] | None:
     """A worker's summary record, if it wrote one (the summary is its last record)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 8192))
-            tail = fh.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(tail):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and rec.get("kind") == "summary":
-            return rec
-        if isinstance(rec, dict):
-            return None  # the last complete record is not a summary
-    return None
+    recs = _tail_records(path)
+    return recs[0] if recs and recs[0].get("kind") == "summary" else None
 
 
 def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: float | None,
