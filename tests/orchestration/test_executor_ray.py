@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from testbed.analysis import tables
+from testbed.config.sweep import expand, load_sweep
 
 pytest.importorskip("ray")
 from tests.orchestration.raycluster import LocalRayCluster  # noqa: E402
@@ -84,17 +85,19 @@ def test_tiny_sweep_on_ray_matches_local(cluster: LocalRayCluster, tmp_path: Pat
     t0 = time.monotonic()
     res = _sweep(["tiny", "--results", str(local)])
     assert res.returncode == 0, res.stdout + res.stderr
+    n_runs = len(expand(load_sweep("tiny"), local))  # every run of the sweep, whatever it lists
+    assert f"{n_runs} ok, 0 failed, 0 skipped" in res.stdout, res.stdout
     t_local = time.monotonic() - t0
     t0 = time.monotonic()
     res = _sweep(["tiny", "--results", str(viaray), "--executor", f"ray:{cluster.address}"],
                  env=cluster.env)
     t_ray = time.monotonic() - t0
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "4 ok, 0 failed, 0 skipped" in res.stdout, res.stdout
+    assert f"{n_runs} ok, 0 failed, 0 skipped" in res.stdout, res.stdout
     print(f"tiny sweep: local {t_local:.1f} s, ray (2 nodes) {t_ray:.1f} s")
 
     tree_l, tree_r = _tree(local), _tree(viaray)
-    assert len(tree_l) == 4 and tree_l == tree_r
+    assert len(tree_l) == n_runs and tree_l == tree_r
     for run in tree_l:
         a, b = local / run, viaray / run
         assert json.loads((a / "sweep.json").read_text()) == \
@@ -116,7 +119,7 @@ def test_tiny_sweep_on_ray_matches_local(cluster: LocalRayCluster, tmp_path: Pat
     assert runs_l[key].sort_values("run").values.tolist() == \
         runs_r[key].sort_values("run").values.tolist()
     thr_l, thr_r = tables.throughput_table(runs_l), tables.throughput_table(runs_r)
-    assert list(thr_l.columns) == list(thr_r.columns) and len(thr_l) == len(thr_r) == 4
+    assert list(thr_l.columns) == list(thr_r.columns) and len(thr_l) == len(thr_r) == n_runs
 
 
 def _links() -> set[str]:
