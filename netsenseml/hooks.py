@@ -81,6 +81,8 @@ from netsenseml import compress, methods
 from netsenseml.comm import CommRecorder, allgather_bytes, allreduce, pack, unpack
 from netsenseml.compress.base import Payload
 from netsenseml.counted_group import counted_group
+from netsenseml.lifecycle import clean_exit as clean_exit  # re-exported: hooks.clean_exit()
+from netsenseml.lifecycle import shutdown as shutdown  # re-exported: hooks.shutdown()
 from netsenseml.memory import MomentumCorrectionMemory, ResidualMemory
 from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the accepted forms
 from netsenseml.methods import MethodSpec
@@ -563,6 +565,11 @@ def register(
     probes the network once: both are collective, so call ``register`` on every rank, in
     the same order, as DDP's constructor is.
     """
+    if not callable(getattr(ddp_model, "register_comm_hook", None)):
+        raise TypeError(
+            f"hooks.register: expects a DistributedDataParallel model, got "
+            f"{type(ddp_model).__name__}; wrap it first: "
+            "model = torch.nn.parallel.DistributedDataParallel(net)")
     spec = parse_method(method)
     target = methods.resolve(spec)
     common = {k: options.pop(k) for k in _COMMON_OPTIONS if k in options}

@@ -124,7 +124,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
 
-from netsenseml import hooks, methods  # noqa: E402
+from netsenseml import hooks, lifecycle, methods  # noqa: E402
 from workloads import registry  # noqa: E402
 from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
@@ -649,22 +649,12 @@ def run(args: argparse.Namespace) -> int:
 def leave(code: int) -> NoReturn:
     """Exit the process without interpreter finalization (module docstring, "Exit").
 
-    After a finished run the process group is destroyed first, while the interpreter is
-    whole; a failure there (a peer that already left) changes nothing: the summary is
-    written. After a failed set-up it is not touched: a half-built group can hang.
+    ``netsenseml.lifecycle.shutdown``: after a finished run the process group is destroyed
+    first, while the interpreter is whole; after a failed set-up it is not touched (a
+    half-built group can hang). The worker registers no ``atexit`` handlers of its own, and
+    none of the libraries' must run after the records are closed, so they are skipped.
     """
-    try:
-        if code == 0 and dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception as e:  # noqa: BLE001 - reported, not fatal: the run's record is complete
-        print(f"workloads.train: note: destroy_process_group: {type(e).__name__}: {e}",
-              file=sys.stderr, flush=True)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    lifecycle.shutdown(code, run_atexit=False)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -1,0 +1,80 @@
+"""The README's own-job snippet, run verbatim under torchrun: it must exit 0 every time.
+
+Why five runs: the failure it guards against (gloo's worker thread freeing a tensor while the
+interpreter finalizes: ``terminate called without an active exception``, SIGABRT, torchrun
+reports FAILED) depends on thread timing; one clean run proves little.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from netsenseml import hooks
+
+REPO = Path(__file__).resolve().parents[2]
+MARKER = "<!-- snippet: own-job -->"
+
+
+def readme_snippet() -> str:
+    """The python block right after the README's marker, character for character."""
+    text = (REPO / "README.md").read_text()
+    assert MARKER in text, "README lost its own-job snippet marker"
+    m = re.search(r"```python\n(.*?)```", text[text.index(MARKER):], re.S)
+    assert m, "no python block after the marker"
+    return m.group(1)
+
+
+def _torchrun() -> list[str]:
+    exe = Path(sys.executable).with_name("torchrun")
+    return [str(exe)] if exe.is_file() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.mark.slow
+def test_readme_snippet_exits_zero_five_times_under_torchrun(tmp_path: Path) -> None:
+    script = tmp_path / "my_job.py"
+    script.write_text(readme_snippet())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    failures = []
+    for i in range(5):
+        p = subprocess.run([*_torchrun(), "--standalone", "--nproc-per-node", "2", str(script)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        out = p.stdout + p.stderr
+        if p.returncode != 0 or "terminate called" in out or "step 20:" not in p.stdout:
+            failures.append(f"run {i}: rc {p.returncode}\n{out[-1500:]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_clean_exit_reports_an_exception_and_exits_1(tmp_path: Path) -> None:
+    script = tmp_path / "bad.py"
+    script.write_text("from netsenseml import hooks\n"
+                      "import atexit\n"
+                      "atexit.register(lambda: print('atexit ran'))\n"
+                      "with hooks.clean_exit():\n"
+                      "    print('inside', flush=True)\n"
+                      "    raise RuntimeError('boom')\n"
+                      "print('never here')\n")
+    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 1
+    assert "RuntimeError: boom" in p.stderr
+    assert "atexit ran" in p.stdout  # trackers' atexit handlers (MLflow, W&B) still finish
+    assert "never here" not in p.stdout
+
+
+def test_register_on_a_plain_module_names_the_fix() -> None:
+    with pytest.raises(TypeError) as e:
+        hooks.register(torch.nn.Linear(2, 2), "netsenseml")
+    msg = str(e.value)
+    assert "DistributedDataParallel" in msg and "Linear" in msg and "\n" not in msg
+
+
+def test_snippet_is_in_readme() -> None:
+    s = readme_snippet()
+    assert "hooks.clean_exit()" in s and "hooks.register(model" in s
