@@ -4,7 +4,8 @@ Why self-contained (PNG figures inlined as base64, CSS in the page, no JavaScrip
 is the thing people mail around or attach to an issue; it must open anywhere, offline,
 without the results folder beside it. Everything on it is read from the run folders (via
 testbed.analysis.tables and testbed.analysis.plots); the figures are (re)drawn first so the
-page and the figures folder agree.
+page and the figures folder agree. The figures section loops over the figure registry
+(testbed.analysis.figures): each figure's title and caption are declared with it.
 
 The page is a Jinja2 template (templates/report.html.j2, autoescaped); the tables are
 formatted here, column by column: units in the headers, one precision per quantity, yes/no
@@ -27,33 +28,11 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from testbed.analysis import loading, plots, sensing, tables
+from testbed.analysis.figures import registry as figure_registry
 from testbed.common.files import atomic_write_text
 from testbed.config.sweep import SWEEPS_DIR
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-
-TITLES = {
-    "throughput_vs_rate": "Throughput vs bottleneck rate",
-    "accuracy_vs_time": "Accuracy vs training time",
-    "adaptation_timeline": "Adaptation timeline",
-    "speedup": "Speedup of NetSenseML over each baseline",
-}
-
-CAPTIONS = {
-    "throughput_vs_rate": "Training throughput (global samples/s, first step excluded) vs "
-    "bottleneck rate. Dots: single runs; line: mean per method with a 95 % t-interval when "
-    "there are two or more seeds; dashed: the line-rate model (measured compute time plus a "
-    "dense fp32 ring allreduce of the gradient at the link rate).",
-    "accuracy_vs_time": "Held-out accuracy on the workers' training clock (seconds since "
-    "the process group was up). Thick: mean over seeds per method; thin: single seeds; "
-    "dashed: the target; star: mean time to target.",
-    "adaptation_timeline": "The network as applied (cross-traffic streams, rate changes, the "
-    "monitor's bandwidth estimate and the bottleneck queue when recorded), the adaptive "
-    "method's kept ratio and level, and every method's step time; grey lines: applied events.",
-    "speedup": "NetSenseML's throughput and time-to-accuracy speedup over each baseline per "
-    "rate (one colour scale); [min-max] over seeds when there are two or more.",
-}
-
 
 @dataclass(frozen=True)
 class Col:
@@ -164,14 +143,14 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
     ok = tables.ok_runs(runs)
     failed = runs[runs["status"] != "ok"]
     figures = []
-    for name in plots.FIGURES:
-        pngs = [p for p in figs.get(name, []) if p.suffix == ".png"]
-        figures.append({"name": name, "title": TITLES[name], "caption": CAPTIONS[name],
+    for fig in figure_registry():  # every registered figure, drawn or said why not
+        pngs = [p for p in figs.get(fig.name, []) if p.suffix == ".png"]
+        figures.append({"name": fig.name, "title": fig.title, "caption": fig.caption,
                         "src": _img_src(pngs[0]) if pngs else None,
-                        "missing": missing.get(name, "no data for it")})
+                        "missing": missing.get(fig.name, f"needs {fig.needs}")})
     by = ["experiment", "rate_mbit", "method"]
     thr = ok.groupby(by, dropna=False)["throughput"].apply(
-        lambda v: pd.Series(plots.ci95(v), index=["mean", "ci", "n"])).unstack().reset_index()
+        lambda v: pd.Series(tables.ci95(v), index=["mean", "ci", "n"])).unstack().reset_index()
     tta = tables.tta_table(runs)
     all_cols = [Col("run", "run folder", "run"), Col("method", "method"),
                 Col("seed", "seed", "int"), Col("status", "status"),

@@ -14,7 +14,7 @@ One row per rank-0 training step of every ok run of kind ``timeline`` (one run p
   step: the clock time to accuracy is counted on) at the end of the step;
 - ``step``, ``level``, ``kept_ratio``, ``step_s``, ``comm_s``;
 - ``rate_mbit``: the configured bottleneck rate at that moment, ``streams``: competing iperf3
-  streams at that moment (plots.network_series, events shifted onto the training clock by
+  streams at that moment (figures.network.network_series, events shifted onto the training clock by
   the run's own offset between its launch clock ``t`` and ``t_worker``);
 - ``accuracy``: the held-out accuracy when the step was followed by an evaluation, else empty.
 """
@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from testbed.analysis import tables
+from testbed.analysis.figures import network
 
 COLUMNS = ["experiment", "method", "seed", "t_s", "step", "level", "kept_ratio",
            "step_s", "comm_s", "rate_mbit", "streams", "accuracy"]
@@ -42,20 +43,18 @@ def _at(series: pd.DataFrame, col: str, t: np.ndarray) -> np.ndarray:
 
 def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
     """The rows of one run (see the module doc); empty when it has no step rows."""
-    from testbed.analysis import plots  # network_series lives with the figure that uses it
-
     s = tables.step_rows(steps)
     if s.empty or "t_worker" not in s.columns:
         return pd.DataFrame(columns=COLUMNS)
     s = s[s["rank"] == s["rank"].min()].sort_values("t_worker")
     offset = float((s["t"] - s["t_worker"]).median())  # launch clock - training clock
-    events = plots.read_events(Path(root) / run["run"])
+    events = network.read_events(Path(root) / run["run"])
     if not events.empty:
         events = events.assign(
             t_applied=pd.to_numeric(events["t_applied"], errors="coerce") - offset)
     cfg = tables._read_json(Path(root) / run["run"] / "config.json")
     t = s["t_worker"].to_numpy(dtype=float)
-    rate, streams = plots.network_series(cfg, events, float(t.max()) if len(t) else 0.0)
+    rate, streams = network.network_series(cfg, events, float(t.max()) if len(t) else 0.0)
     acc = steps.dropna(subset=["accuracy"]) if "accuracy" in steps.columns else steps.iloc[0:0]
     acc = acc[acc["rank"] == s["rank"].min()].set_index("step")["accuracy"] \
         if not acc.empty else pd.Series(dtype=float)
@@ -77,10 +76,12 @@ def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFram
     return out[COLUMNS]
 
 
-def timeline_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Every ok timeline run's rows, by experiment, method, seed and time."""
+def timeline_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame,
+                   kinds: tuple[str, ...] | None = ("timeline",)) -> pd.DataFrame:
+    """Every ok run's rows (of kind ``timeline``, or of every kind with ``kinds=None``: the
+    runs the caller picked), by experiment, method, seed and time."""
     r = tables.ok_runs(runs)
-    r = r[r["kind"] == "timeline"] if not r.empty else r
+    r = r[r["kind"].isin(kinds)] if kinds is not None and not r.empty else r
     if r.empty or steps.empty:
         return pd.DataFrame(columns=COLUMNS)
     parts = [run_timeline(root, row, steps[steps["run"] == row["run"]])

@@ -1,0 +1,185 @@
+"""The adaptation timeline of one run: what the network did and how the methods responded.
+
+Panels, each with one y axis and its unit: the rate (configured, and the monitor's estimate
+when logged), competing iperf3 streams (when there were any), the bottleneck queue in
+packets (when sampled), the adaptive method's kept ratio and level (only the levels it
+used), and every method's step time. All on one time axis: seconds since the run's first
+training step (rank 0), so events of the ``timeline_origin: first_step`` scenarios line up
+with their ``at_s`` times in every run.
+
+It shows one experiment, one seed and one rate: the adaptive method's lowest seed, and every
+other method run with the same seed at the same rate (so the network panels, which are that
+run's, are true of every step-time series under them).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from netsenseml import methods
+from testbed.analysis import tables
+from testbed.analysis.figures import Figure, Inputs, NoData, network, style
+from testbed.analysis.figures import accuracy as accuracy_figure
+
+#: The registry's display order of step-record levels (least to most reduction).
+LEVEL_ORDER = methods.level_order()
+
+
+def select(inp: Inputs) -> pd.DataFrame:
+    """Runs of kind timeline; else the first experiment with applied events; else the
+    accuracy figure's runs. Narrowed to one seed and rate (module docstring)."""
+    r = tables.ok_runs(inp.runs)
+    if r.empty:
+        return r
+    sel = r[r["kind"] == "timeline"]
+    if sel.empty:
+        dyn = r[[not network.read_events(inp.root / run).dropna(subset=["t_applied"]).empty
+                 for run in r["run"]]]
+        sel = dyn[dyn["experiment"] == dyn["experiment"].iloc[0]] if not dyn.empty else dyn
+    if sel.empty:
+        sel = accuracy_figure.select(inp)
+    if sel.empty:
+        return sel
+    ns = sel[sel["method"] == style.ADAPTIVE]
+    ref = (ns if not ns.empty else sel).sort_values(["seed", "rate_mbit"]).iloc[0]
+    same_rate = (sel["rate_mbit"] == ref["rate_mbit"]) | (
+        sel["rate_mbit"].isna() & pd.isna(ref["rate_mbit"]))
+    out = sel[(sel["seed"] == ref["seed"]) & (sel["experiment"] == ref["experiment"])
+              & same_rate]
+    # the reference run first: draw() takes its network
+    return pd.concat([out[out["run"] == ref["run"]], out[out["run"] != ref["run"]]])
+
+
+def _rank0(s: pd.DataFrame) -> pd.DataFrame:
+    s = tables.step_rows(s)
+    return s[s["rank"] == s["rank"].min()].sort_values("t")
+
+
+def _first_step_t(s: pd.DataFrame) -> float:
+    s = tables.step_rows(s)
+    return float(s["t"].min()) if not s.empty else 0.0
+
+
+def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
+    if sel.empty:
+        raise NoData("no finished run")
+    ref = sel.iloc[0]
+    ref_all = inp.steps[inp.steps["run"] == ref["run"]]
+    ref_steps = _rank0(ref_all)
+    if ref_steps.empty:
+        raise NoData(f"{ref['run']} has no step rows")
+    t0 = _first_step_t(ref_all)
+    t_end = float(ref_steps["t"].max()) - t0
+    cfg = tables._read_json(inp.root / ref["run"] / "config.json")
+    events = network.read_events(inp.root / ref["run"])
+    if not events.empty:
+        events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce")
+                               - t0)
+    rate, streams = network.network_series(cfg, events, t_end)
+    rate["t"] = rate["t"].clip(lower=0)
+    streams["t"] = streams["t"].clip(lower=0)
+    queue = network.read_bottleneck(inp.root / ref["run"])
+    est = network.estimate_mbit(ref_steps)
+    has_kept = "kept_ratio" in ref_steps.columns and ref_steps["kept_ratio"].notna().any()
+    lv = ref_steps["level"] if "level" in ref_steps.columns else pd.Series(dtype=object)
+    has_level = lv.notna().any() and not pd.api.types.is_numeric_dtype(lv)
+
+    panels = ["network"] + (["streams"] if streams["streams"].max() > 0 else []) \
+        + (["queue"] if not queue.empty else []) + (["kept"] if has_kept else []) \
+        + (["level"] if has_level else []) + ["step"]
+    heights = {"network": 1.2, "streams": 0.7, "queue": 0.8, "kept": 1.0, "level": 0.8,
+               "step": 1.4}
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8.5, 1.2 + 1.7 * sum(
+        heights[p] for p in panels)), sharex=True,
+        gridspec_kw={"height_ratios": [heights[p] for p in panels]})
+    ax = dict(zip(panels, np.atleast_1d(axes), strict=True))
+    color = inp.color(ref["method"])
+
+    a = ax["network"]
+    a.step(rate["t"], rate["rate_mbit"], where="post", color="k", lw=1.4,
+           label="configured rate (training path's lowest)")
+    if est is not None:
+        a.plot(ref_steps["t"] - t0, est, ls="none", marker=".", ms=3, color=color, alpha=0.7,
+               label=f"{ref['method']}'s bandwidth estimate")
+    top = float(np.nanmax(rate["rate_mbit"])) if rate["rate_mbit"].notna().any() else None
+    if top:  # an estimate measured over a tiny window must not squash the configured rate
+        a.set_ylim(0, top * 1.5)
+    a.set_ylabel(style.NETWORK_AXIS)
+    style.plain(a)
+    style.legend(a, loc="upper right")
+
+    if "streams" in ax:
+        a = ax["streams"]
+        a.step(streams["t"], streams["streams"], where="post", color="tab:red")
+        a.set_ylim(0, max(1.0, float(streams["streams"].max())) * 1.2)
+        a.yaxis.get_major_locator().set_params(integer=True)
+        a.set_ylabel(style.STREAMS_AXIS)
+    if "queue" in ax:
+        a = ax["queue"]
+        a.plot(queue["t"] - t0, queue["queue"], color="tab:purple", lw=0.8,
+               drawstyle="steps-post")
+        a.set_ylabel(style.QUEUE_AXIS)
+        a.text(0.01, 0.92, f"bottleneck queue at {queue['label'].iloc[0]}", fontsize=7,
+               transform=a.transAxes, va="top")
+        a.set_ylim(bottom=0)
+        style.plain(a)
+    x = ref_steps["t"] - t0
+    if "kept" in ax:
+        a = ax["kept"]
+        a.plot(x, ref_steps["kept_ratio"], drawstyle="steps-post", lw=1, color=color)
+        a.set_yscale("log")
+        style.log_ticks(a)
+        a.set_ylabel(style.KEPT_AXIS)
+    if "level" in ax:
+        a = ax["level"]
+        seen = list(dict.fromkeys(lv.dropna()))
+        cats = [c for c in LEVEL_ORDER if c in seen] + [c for c in seen if c not in LEVEL_ORDER]
+        a.plot(x, lv.map({c: i for i, c in enumerate(cats)}), drawstyle="steps-post",
+               color=color, lw=1)
+        a.set_yticks(range(len(cats)), cats, fontsize=7)
+        a.set_ylim(-0.5, len(cats) - 0.5)
+        a.set_ylabel(style.LEVEL_AXIS)
+
+    a = ax["step"]
+    for _, r in sel.iterrows():
+        s_all = inp.steps[inp.steps["run"] == r["run"]]
+        s = _rank0(s_all)
+        if "step_s" not in s.columns or s.empty:
+            continue
+        m = r["method"]
+        a.plot(s["t"] - _first_step_t(s_all), s["step_s"], color=inp.color(m), label=m,
+               ls="none", marker=".", ms=2.5 if m == style.ADAPTIVE else 2, alpha=0.8)
+    a.set_yscale("log")
+    style.log_ticks(a)
+    a.set_ylabel(style.STEP_TIME_AXIS)
+    a.set_xlabel("time since the run's first training step (s)")
+    style.legend(a, ncol=3, markerscale=3)
+
+    applied = events.dropna(subset=["t_applied"]) if not events.empty else events
+    for one in ax.values():
+        for t in applied.get("t_applied", []):
+            one.axvline(float(t), color="k", alpha=0.2, lw=0.8)
+        one.grid(True, alpha=0.3)
+    ax["network"].set_xlim(left=0)
+    fig.align_ylabels(list(ax.values()))
+    where = f" at {style.rate_text(ref['rate_mbit'])}" if pd.notna(ref["rate_mbit"]) else ""
+    constant = rate["rate_mbit"].nunique(dropna=True) <= 1
+    ax["network"].set_title(
+        f"{ref['experiment']}{where}, seed {ref['seed']}: the network as applied"
+        f"{' (rate constant)' if constant else ''} and the methods' response", fontsize=9)
+    return fig
+
+
+FIGURE = Figure(
+    name="adaptation_timeline",
+    title="Adaptation timeline",
+    caption="One run's network as applied (configured rate and the monitor's estimate, "
+    "competing iperf3 streams, the bottleneck queue when sampled), the adaptive method's "
+    "kept ratio and the levels it used, and the step time of every method run with the same "
+    "seed at the same rate; grey lines: applied events.",
+    needs="finished runs (kind timeline, else runs with applied events)",
+    runs=select,
+    draw=draw,
+)
