@@ -1,6 +1,6 @@
-"""The analysis commands of ``netsense``: ``sweep``, ``plot``, ``report``.
+"""The analysis commands of ``netsense``: sweep, plot, report, compare, export, sensing.
 
-Kept apart from testbed/cli.py (the orchestrator's commands) so each half can change without
+Kept apart from testbed/cli/app.py (the orchestrator's commands) so each half can change without
 touching the other; cli.py calls ``register(app)``. Errors in the input (unknown sweep,
 bad field, missing results folder) print one line and exit 2, before anything runs.
 """
@@ -219,6 +219,67 @@ def report_cmd(
     Console().print(f"report: {page}", highlight=False, soft_wrap=True)
 
 
+def compare_cmd(
+    paths: Annotated[list[Path], typer.Argument(
+        help="run folders or folders of run folders (any number, from anywhere)",
+        metavar="RUN_OR_FOLDER...", show_default=False)],
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", metavar="DIR", help="folder for compare.csv and compare.png/.pdf")
+    ] = Path("compare"),
+) -> None:
+    """Any runs side by side: headline metrics per group (95 % intervals over seeds) and
+    their accuracy, step-time and level timelines on shared axes."""
+    from testbed.analysis import compare, loading
+    from testbed.analysis.figures import NoData, style
+
+    for p in paths:
+        if not p.is_dir():
+            fail(f"RUN_OR_FOLDER: no such folder {str(p)!r}")
+    _check_out(out, "--out", folder=True)
+    runs, steps = compare.load(paths)
+    err = Console(stderr=True)
+    for e in loading.excluded_of(runs):
+        err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
+                  markup=False)
+    if runs.empty:
+        fail("RUN_OR_FOLDER: no run folders (summary.json) under "
+             + ", ".join(str(p) for p in paths))
+    for _, r in runs[runs["status"] != "ok"].iterrows():
+        err.print(f"note: left out: {r['run']} is {r['status']}", highlight=False,
+                  markup=False)
+    groups = compare.table(runs)
+    if groups.empty:
+        fail("RUN_OR_FOLDER: none of the runs finished ok; nothing to compare")
+
+    def pm(v: float, ci: float, fmt: str) -> str:
+        if v != v:
+            return "-"
+        return format(v, fmt) + (f" ± {format(ci, fmt)}" if ci == ci else "")
+
+    t = Table(title=f"compare: {len(groups)} groups", title_justify="left")
+    for c in ("group", "runs", "samples/s", "TTA s", "reached", "final acc", "MB sent"):
+        t.add_column(c, justify="left" if c == "group" else "right")
+    for g in groups.itertuples():
+        t.add_row(g.group, str(g.runs), pm(g.throughput, g.throughput_ci, ".1f"),
+                  pm(g.tta_s, g.tta_ci, ".2f"), g.reached,
+                  pm(g.final_accuracy, g.final_accuracy_ci, ".3f"),
+                  "-" if g.mb_sent != g.mb_sent else f"{g.mb_sent:.1f}")
+    console = Console(width=max(120, Console().width))
+    console.print(t)
+    console.print("± : half-width of the 95 % t-interval over seeds (none with one seed); "
+                  "TTA only when every seed reached the target", highlight=False)
+    out.mkdir(parents=True, exist_ok=True)
+    from testbed.analysis.plots import write_csv
+
+    written = [write_csv(groups, out / "compare.csv")]
+    try:
+        written += style.save(compare.figure(runs, steps, groups), out, "compare")
+    except NoData as exc:
+        err.print(f"note: no figure: {exc}", highlight=False, markup=False)
+    for p in written:
+        console.print(str(p), highlight=False, soft_wrap=True)
+
+
 def sensing_cmd(
     run_dir: Annotated[Path, typer.Argument(help="one run folder (with bottleneck.csv)")],
     out: Annotated[Path | None, typer.Option(
@@ -247,8 +308,9 @@ def sensing_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``sweep``, ``plot``, ``report`` and ``sensing`` to the main ``netsense`` app."""
+    """Add ``sweep``, ``plot``, ``report``, ``compare``, ``export`` and ``sensing`` to the main ``netsense`` app."""
     app.command("sweep")(sweep_cmd)
     app.command("plot")(plot_cmd)
     app.command("report")(report_cmd)
+    app.command("compare")(compare_cmd)
     app.command("sensing")(sensing_cmd)
