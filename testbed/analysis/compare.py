@@ -20,7 +20,6 @@ import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from testbed.analysis import loading, tables

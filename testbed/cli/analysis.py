@@ -280,6 +280,52 @@ def compare_cmd(
         console.print(str(p), highlight=False, soft_wrap=True)
 
 
+def export_cmd(
+    paths: Annotated[list[Path], typer.Argument(
+        help="run folders or folders of run folders", metavar="RUN_OR_FOLDER...",
+        show_default=False)],
+    tensorboard: Annotated[Path | None, typer.Option(
+        "--tensorboard", metavar="DIR", help="write TensorBoard event files under DIR "
+        "(tensorboard --logdir DIR)")] = None,
+    mlflow: Annotated[str | None, typer.Option(
+        "--mlflow", metavar="EXPERIMENT", help="log each run to this MLflow experiment "
+        "(needs the mlflow extra)")] = None,
+    wandb: Annotated[str | None, typer.Option(
+        "--wandb", metavar="PROJECT", help="log each run to this W&B project (needs the "
+        "wandb extra)")] = None,
+) -> None:
+    """Export runs to TensorBoard, MLflow or W&B: per step loss, accuracy, step time,
+    level, kept ratio and the configured rate."""
+    from testbed.analysis import compare, export
+
+    if tensorboard is None and mlflow is None and wandb is None:
+        fail("export: give --tensorboard DIR, --mlflow EXPERIMENT or --wandb PROJECT")
+    for p in paths:
+        if not p.is_dir():
+            fail(f"RUN_OR_FOLDER: no such folder {str(p)!r}")
+    try:
+        if mlflow is not None:
+            export.require("mlflow")
+        if wandb is not None:
+            export.require("wandb")
+    except export.ExportError as exc:
+        fail(str(exc))
+    if tensorboard is not None:
+        _check_out(tensorboard, "--tensorboard", folder=True)
+    console = Console()
+    for p, name in zip(paths, compare._names(paths), strict=True):
+        if tensorboard is not None:
+            dirs = export.tensorboard(p, tensorboard, name)
+            console.print(f"{p}: {len(dirs)} runs -> {tensorboard / name}", highlight=False,
+                          soft_wrap=True)
+        if mlflow is not None:
+            console.print(f"{p}: {export.mlflow_export(p, mlflow)} runs -> MLflow {mlflow}",
+                          highlight=False)
+        if wandb is not None:
+            console.print(f"{p}: {export.wandb_export(p, wandb)} runs -> W&B {wandb}",
+                          highlight=False)
+
+
 def sensing_cmd(
     run_dir: Annotated[Path, typer.Argument(help="one run folder (with bottleneck.csv)")],
     out: Annotated[Path | None, typer.Option(
@@ -313,4 +359,5 @@ def register(app: typer.Typer) -> None:
     app.command("plot")(plot_cmd)
     app.command("report")(report_cmd)
     app.command("compare")(compare_cmd)
+    app.command("export")(export_cmd)
     app.command("sensing")(sensing_cmd)
