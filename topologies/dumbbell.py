@@ -28,10 +28,15 @@ class DumbbellParams(spec.ShapedParams):
     """Workers split over two switches joined by one shaped bottleneck."""
 
     n_left: int = Field(gt=0, le=32)
+    """Training workers on the left switch."""
     n_right: int = Field(gt=0, le=32)
+    """Training workers on the right switch."""
     n_cross: int = Field(2, ge=0, le=16)
+    """Cross-traffic hosts, split over both sides. Default 2."""
     bottleneck_mbit: float = Field(ge=0.01, le=100000)
+    """Rate of the link between the two switches, Mbit/s."""
     access_mbit: float = Field(1000.0, ge=0.01, le=100000)
+    """Rate of every host's link to its switch, Mbit/s. Default 1000."""
 
     def worker_hosts(self) -> list[str]:
         return spec.workers(self.n_left + self.n_right)

@@ -38,25 +38,37 @@ SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
 class RealHost(BaseModel):
     """One real machine of a ``hosts`` topology (docs/real-hosts.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     address: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    """Hostname or IP address ssh reaches the machine at."""
     interface: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.@-]+$")
+    """The NIC training traffic uses (shaped unless shape is false)."""
     ssh_user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_-]*$")
+    """ssh user; none: ssh's default."""
     ssh_port: int = Field(22, gt=0, lt=65536)
+    """ssh port. Default 22."""
     socket_ifname: str | None = Field(None, pattern=r"^[A-Za-z0-9_.@-]+$")  # default: interface
+    """GLOO/NCCL socket interface; none: interface."""
     shape: bool = True  # False: leave this NIC alone (e.g. a shared head node)
+    """Shape this NIC with the HTB tree (false: leave it alone, e.g. a shared head node). Default true."""
 
 
 class HostsParams(spec.ShapedParams):
     """Real machines, one torchrun node each; their NICs shaped with the same HTB tree."""
 
     machines: list[RealHost] = Field(min_length=1, max_length=1024)
+    """The real machines, rank order: each runs procs_per_host workers."""
     procs_per_host: int = Field(1, gt=0, le=64)
+    """Workers per machine (torchrun --nproc-per-node). Default 1."""
     rate_mbit: float = Field(gt=0, le=100000)
+    """Rate every shaped NIC is limited to, Mbit/s."""
     master_port: int = Field(29500, gt=1023, lt=65536)
+    """Rendezvous TCP port on the first machine. Default 29500."""
     python: str = "python3"  # the interpreter (with netsense installed) on every host
+    """Interpreter with netsense installed on every machine. Default python3."""
     workdir: str = Field("/tmp/netsense-hosts", pattern=r"^/[A-Za-z0-9_./-]*$")  # worker logs
+    """Folder on each machine for worker logs. Default /tmp/netsense-hosts."""
 
     @model_validator(mode="after")
     def _rendezvous_reachable(self) -> HostsParams:

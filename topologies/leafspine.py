@@ -38,10 +38,15 @@ class LeafSpineParams(spec.ShapedParams):
     """Two-tier Clos: hosts under leaves, every leaf wired to every spine."""
 
     leaves: int = Field(2, gt=0, le=16)
+    """Leaf switches. Default 2."""
     spines: int = Field(2, gt=0, le=16)
+    """Spine switches, each linked to every leaf. Default 2."""
     hosts_per_leaf: int = Field(2, gt=0, le=16)
+    """Training workers per leaf. Default 2."""
     access_mbit: float = Field(1000.0, ge=0.01, le=100000)
+    """Rate of every host-to-leaf link, Mbit/s. Default 1000."""
     uplink_mbit: float = Field(100.0, ge=0.01, le=100000)
+    """Rate of every leaf-to-spine link, Mbit/s. Default 100."""
 
     def worker_hosts(self) -> list[str]:
         return spec.workers(self.leaves * self.hosts_per_leaf)

@@ -156,7 +156,8 @@ def json_schema() -> dict[str, Any]:
     variants: list[dict[str, Any]] = []
     for kind in _BUILTIN:
         schema = _inline_defs(params_class(kind).model_json_schema())
-        schema["properties"]["kind"] = {"const": kind}
+        summary = (params_class(kind).__doc__ or "").strip().splitlines()[0]
+        schema["properties"]["kind"] = {"const": kind, "description": f"{kind}: {summary}"}
         variants.append(schema)
     variants.append({
         "title": "plug-in topology", "type": "object", "required": ["kind"],

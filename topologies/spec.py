@@ -42,9 +42,10 @@ class TopologyParams(BaseModel):
     Names are logical (``w0``, ``bottleneck``): the emulation adds the run's prefix.
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
     kind: str
+    """Topology kind: star, dumbbell, leafspine, hosts, or package.module:Class."""
 
     def worker_hosts(self) -> list[str]:
         """Hosts that run one training worker each, rank order (``w0``, ``w1``, ...)."""
@@ -105,9 +106,13 @@ class ShapedParams(TopologyParams):
     """Fields every built-in topology shares: queue size and the netem-only impairments."""
 
     queue_pkts: int = Field(100, gt=0, le=100000)
+    """Queue of every shaped link, packets (pfifo under the HTB class). Default 100."""
     delay_ms: float = Field(0.0, ge=0, le=10000)
+    """One-way delay added on every shaped link, ms (needs sch_netem). Default 0."""
     jitter_ms: float = Field(0.0, ge=0, le=10000)
+    """Delay jitter, ms (needs sch_netem). Default 0."""
     loss_pct: float = Field(0.0, ge=0, le=100)
+    """Random loss on every shaped link, percent (needs sch_netem). Default 0."""
 
 
 def workers(n: int) -> list[str]:

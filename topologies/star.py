@@ -29,8 +29,11 @@ class StarParams(spec.ShapedParams):
     """n workers and n_cross cross-traffic hosts on one switch; every access link shaped."""
 
     n_workers: int = Field(gt=0, le=64)
+    """Training workers w0..w(N-1), one link each to the switch."""
     n_cross: int = Field(1, ge=0, le=16)
+    """Cross-traffic hosts x0.., one link each to the switch. Default 1."""
     rate_mbit: float = Field(ge=0.01, le=100000)
+    """Rate of every host's link, Mbit/s."""
 
     def worker_hosts(self) -> list[str]:
         return spec.workers(self.n_workers)

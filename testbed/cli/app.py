@@ -181,6 +181,9 @@ def show(
     scn = _load(scenario, set_)
     data = scn.model_dump(mode="json")
     typer.echo(f"# {scn.name}: {scn.world_size} workers; every field, defaults filled in")
+    typer.echo(f"# topology {scn.topology.kind}, as it will be built:")
+    for line in topology_lines(scn.topology):
+        typer.echo(f"#   {line}")
     typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000).rstrip())
 
 @app.command()
@@ -295,8 +298,7 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
 def list_() -> None:
     """What there is to run: scenarios, sweeps, methods, models, datasets, topologies."""
     from netsenseml import methods
-    from testbed.config import renames
-    from testbed.config.scenario import Scenario, list_scenarios
+    from testbed.config.scenario import list_scenarios
     from testbed.config.sweep import list_sweeps
     from workloads import registry
 
@@ -315,10 +317,74 @@ def list_() -> None:
             [(n, registry.model_entry(n).summary) for n in registry.model_names()])
     section("datasets (workload.dataset):",
             [(n, registry.dataset_entry(n).summary) for n in registry.dataset_names()])
-    topo = Scenario.model_fields["topology"].annotation
-    section("topologies (topology.kind):",
-            [(renames._tag(m) or m.__name__, (m.__doc__ or "").strip().splitlines()[0])
-             for m in renames._models_in(topo)])
+    typer.echo("topologies (topology.kind; hosts and links as built for a shipped scenario; "
+               "`netsense show SCENARIO` prints any scenario's):")
+    for block in topology_listing():
+        for line in block:
+            typer.echo(f"  {line}")
+    typer.echo("")
+
+
+def _join(names: list[str], limit: int = 8) -> str:
+    return " ".join(names[:limit]) + (f" ... ({len(names)})" if len(names) > limit else "")
+
+
+def topology_lines(topo: Any) -> list[str]:
+    """Hosts (workers, cross traffic) and links (with their rates) of a parsed topology."""
+    rates = topo.link_rates()
+    training = set(topo.training_links())
+    links = [f"{n} {'unshaped' if r is None else f'{r:g} Mbit/s'}"
+             + ("" if n in training else " (cross traffic only)") for n, r in rates.items()]
+    cross = topo.cross_hosts()
+    out = [f"worker hosts: {_join(topo.worker_hosts())}"]
+    if cross:
+        out.append(f"cross-traffic hosts: {_join(cross)}")
+    out.append("links: " + (", ".join(links[:8]) + (f", ... ({len(links)})"
+                                                  if len(links) > 8 else "")))
+    return out
+
+
+def topology_listing() -> list[list[str]]:
+    """Per registered kind: summary, fields (* required, else default), and the hosts and
+    links of the first shipped scenario of that kind (none for a kind no scenario uses)."""
+    from testbed.common import bounded
+    from testbed.config.scenario import SCENARIO_DIR
+    from topologies import registry as topology_registry
+
+    examples: dict[str, tuple[str, Any]] = {}
+    for path in sorted(SCENARIO_DIR.glob("*.yaml")):
+        try:
+            data = (bounded.load_yaml(path) or {}).get("topology") or {}
+            kind = data.get("kind")
+            if kind in topology_registry.kinds() and kind not in examples:
+                examples[kind] = (path.stem, topology_registry.parse(data))
+        except Exception:  # noqa: BLE001 - a broken shipped file only loses its example
+            continue
+    blocks = []
+    width = max(len(k) for k in topology_registry.kinds())
+    for kind in topology_registry.kinds():
+        cls = topology_registry.params_class(kind)
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        fields = []
+        for name, f in cls.model_fields.items():
+            if name == "kind":
+                continue
+            fields.append(f"{name}*" if f.is_required() else
+                          f"{name}={f.get_default(call_default_factory=True)!r}")
+        pad = " " * (width + 2)
+        block = [f"{kind.ljust(width)}  {summary}", f"{pad}fields (* required): "
+                 + ", ".join(fields)]
+        if kind in examples:
+            name, topo = examples[kind]
+            lines = topology_lines(topo)
+            block.append(f"{pad}e.g. {name}: {lines[0]}")
+            block += [f"{pad}  {x}" for x in lines[1:]]
+        else:
+            block.append(f"{pad}(no shipped scenario uses it; hosts and links follow from "
+                         "its fields)")
+        blocks.append(block)
+    return blocks
+
 
 @app.command()
 def doctor() -> None:

@@ -15,7 +15,7 @@ class StrictModel(BaseModel):
     """Unknown fields are refused (``topology.colour: unknown field``); so are inf and NaN,
     which pass ``gt=0`` but no consumer can use (tc, iperf3, the timeline's sleeps)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
 
 def one_line(exc: ValidationError, tags: Iterable[str] = ()) -> str:

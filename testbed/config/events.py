@@ -88,7 +88,7 @@ class Names:
 class TimelineEvent(StrictModel):
     """Base of an event kind: ``at`` plus the kind's fields; ``check`` and ``expand``."""
 
-    at_s: float = Field(ge=0, le=MAX_SECONDS, description="seconds after the timeline origin")
+    at_s: float = Field(ge=0, le=MAX_SECONDS, description="When it happens: seconds after the timeline origin (timeline_origin)")
 
     def check(self, names: Names) -> None:
         """Raise ValueError (one line) when the event names what the topology lacks."""
@@ -101,8 +101,11 @@ class SetRate(TimelineEvent):
     """Change a shaped link's rate in place (tc class change)."""
 
     kind: Literal["set_rate"]
+    """set_rate: change a link's rate."""
     link: str
+    """The link to change: a link name of the topology (`netsense show SCENARIO` lists them)."""
     rate_mbit: float = Field(ge=MIN_MBIT, le=MAX_MBIT)
+    """The new rate, Mbit/s."""
 
     def check(self, names: Names) -> None:
         names.link(self.link)
@@ -115,12 +118,17 @@ class CrossStart(TimelineEvent):
     """Start a group of N parallel iperf3 TCP streams from src to dst."""
 
     kind: Literal["cross_start"]
+    """cross_start: start iperf3 cross traffic."""
     id: str = Field(pattern=NAME_RE.pattern, max_length=MAX_ID_LEN)
+    """Name of this flow group, used by cross_stop."""
     src: str
+    """Host the iperf3 client runs on (a host of the topology, e.g. x0)."""
     dst: str
+    """Host the iperf3 server runs on."""
     streams: int = Field(1, gt=0, le=128)
+    """Parallel TCP streams (iperf3 -P). Default 1."""
     bitrate_mbit: float | None = Field(None, ge=0.001, le=MAX_MBIT,
-                                       description="per-stream cap (iperf3 -b)")
+                                       description="Per-stream cap, Mbit/s (iperf3 -b); none: as fast as TCP goes")
 
     def check(self, names: Names) -> None:
         names.flow(self.src, self.dst, self.id)
@@ -134,7 +142,9 @@ class CrossStop(TimelineEvent):
     """Stop every iperf3 client of a cross_start or ramp group."""
 
     kind: Literal["cross_stop"]
+    """cross_stop: stop a cross-traffic group."""
     id: str = Field(max_length=MAX_ID_LEN)
+    """The cross_start or ramp id to stop."""
 
     def check(self, names: Names) -> None:
         if self.id not in names.groups:
@@ -154,15 +164,23 @@ class Ramp(TimelineEvent):
     """
 
     kind: Literal["ramp"]
+    """ramp: the paper's congestion ramp of rising parallel streams."""
     id: str = Field(pattern=NAME_RE.pattern, max_length=MAX_ID_LEN)
+    """Name of this flow group, used by cross_stop."""
     src: str
+    """Host the iperf3 clients run on."""
     dst: str
+    """Host the iperf3 servers run on."""
     start_streams: int = Field(1, gt=0, le=128)
+    """Streams at the first level. Default 1."""
     max_streams: int = Field(50, gt=0, le=1024)
+    """Streams at the last level. Default 50."""
     step_streams: int = Field(10, gt=0, le=128)
+    """Streams added per level. Default 10."""
     every_s: float = Field(10.0, gt=0, le=MAX_SECONDS)
+    """Seconds each level lasts before the next. Default 10."""
     hold_s: float | None = Field(None, ge=0, le=MAX_SECONDS,
-                                 description="stop this long after the last level")
+                                 description="Seconds the last level is held before the ramp stops; none: until the end")
 
     @model_validator(mode="after")
     def _order(self) -> Ramp:
@@ -214,14 +232,21 @@ class Trace(TimelineEvent):
     """
 
     kind: Literal["trace"]
+    """trace: replay a bandwidth trace on a link."""
     link: str
+    """The link the trace shapes."""
     file: str = Field(min_length=1, max_length=4096)
+    """Trace file, relative to the scenario file or testbed/scenarios/traces."""
     format: Literal["csv", "mahimahi"] = "csv"
+    """csv (time_s,rate_mbit lines) or mahimahi (one delivery opportunity per line, in ms). Default csv."""
     scale: float = Field(1.0, gt=0, le=1e6)
+    """Factor applied to every rate of the trace. Default 1."""
     min_mbit: float = Field(0.1, ge=MIN_MBIT, le=MAX_MBIT)
+    """Lowest rate set, Mbit/s (HTB cannot be 0). Default 0.1."""
     bin_ms: int = Field(1000, ge=10, le=3_600_000)
+    """Milliseconds per rate change (a mahimahi trace is counted in bins of this). Default 1000."""
     duration_s: float | None = Field(
-        None, gt=0, le=MAX_SECONDS, description="replay this long, looping the trace; default: once"
+        None, gt=0, le=MAX_SECONDS, description="Seconds to replay, looping the trace; none: once"
     )
 
     @model_validator(mode="after")

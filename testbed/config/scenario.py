@@ -147,21 +147,35 @@ class Workload(StrictModel):
     """The training job: ``python -m workloads.train`` arguments."""
 
     model: str = "mlp"  # a name in workloads.registry or package.module:factory
+    """Model to train: a name of `netsense list` (mlp, resnet18, gpt, ...) or package.module:factory for your own. Default mlp."""
     dataset: str = "digits"  # a name in workloads.registry
+    """Dataset: a name of `netsense list` that fits the model (digits, synthetic, text, mixture, ...). Default digits."""
     batch_size: int = Field(32, gt=0, le=65536)
+    """Samples per worker per step (the global batch is this x the number of workers). Default 32."""
     steps: int | None = Field(None, gt=0, le=MAX_STEPS)
+    """Training steps per worker; give this or time_limit_s, not both."""
     time_limit_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    """Seconds of training (on the workers' training clock) before they stop; give this or steps."""
     eval_every: int | None = Field(None, gt=0, le=MAX_STEPS)
+    """Evaluate held-out accuracy every this many steps (none: only at the end). Time to accuracy is only as fine as this."""
     target_accuracy: float | None = Field(None, gt=0, le=1)
+    """Held-out accuracy (fraction, 0-1] whose first crossing is the run's time to accuracy; none: no TTA."""
     lr: float | None = Field(None, gt=0, le=1000)
+    """Learning rate; none: the model's own default (workloads.registry)."""
     threads: int = Field(1, gt=0, le=64)
+    """torch CPU threads per worker. Default 1 (a worker per core is the emulation's budget)."""
     data_dir: str | None = Field(None, min_length=1, max_length=4096)
+    """Folder holding the dataset's files when they are not bundled (e.g. CIFAR); none: bundled or synthetic data."""
     pg_timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    """Seconds a collective may wait for a peer before the worker fails the run; none: the worker's default (60). Raise it for long steps on slow links."""
     # auto: in the emulation, CUDA + NCCL when every worker can have a GPU of its own, else
     # CPU + gloo (testbed.orchestration.gpus); the worker's --backend/--device.
     backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend: auto (NCCL when every worker can have its own GPU, else gloo), gloo or nccl."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model runs: auto (CUDA when every worker can have a GPU), cpu or cuda."""
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    """More worker options by name (e.g. width: 256, stop_at_target: true): any option of `python -m workloads.train -h` that the scenario does not set already."""
 
     @field_validator("model")
     @classmethod
@@ -244,23 +258,34 @@ class Scenario(StrictModel):
     """One experiment: a network, a workload, methods x seeds, and a timeline."""
 
     name: str = Field(max_length=MAX_NAME_LEN)
+    """Scenario name: the results folder's name (letters, digits, '.', '_', '-')."""
     description: str = Field("", max_length=10000)
+    """One line shown by `netsense list`. Default empty."""
     topology: Topology
+    """The emulated network: kind (star, dumbbell, leafspine, hosts, or package.module:Class) and that kind's fields; `netsense list` shows each kind's hosts and links."""
     workload: Workload
+    """The training job every method runs."""
     methods: list[MethodSpec] = Field(min_length=1)
+    """Methods to compare (`netsense list`): e.g. allreduce, fp16, int8, topk:0.01, powersgd:4, netsenseml; one run each per seed."""
     seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
         default_factory=lambda: [0], min_length=1, max_length=1000)
+    """Seeds to run every method with; one run folder per method and seed. Default [0]."""
     timeline: list[Event] = Field(default_factory=list, max_length=10000)
+    """Network events during training (set_rate, cross_start, cross_stop, ramp, trace), at at_s seconds from timeline_origin. Default none."""
     timeline_origin: Literal["launch", "first_step"] = Field(
-        "launch",
-        description="launch: event times count from the workers' start; first_step: from "
-        "rank 0's first step record (steadier when start-up time varies)",
+        "first_step",
+        description="What the events' at_s count from: first_step (default), rank 0's "
+        "first training step, so events land at the same point of training however long "
+        "the workers take to start; launch, the workers' start (start-up included)",
     )
     probe_links: bool = False
+    """Measure each shaped link with iperf3 before training (link.csv). Default false."""
     probe_s: float = Field(2.0, ge=1, le=60, multiple_of=1,
-                           description="whole seconds: iperf3 -t takes an integer")
+                           description="Seconds each link is probed with probe_links, whole "
+                           "seconds (iperf3 -t takes an integer). Default 2")
     timeout_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
-    capture: bool = Field(False, description="headers-only packet capture at the bottleneck "
+    """Wall-clock seconds after which the run is stopped and marked failed; none: derived from the workload's length."""
+    capture: bool = Field(False, description="Headers-only packet capture at the bottleneck "
                           "(capture.pcap, capture.csv); off by default, see "
                           "benchmarks/capture_overhead.py for its cost")
 
@@ -387,8 +412,39 @@ def scenario_path(name_or_path: str | Path) -> Path:
     return inputs.resolve(name_or_path, SCENARIO_DIR, "scenario", ScenarioError)
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """First error of a pydantic ValidationError as ``path: message (got X)``."""
+def _misplaced_topology_field(exc: ValidationError, data: Mapping[str, Any] | None
+                              ) -> str | None:
+    """``topology.F: not a field of a K topology (...)`` when the topology has a field its
+    kind does not take: said before any required field it then lacks (``rate_mbit`` in a
+    dumbbell means the user meant ``bottleneck_mbit``, not that one is missing)."""
+    topo = (data or {}).get("topology")
+    kind = topo.get("kind") if isinstance(topo, Mapping) else None
+    if not isinstance(kind, str) or kind not in topology_registry.kinds():
+        return None
+    for err in exc.errors(include_url=False):
+        loc = tuple(err.get("loc", ()))
+        if err.get("type") == "extra_forbidden" and len(loc) == 2 and loc[0] == "topology" \
+                and isinstance(loc[1], str):
+            own = list(topology_registry.params_class(kind).model_fields)
+            others = [k for k in topology_registry.kinds()
+                      if k != kind and loc[1] in topology_registry.params_class(k).model_fields]
+            if not others:  # unknown to every kind: a typo, said before a missing field
+                close = difflib.get_close_matches(loc[1], own, n=1, cutoff=0.6)
+                return f"topology.{loc[1]}: unknown field" + (
+                    f"; did you mean {close[0]!r}?" if close else "")
+            return (f"topology.{loc[1]}: not a field of a {kind} topology (its fields: "
+                    f"{', '.join(f for f in own if f != 'kind')}); it is a field of "
+                    f"{', '.join(others)}")
+    return None
+
+
+def format_validation_error(exc: ValidationError, data: Mapping[str, Any] | None = None
+                            ) -> str:
+    """First error of a pydantic ValidationError as ``path: message (got X)``; a topology
+    field the chosen kind does not take comes first, named as such."""
+    misplaced = _misplaced_topology_field(exc, data)
+    if misplaced:
+        return misplaced
     line = schema.one_line(exc, tags=EVENT_KINDS)
     err = exc.errors(include_url=False)[0]
     loc = tuple(err.get("loc", ()))
@@ -415,7 +471,7 @@ def validate_scenario(
             context={"base_dir": base_dir, "skip_kernel_checks": skip_kernel_checks},
         )
     except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc)) from None
+        raise ScenarioError(format_validation_error(exc, data)) from None
 
 
 def load_scenario(name_or_path: str | Path, *, skip_kernel_checks: bool = False) -> Scenario:

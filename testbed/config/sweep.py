@@ -136,27 +136,43 @@ class ExperimentSpec(StrictModel):
     """One base scenario, a grid over some of its fields, and the methods/seeds to run."""
 
     name: Name
+    """Experiment name: a folder under the sweep's."""
     kind: Kind = "other"
+    """What the experiment measures, for the figures: throughput, tta, timeline or other. Default other."""
     scenario: str | dict[str, Any]
+    """The base scenario: a name, a path, or the scenario inline."""
     grid: Grid = Field(default_factory=dict)
+    """Scenario fields (dotted paths) to sweep, each with its list of values: every combination is run."""
     overrides: dict[str, Any] = Field(default_factory=dict)
+    """Scenario fields (dotted paths) set for every run of this experiment."""
     methods: Methods | None = None
+    """Methods of this experiment (default: the sweep's, else the scenario's)."""
     seeds: Seeds | None = None
+    """Seeds of this experiment (default: the sweep's)."""
 
 
 class SweepSpec(StrictModel):
     """A whole sweep file; see the module docstring for the layout."""
 
     name: Name
+    """Sweep name: the results folder's name."""
     description: str = ""
+    """One line shown by `netsense list`."""
     methods: Methods | None = None
+    """Methods of every experiment (default: each scenario's)."""
     seeds: Seeds = Field(default_factory=lambda: [0])
+    """Seeds of every experiment. Default [0]."""
     overrides: dict[str, Any] = Field(default_factory=dict)
+    """Scenario fields (dotted paths) set for every run of the sweep."""
     # single-experiment shorthand
     scenario: str | dict[str, Any] | None = None
+    """Single-experiment shorthand: the base scenario (name, path or inline)."""
     kind: Kind = "other"
+    """Single-experiment shorthand: the experiment's kind (throughput, tta, timeline, other)."""
     grid: Grid = Field(default_factory=dict)
+    """Single-experiment shorthand: fields to sweep, each with its values."""
     experiments: list[ExperimentSpec] = Field(default_factory=list)
+    """The experiments, each a base scenario, a grid and its methods/seeds."""
 
     @model_validator(mode="after")
     def _one_form(self) -> SweepSpec:
