@@ -104,7 +104,7 @@ def read_bottleneck(run_dir: Path) -> pd.DataFrame:
         worst = worst if isinstance(worst, tuple) else (worst,)
         for k, v in zip(keys, worst, strict=True):
             df = df[df[k] == v]
-        label = " toward ".join(str(v) for v in worst)
+        label = str(worst[0]) + (f" (toward {worst[1]})" if len(worst) > 1 else "")
     else:
         label = "bottleneck"
     return pd.DataFrame({"t": df["t"], "queue": df["queue"], "label": label})

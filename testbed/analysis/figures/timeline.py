@@ -121,9 +121,10 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
         a.plot(queue["t"] - t0, queue["queue"], color="tab:purple", lw=0.8,
                drawstyle="steps-post")
         a.set_ylabel(style.QUEUE_AXIS)
-        a.text(0.01, 0.92, f"bottleneck queue at {queue['label'].iloc[0]}", fontsize=7,
+        a.text(0.01, 0.92, f"queue of link {queue['label'].iloc[0]}", fontsize=7,
                transform=a.transAxes, va="top")
         a.set_ylim(bottom=0)
+        a.yaxis.get_major_locator().set_params(integer=True)
         style.plain(a)
     x = ref_steps["t"] - t0
     if "kept" in ax:
