@@ -179,3 +179,23 @@ def test_export_tensorboard_reads_back_with_tensorboards_reader(swept: Path,
         import mlflow  # noqa: F401
     except ImportError:
         assert missing.exit_code == 2 and "mlflow" in missing.output
+
+
+def test_report_says_when_tta_is_not_a_convergence_measurement(swept: Path,
+                                                               tmp_path: Path) -> None:
+    """tiny evaluates every 10 steps toward 0.5: runs get there within their first
+    evaluations, and the page says their TTA does not measure convergence."""
+    from testbed.analysis import report
+
+    runs, steps = tables.load_runs(swept)
+    coarse = report.coarse_tta(runs, steps)
+    with_raw = 0
+    for r in coarse.itertuples():  # the evaluation count, recounted from steps.csv
+        with open(swept / r.run / "steps.csv", newline="") as fh:
+            evals = [row for row in csv.DictReader(fh) if row["rank"] == "0" and row["accuracy"]]
+        first_hit = next(i for i, row in enumerate(evals, 1) if float(row["accuracy"]) >= 0.5)
+        assert first_hit == r.evaluation <= report.MIN_EVALS_BEFORE_TARGET
+        with_raw += 1
+    assert with_raw >= 1
+    page = report.build_report(swept, tmp_path / "r.html", tmp_path / "f", log=lambda m: None)
+    assert "Not a convergence measurement" in page.read_text()

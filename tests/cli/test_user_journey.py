@@ -94,6 +94,8 @@ def test_run_plot_one_run_folder_and_report(smoke_results):
     assert "<title>NetSense results: smoke</title>" in page
     assert "True" not in page and "False" not in page
     assert "data:image/png;base64," in page
+    # smoke measures convergence: every run evaluated 5+ times before reaching its target
+    assert "Not a convergence measurement" not in page
 
 
 @pytest.mark.emulation

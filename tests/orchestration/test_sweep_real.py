@@ -242,9 +242,10 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     sp = pd.read_csv(out / "speedup.csv")
     assert {"rate_mbit", "baseline", "throughput_speedup", "tta_speedup"} <= set(sp.columns)
     assert len(sp) == 6
-    # tiny has no dynamic (kind: timeline) experiment: the file is there with its header only
-    assert pd.read_csv(out / "timeline.csv").columns.tolist()[:4] == [
-        "experiment", "method", "seed", "t_s"]
+    # the runs the timeline figure drew (one seed, one rate, its cross traffic), step by step
+    tl = pd.read_csv(out / "timeline.csv")
+    assert tl.columns.tolist()[:4] == ["experiment", "method", "seed", "t_s"]
+    assert len(tl) > 10 and tl["rate_mbit"].nunique() == 1 and tl["streams"].max() == 4
 
     report = tmp_path / "r.html"
     res = CliRunner().invoke(_cli(), ["report", str(swept), "--html", str(report),
