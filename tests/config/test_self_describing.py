@@ -119,3 +119,13 @@ def test_a_field_of_another_topology_is_named_as_such() -> None:
         validate_scenario({**BASE, "topology": {"kind": "star", "n_workers": 2,
                                                 "rate_mbt": 50}}, skip_kernel_checks=True)
     assert "topology.rate_mbt" in str(e.value) and "did you mean 'rate_mbit'" in str(e.value)
+
+
+def test_the_readme_scenario_example_is_valid() -> None:
+    import re
+
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert block, "README lost its scenario example"
+    scn = validate_scenario(yaml.safe_load(block.group(1)), skip_kernel_checks=True)
+    assert scn.timeline and scn.timeline_origin == "first_step"
