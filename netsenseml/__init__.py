@@ -6,6 +6,8 @@ all-gather with byte and time accounting), ``counted_group`` (a process group co
 hook's collectives), ``sense`` (BBR-style network monitor), ``policy`` (the adaptive
 data-reduction policy), ``paper_rule`` (the NetSenseML prototype's rule, method
 ``netsenseml-paper``), ``replay`` (synthetic link traces through either policy, no torch),
-``hooks`` (DDP comm hooks: ``hooks.register(ddp_model, "netsenseml")``). Plug-ins by import
+``hooks`` (DDP comm hooks: ``hooks.register(ddp_model, "netsenseml")``), ``lifecycle``
+(``hooks.clean_exit()`` / ``hooks.shutdown()``: leaving a DDP process without gloo's exit
+race). Plug-ins by import
 path: ``PLUGINS.md``. No Mininet or testbed import here.
 """
