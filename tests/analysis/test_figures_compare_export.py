@@ -151,6 +151,36 @@ def test_compare_two_real_runs(swept: Path, tmp_path: Path) -> None:
     assert bad.exit_code == 2
 
 
+def test_compare_gives_intervals_over_seeds(swept: Path, tmp_path: Path) -> None:
+    """Three seeds of one condition (the real run, copied as seeds 1 and 2 with their
+    throughput scaled) are one group whose interval is the t-interval of the three."""
+    import json
+    import shutil
+
+    runs, _ = tables.load_runs(swept)
+    a = runs[(runs["method"] == "allreduce") & (runs["rate_mbit"] == 20.0)].iloc[0]
+    folder = tmp_path / "seeds"
+    shutil.copytree(swept / a["run"], folder / "s0")
+    for seed, scale in ((1, 1.1), (2, 0.8)):
+        d = folder / f"s{seed}"
+        shutil.copytree(swept / a["run"], d)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["seed"] = seed
+        (d / "config.json").write_text(json.dumps(cfg))
+        steps = pd.read_csv(d / "steps.csv")
+        steps["samples"] = steps["samples"] * scale  # same times, scaled throughput
+        steps.to_csv(d / "steps.csv", index=False)
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(app, ["compare", str(folder), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(open(out / "compare.csv")))
+    assert len(rows) == 1 and rows[0]["runs"] == "3"
+    want = tables.ci95([a["throughput"] * k for k in (1.0, 1.1, 0.8)])
+    assert float(rows[0]["throughput"]) == pytest.approx(want[0], rel=1e-6)
+    assert float(rows[0]["throughput_ci"]) == pytest.approx(want[1], rel=1e-6)
+    assert "±" in res.output
+
+
 def test_export_tensorboard_reads_back_with_tensorboards_reader(swept: Path,
                                                                 tmp_path: Path) -> None:
     from tensorboard.backend.event_processing import event_accumulator

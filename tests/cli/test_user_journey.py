@@ -29,7 +29,8 @@ def sh(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProces
 def test_help_version_list_and_errors_in_one_style(tmp_path):
     top = sh("-h", cwd=tmp_path)
     assert top.returncode == 0
-    for cmd in ("run", "show", "list", "schema", "sweep", "plot", "report", "doctor"):
+    for cmd in ("run", "show", "list", "schema", "sweep", "plot", "report", "compare", "export",
+                "doctor"):
         assert re.search(rf"^\s+{cmd}\s", top.stdout, re.M), cmd
     assert "--install-completion" in top.stdout
     run_help = sh("run", "--help", cwd=tmp_path).stdout
