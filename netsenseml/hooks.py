@@ -565,13 +565,13 @@ def register(
     probes the network once: both are collective, so call ``register`` on every rank, in
     the same order, as DDP's constructor is.
     """
+    spec = parse_method(method)  # a bad method is named first, whatever the model
+    target = methods.resolve(spec)
     if not callable(getattr(ddp_model, "register_comm_hook", None)):
         raise TypeError(
             f"hooks.register: expects a DistributedDataParallel model, got "
             f"{type(ddp_model).__name__}; wrap it first: "
             "model = torch.nn.parallel.DistributedDataParallel(net)")
-    spec = parse_method(method)
-    target = methods.resolve(spec)
     common = {k: options.pop(k) for k in _COMMON_OPTIONS if k in options}
     probe: dict[str, Any] = {}
     if spec.name == "netsenseml":
