@@ -71,7 +71,7 @@ report: setup
 # per-run overhead by phase (issue 8).
 bench: setup
 	-$(PY) benchmarks/compressors.py
-	$(PY) benchmarks/workloads.py
+	$(PY) benchmarks/compute_step.py
 	$(PY) benchmarks/emulation.py
 	$(PY) benchmarks/run_scale.py
 	$(PY) benchmarks/run_overhead.py

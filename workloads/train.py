@@ -36,7 +36,7 @@ Why the choices below:
   (data, forward, backward incl. waiting for the hook's collectives, optimizer) and ``comm_s``
   is the hook's own measure of time spent in collectives. It therefore attributes overlapped
   time to communication (an upper bound on communication, lower bound on compute).
-  benchmarks/workloads.py measures the compute-only step time without DDP.
+  benchmarks/compute_step.py measures the compute-only step time without DDP.
 - **Failure.** The process group is created with ``timeout=--pg-timeout`` seconds (default
   60): a collective whose peer has died raises within that time (gloo usually raises at once
   on a closed connection). The worker then writes a summary with ``status: "failed"`` and
