@@ -47,7 +47,6 @@ import pandas as pd  # noqa: E402
 from netsenseml import methods  # noqa: E402
 from testbed.analysis import loading, tables, timelines  # noqa: E402
 from testbed.common import files  # noqa: E402
-from topologies import registry as topology_registry  # noqa: E402
 
 FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
 
@@ -309,73 +308,10 @@ def plot_accuracy(runs: pd.DataFrame, steps: pd.DataFrame, out: Path) -> list[Pa
 # ------------------------------------------------------------------ 3. adaptation timeline
 
 
-def read_events(run_dir: Path) -> pd.DataFrame:
-    """events.csv (bounded and validated by analysis.loading); empty when absent or damaged."""
-    try:
-        return loading.read_csv_file(Path(run_dir) / "events.csv", ("t_applied",))
-    except loading.Damaged:
-        return pd.DataFrame(columns=["t_scheduled", "t_applied", "kind", "target", "value"])
-
-
-def network_series(config: dict[str, Any], events: pd.DataFrame, t_end: float
-                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Step series (t, value) of the configured rate and of the cross-traffic stream count.
-
-    Start values come from config.json: each link's configured rate as its topology
-    declares it (``topologies.registry``), no cross traffic. Each applied ``set_rate`` sets
-    its link's rate, and the rate series is the lowest rate over the links training
-    crosses (the topology's ``training_links``: a dumbbell's bottleneck and access links, a
-    star's worker links); each ``cross_start`` adds ``value`` streams to its group (a ramp
-    level adds its increment), ``cross_stop`` zeroes the group; the stream series sums the
-    groups. A topology that cannot be read (a plug-in no longer importable) counts every
-    link an event set, from its first rate-like field.
-    """
-    links, training = _link_rates(tables.find_key(config, "topology") or {})
-    rate = [(0.0, _lowest(links, training))]
-    groups: dict[str, float] = {}
-    streams = [(0.0, 0.0)]
-    ev = events.dropna(subset=["t_applied"]).sort_values("t_applied", kind="stable") \
-        if not events.empty else events
-    for _, e in ev.iterrows():
-        kind = str(e.get("kind", ""))
-        t = float(e["t_applied"])
-        val = pd.to_numeric(pd.Series([e.get("value")]), errors="coerce").iloc[0]
-        gid = str(e.get("target", ""))
-        if kind == "set_rate" and not math.isnan(val):
-            links[gid] = float(val)
-            rate.append((t, _lowest(links, training)))
-        elif kind == "cross_start":
-            groups[gid] = groups.get(gid, 0.0) + (0.0 if math.isnan(val) else float(val))
-            streams.append((t, sum(groups.values())))
-        elif kind == "cross_stop":
-            groups[gid] = 0.0
-            streams.append((t, sum(groups.values())))
-    rate.append((t_end, rate[-1][1]))
-    streams.append((t_end, streams[-1][1]))
-    return (pd.DataFrame(rate, columns=["t", "rate_mbit"]),
-            pd.DataFrame(streams, columns=["t", "streams"]))
-
-
-def _link_rates(topo: dict[str, Any]) -> tuple[dict[str, float], list[str] | None]:
-    """(configured rate of each link, the links training crosses) of a config's topology;
-    unreadable: ({"": first rate-like field}, None), every link set later counting."""
-    try:
-        spec = topology_registry.parse(topo)
-        rates = spec.link_rates()
-        return ({k: math.inf if v is None else float(v) for k, v in rates.items()},
-                spec.training_links())
-    except (ValueError, TypeError, NotImplementedError):  # ValidationError is a ValueError
-        r0 = next((topo[k] for k in tables.RATE_KEYS if isinstance(topo.get(k), int | float)),
-                  None)
-        return {"": math.nan if r0 is None else float(r0)}, None
-
-
-def _lowest(links: dict[str, float], training: list[str] | None) -> float:
-    values = [links[k] for k in training if k in links] if training is not None \
-        else list(links.values())
-    finite = [v for v in values if not math.isnan(v)]
-    low = min(finite) if finite else math.nan
-    return math.nan if low == math.inf else low
+#: Moved to testbed.analysis.timelines (the network's state over time is timeline data, and
+#: the timeline CSV must not need matplotlib); the names stay here for callers of plots.
+read_events = timelines.read_events
+network_series = timelines.network_series
 
 
 def timeline_runs(runs: pd.DataFrame, root: Path | None = None) -> pd.DataFrame:

@@ -14,19 +14,22 @@ One row per rank-0 training step of every ok run of kind ``timeline`` (one run p
   step: the clock time to accuracy is counted on) at the end of the step;
 - ``step``, ``level``, ``kept_ratio``, ``step_s``, ``comm_s``;
 - ``rate_mbit``: the configured bottleneck rate at that moment, ``streams``: competing iperf3
-  streams at that moment (plots.network_series, events shifted onto the training clock by
+  streams at that moment (:func:`network_series`, events shifted onto the training clock by
   the run's own offset between its launch clock ``t`` and ``t_worker``);
 - ``accuracy``: the held-out accuracy when the step was followed by an evaluation, else empty.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from testbed.analysis import tables
+from testbed.analysis import loading, tables
+from topologies import registry as topology_registry
 
 COLUMNS = ["experiment", "method", "seed", "t_s", "step", "level", "kept_ratio",
            "step_s", "comm_s", "rate_mbit", "streams", "accuracy"]
@@ -40,22 +43,89 @@ def _at(series: pd.DataFrame, col: str, t: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, vals[np.clip(idx, 0, len(vals) - 1)], vals[0])
 
 
+def read_events(run_dir: Path) -> pd.DataFrame:
+    """events.csv (bounded and validated by analysis.loading); empty when absent or damaged."""
+    try:
+        return loading.read_csv_file(Path(run_dir) / "events.csv", ("t_applied",))
+    except loading.Damaged:
+        return pd.DataFrame(columns=["t_scheduled", "t_applied", "kind", "target", "value"])
+
+
+def network_series(config: dict[str, Any], events: pd.DataFrame, t_end: float
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Step series (t, value) of the configured rate and of the cross-traffic stream count.
+
+    Start values come from config.json: each link's configured rate as its topology
+    declares it (``topologies.registry``), no cross traffic. Each applied ``set_rate`` sets
+    its link's rate, and the rate series is the lowest rate over the links training
+    crosses (the topology's ``training_links``: a dumbbell's bottleneck and access links, a
+    star's worker links); each ``cross_start`` adds ``value`` streams to its group (a ramp
+    level adds its increment), ``cross_stop`` zeroes the group; the stream series sums the
+    groups. A topology that cannot be read (a plug-in no longer importable) counts every
+    link an event set, from its first rate-like field.
+    """
+    links, training = _link_rates(tables.find_key(config, "topology") or {})
+    rate = [(0.0, _lowest(links, training))]
+    groups: dict[str, float] = {}
+    streams = [(0.0, 0.0)]
+    ev = events.dropna(subset=["t_applied"]).sort_values("t_applied", kind="stable") \
+        if not events.empty else events
+    for _, e in ev.iterrows():
+        kind = str(e.get("kind", ""))
+        t = float(e["t_applied"])
+        val = pd.to_numeric(pd.Series([e.get("value")]), errors="coerce").iloc[0]
+        gid = str(e.get("target", ""))
+        if kind == "set_rate" and not math.isnan(val):
+            links[gid] = float(val)
+            rate.append((t, _lowest(links, training)))
+        elif kind == "cross_start":
+            groups[gid] = groups.get(gid, 0.0) + (0.0 if math.isnan(val) else float(val))
+            streams.append((t, sum(groups.values())))
+        elif kind == "cross_stop":
+            groups[gid] = 0.0
+            streams.append((t, sum(groups.values())))
+    rate.append((t_end, rate[-1][1]))
+    streams.append((t_end, streams[-1][1]))
+    return (pd.DataFrame(rate, columns=["t", "rate_mbit"]),
+            pd.DataFrame(streams, columns=["t", "streams"]))
+
+
+def _link_rates(topo: dict[str, Any]) -> tuple[dict[str, float], list[str] | None]:
+    """(configured rate of each link, the links training crosses) of a config's topology;
+    unreadable: ({"": first rate-like field}, None), every link set later counting."""
+    try:
+        spec = topology_registry.parse(topo)
+        rates = spec.link_rates()
+        return ({k: math.inf if v is None else float(v) for k, v in rates.items()},
+                spec.training_links())
+    except (ValueError, TypeError, NotImplementedError):  # ValidationError is a ValueError
+        r0 = next((topo[k] for k in tables.RATE_KEYS if isinstance(topo.get(k), int | float)),
+                  None)
+        return {"": math.nan if r0 is None else float(r0)}, None
+
+
+def _lowest(links: dict[str, float], training: list[str] | None) -> float:
+    values = [links[k] for k in training if k in links] if training is not None \
+        else list(links.values())
+    finite = [v for v in values if not math.isnan(v)]
+    low = min(finite) if finite else math.nan
+    return math.nan if low == math.inf else low
+
+
 def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
     """The rows of one run (see the module doc); empty when it has no step rows."""
-    from testbed.analysis import plots  # network_series lives with the figure that uses it
-
     s = tables.step_rows(steps)
     if s.empty or "t_worker" not in s.columns:
         return pd.DataFrame(columns=COLUMNS)
     s = s[s["rank"] == s["rank"].min()].sort_values("t_worker")
     offset = float((s["t"] - s["t_worker"]).median())  # launch clock - training clock
-    events = plots.read_events(Path(root) / run["run"])
+    events = read_events(Path(root) / run["run"])
     if not events.empty:
         events = events.assign(
             t_applied=pd.to_numeric(events["t_applied"], errors="coerce") - offset)
     cfg = tables._read_json(Path(root) / run["run"] / "config.json")
     t = s["t_worker"].to_numpy(dtype=float)
-    rate, streams = plots.network_series(cfg, events, float(t.max()) if len(t) else 0.0)
+    rate, streams = network_series(cfg, events, float(t.max()) if len(t) else 0.0)
     acc = steps.dropna(subset=["accuracy"]) if "accuracy" in steps.columns else steps.iloc[0:0]
     acc = acc[acc["rank"] == s["rank"].min()].set_index("step")["accuracy"] \
         if not acc.empty else pd.Series(dtype=float)

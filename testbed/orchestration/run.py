@@ -39,7 +39,6 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,20 +49,20 @@ from testbed.config.scenario import Scenario, check_method
 from testbed.emulation import bottleneck, counters, leftovers
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import gpus, launcher, records
+from testbed.orchestration.hosts import run_on_hosts
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
-from testbed.orchestration.rundir import RunFolder, host_facts, orchestrator_entry, versions
+from testbed.orchestration.rundir import (
+    RunFolder,
+    RunOutcome,
+    host_facts,
+    orchestrator_entry,
+    versions,
+)
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 from testbed.orchestration.workers import WorkerGroup, worker_argv
 
 POLL_S = 0.1
-
-
-@dataclass
-class RunOutcome:
-    run_dir: Path
-    status: str  # "ok" | "failed"
-    summary: dict[str, Any]
 
 
 class _RunFailed(Exception):
@@ -607,8 +606,6 @@ def run_scenario(
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
     if scenario.topology.kind == "hosts":  # real machines: torchrun + tc on their NICs
-        from testbed.orchestration.hosts import run_on_hosts
-
         return run_on_hosts(scenario, method, seed, Path(run_dir).absolute())
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())

@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import subprocess
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,19 @@ def repair_dead_runs(state_dir: Path | None = None) -> list[str]:
             continue  # keep the registration: the next clean tries again
         leftovers.unregister_run(reg)
     return repaired
+
+
+@dataclass
+class RunOutcome:
+    """How one run ended: its folder, ``ok`` or ``failed``, and its final summary.json.
+
+    Here, with the run folder, because both run paths (emulated and real hosts) return it
+    and neither should import the other for it.
+    """
+
+    run_dir: Path
+    status: str  # "ok" | "failed"
+    summary: dict[str, Any]
 
 
 class RunFolder:
