@@ -62,8 +62,6 @@ LAZY: dict[tuple[str, str], str] = {
     "module; a probe that succeeds never needs it",
     ("testbed.simulation.", ""): "the simulation's entry point prints a table from a folder "
     "and needs the method registry only for the rows it prints",
-    ("testbed.analysis.", "netsenseml.methods"): "the method registry is read only to label "
-    "methods in tables",
     ("testbed.analysis.report", "testbed.orchestration.rundir"): "the git commit is asked "
     "only when a report is written",
     ("testbed.analysis.loading", "testbed.orchestration.rundir"): "only a run folder that "

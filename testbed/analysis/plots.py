@@ -47,6 +47,7 @@ import pandas as pd  # noqa: E402
 from netsenseml import methods  # noqa: E402
 from testbed.analysis import loading, tables, timelines  # noqa: E402
 from testbed.common import files  # noqa: E402
+from testbed.common.stats import ci95  # noqa: E402 - also read as plots.ci95
 
 FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
 
@@ -97,24 +98,6 @@ def throughput_runs(runs: pd.DataFrame) -> pd.DataFrame:
         multi = r.groupby("experiment")["rate_mbit"].nunique()
         sel = r[r["experiment"].isin(multi[multi >= 2].index)]
     return sel
-
-
-#: two-sided 97.5 % quantiles of Student's t for n-1 = 1..30 degrees of freedom
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def ci95(values: Any) -> tuple[float, float, int]:
-    """(mean, half-width of the 95 % t-interval, n); half-width NaN below two values."""
-    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), dtype=float)
-    n = len(v)
-    if n == 0:
-        return math.nan, math.nan, 0
-    if n < 2:
-        return float(v.mean()), math.nan, n
-    t = _T975[n - 2] if n - 2 < len(_T975) else 1.96
-    return float(v.mean()), float(t * v.std(ddof=1) / math.sqrt(n)), n
 
 
 def grad_bytes(run_dir: Path) -> float:

@@ -26,7 +26,8 @@ its latest finished run (``latest_per_seed``): ``netsense run`` adds a folder ea
 is repeated, and a repeat is not a new seed.
 
 Statistics: every table gives the mean over seeds and a 95 % Student-t interval,
-``mean +- t(0.975, n-1) * sd / sqrt(n)`` (:func:`ci95`; no interval with one seed).
+``mean +- t(0.975, n-1) * sd / sqrt(n)`` (``testbed.common.stats.ci95``; no interval with
+one seed).
 A method's TTA mean is given only when *every* seed reached the target (``reached`` says how
 many did); a partial mean would hide the seeds that never got there.
 
@@ -35,9 +36,8 @@ Speedup (the paper's 1.55x-9.84x form), for each experiment, rate and baseline m
 ``tta_speedup = mean TTA(baseline) / mean TTA(netsenseml)``; tta_speedup is empty (NaN) when
 either side missed the target in any seed -- an unreached target has no time to compare, and
 is reported as not reached (``*_reached`` columns), never as a win or a loss of a made-up
-size. The interval of a ratio of two means is the delta-method t-interval on its logarithm:
-``exp(log r +- t * sqrt(cv_a^2 / n_a + cv_b^2 / n_b))`` with ``cv = sd / mean`` and
-``t = t(0.975, min(n_a, n_b) - 1)`` (conservative degrees of freedom).
+size. The interval of a ratio of two means is the delta-method t-interval on its logarithm
+(``testbed.common.stats.ratio_ci95``).
 
 The **oracle** row (``baseline == "oracle"``): for each experiment and rate the hindsight-best
 *fixed* method, chosen after the fact from the runs -- the highest mean throughput for the
@@ -59,8 +59,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from netsenseml import methods  # the torch-free registry
 from testbed.analysis import loading
 from testbed.common import files
+from testbed.common.stats import ci95, ratio_ci95, t975  # noqa: F401 - t975: tables.t975
 from topologies import registry as topology_registry
 
 ADAPTIVE = "netsenseml"
@@ -69,59 +71,15 @@ SPEEDUP_KINDS = ("throughput", "tta", "timeline")
 #: The identity of one seed's measurement; a later ok run with the same key replaces it.
 RUN_KEY = ("experiment", "rate_mbit", "method", "seed")
 
-#: t(0.975, df) for df = 1..30; beyond, the Cornish-Fisher expansion of the normal quantile.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """Two-sided 95 % Student-t quantile (scipy is not a dependency; 3 digits suffice)."""
-    if df < 1:
-        return math.nan
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-def ci95(values: Any) -> tuple[float, float, int]:
-    """(mean, half-width of the 95 % t-interval, n) of the finite values; half NaN if n < 2."""
-    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
-    v = v[np.isfinite(v)]
-    n = len(v)
-    if n == 0:
-        return math.nan, math.nan, 0
-    if n == 1:
-        return float(v[0]), math.nan, 1
-    return float(v.mean()), t975(n - 1) * float(v.std(ddof=1)) / math.sqrt(n), n
-
-
-def ratio_ci95(num: Any, den: Any) -> tuple[float, float, float]:
-    """(ratio of means, low, high): the delta-method t-interval on the log ratio (module doc)."""
-    a, _, na = ci95(num)
-    b, _, nb = ci95(den)
-    if na == 0 or nb == 0 or not (a > 0 and b > 0):
-        return math.nan, math.nan, math.nan
-    r = a / b
-    if na < 2 or nb < 2:
-        return r, math.nan, math.nan
-    va = np.asarray(pd.to_numeric(pd.Series(num), errors="coerce"), dtype=float)
-    vb = np.asarray(pd.to_numeric(pd.Series(den), errors="coerce"), dtype=float)
-    va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
-    se = math.sqrt((va.std(ddof=1) / a) ** 2 / na + (vb.std(ddof=1) / b) ** 2 / nb)
-    h = t975(min(na, nb) - 1) * se
-    return r, r * math.exp(-h), r * math.exp(h)
-
 
 def is_adaptive(method: str) -> bool:
     """True for methods of the registry's ``adaptive`` kind (NetSenseML, the paper's rule)."""
-    from netsenseml import methods  # torch-free registry
-
     try:
         return methods.parse(method).kind == "adaptive"
     except ValueError:
         return method.split(":", 1)[0].startswith(ADAPTIVE)
+
+
 RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
 
 
