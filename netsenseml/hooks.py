@@ -146,11 +146,13 @@ class NetSenseState:
     * ``collectives`` -- collectives this hook issued (each costs headers and acks on the
       wire however small; the testbed's byte-conservation band needs the count),
     * ``est_*`` -- the network monitor's estimate at the pop, once it has a sample:
-      ``est_rate_Bps`` (windowed max delivery rate of this rank's payload),
-      ``est_min_rtt_s``, ``est_bdp_B``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
+      ``est_rate_mbit`` (windowed max delivery rate of this rank's payload, Mbit/s),
+      ``est_min_rtt_s``, ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
-      (:meth:`NetSensePolicy.stats`: fixed comm ms, bandwidth share MB/s, compute ms, codec
-      ms, predicted step ms of the decision and of ``none``) and ``probe`` (1 on a probe step).
+      (:meth:`NetSensePolicy.stats`: fixed comm s, bandwidth share Mbit/s, compute s, codec
+      s, predicted step s of the decision and of ``none``) and ``probe`` (1 on a probe step).
+
+    Units are the last word of a name (``_s``, ``_bytes``, ``_mbit``; ``workloads.records``).
     """
 
     def __init__(
@@ -249,8 +251,9 @@ class NetSenseState:
             }
             est = self.monitor.estimate()
             if est is not None:  # the monitor's view, for the testbed's sensing validation
-                out.update(est_rate_Bps=float(est.max_rate), est_min_rtt_s=float(est.min_rtt),
-                           est_bdp_B=float(est.bdp), est_queue_delay_s=float(est.queue_delay))
+                out.update(est_rate_mbit=float(est.max_rate) * 8e-6,
+                           est_min_rtt_s=float(est.min_rtt), est_bdp_bytes=float(est.bdp),
+                           est_queue_delay_s=float(est.queue_delay))
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
                 out["probe"] = int(self.decision.probe)

@@ -515,12 +515,12 @@ class NetSensePolicy:
         """The model behind the current decision, for step logs (units in the names)."""
         d = self.decision
         return {
-            "model_fixed_ms": 1e3 * self.a,
-            "model_bw_MBps": 1e-6 / self.beta if self.beta > 0 else float("inf"),
-            "model_compute_ms": 1e3 * self.compute_s(),
-            "model_codec_ms": 1e3 * self.codec_s(d.level),
-            "model_step_ms": 1e3 * self.step_s(d),
-            "model_none_step_ms": 1e3 * self.step_s(Decision("none")),
+            "model_fixed_s": self.a,
+            "model_bw_mbit": 8e-6 / self.beta if self.beta > 0 else float("inf"),
+            "model_compute_s": self.compute_s(),
+            "model_codec_s": self.codec_s(d.level),
+            "model_step_s": self.step_s(d),
+            "model_none_step_s": self.step_s(Decision("none")),
         }
 
     # ------------------------------------------------------------------ inputs

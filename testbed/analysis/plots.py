@@ -30,7 +30,6 @@ folder can be plotted on its own: ``netsense plot -r results/smoke/<run id>``.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from netsenseml import methods  # noqa: E402
 from testbed.analysis import loading, tables, timelines  # noqa: E402
 from testbed.common import files  # noqa: E402
 from testbed.common.stats import ci95  # noqa: E402 - also read as plots.ci95
+from workloads.records import RankRecords  # noqa: E402
 
 FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
 
@@ -102,15 +102,8 @@ def throughput_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def grad_bytes(run_dir: Path) -> float:
     """Dense gradient bytes from rank 0's start record (workers/rank0.jsonl), else NaN."""
-    try:
-        with open(Path(run_dir) / "workers" / "rank0.jsonl") as fh:
-            for line in fh:
-                rec = json.loads(line)
-                if rec.get("kind") == "start":
-                    return float(rec.get("grad_bytes") or math.nan)
-    except (OSError, ValueError):
-        pass
-    return math.nan
+    start = RankRecords.parse(files.read_jsonl(Path(run_dir) / "workers" / "rank0.jsonl")).start
+    return float(start.grad_bytes) if start is not None and start.grad_bytes else math.nan
 
 
 def line_rate_model(runs: pd.DataFrame, steps: pd.DataFrame, root: Path) -> pd.DataFrame:
@@ -339,7 +332,7 @@ def read_bottleneck(run_dir: Path) -> pd.DataFrame:
 
 def _estimate_mbit(s: pd.DataFrame) -> pd.Series | None:
     """The monitor's bandwidth estimate (Mbit/s) from the step records, when logged."""
-    for col, factor in (("monitor_bw_mbit", 1.0), ("est_bw_mbit", 1.0), ("model_bw_MBps", 8.0)):
+    for col, factor in (("monitor_bw_mbit", 1.0), ("est_bw_mbit", 1.0), ("model_bw_mbit", 1.0)):
         if col in s.columns and pd.to_numeric(s[col], errors="coerce").notna().any():
             return pd.to_numeric(s[col], errors="coerce") * factor
     return None

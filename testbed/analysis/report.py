@@ -123,7 +123,7 @@ def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
     """Distinct software/host facts found in config.json files (keys versions/host)."""
     rows: dict[tuple[str, str], int] = {}
     for run in runs["run"]:
-        cfg = tables._read_json(root / run / "config.json")
+        cfg = tables.read_json(root / run / "config.json")
         for key in ("versions", "host", "host_facts"):
             v = tables.find_key(cfg, key)
             if isinstance(v, dict):
@@ -137,7 +137,7 @@ def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
 def _scenarios(root: Path, runs: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for exp, g in runs.groupby("experiment", sort=True):
-        cfg = tables._read_json(root / g["run"].iloc[0] / "config.json")
+        cfg = tables.read_json(root / g["run"].iloc[0] / "config.json")
         params = sorted(c for c in g.columns if c.startswith("param.") and g[c].notna().any())
         grid = "; ".join(
             f"{c[6:]} ∈ {{{', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in sorted(g[c].dropna().unique().tolist()))}}}"
@@ -210,7 +210,7 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
     if not failed.empty:
         reasons = []
         for run in failed["run"]:
-            s = tables._read_json(root / run / "summary.json")
+            s = tables.read_json(root / run / "summary.json")
             reasons.append({"run": run, "status": s.get("status", "missing"),
                             "reason": str(s.get("reason") or s.get("error") or "")[:300]})
         tabs.append({"title": "Runs not ok", "note": "", "html": html_table(

@@ -178,9 +178,9 @@ class RunFolder:
                       target_accuracy: float | None) -> dict[str, Any]:
         """Writes steps.csv from the workers' JSONL; returns the summary metrics."""
         recs = records.load_worker_records(self.workers, world_size)
-        rows, columns = records.step_rows(recs, launch_wall)
+        rows, columns = records.steps_csv_rows(recs, launch_wall)
         files.write_csv(self.path / "steps.csv", columns, rows)
-        return records.metrics(recs, target_accuracy)
+        return records.metrics(recs, target_accuracy, rows)
 
     def rank0_log(self) -> Path:
         return self.workers / "rank0.jsonl"
