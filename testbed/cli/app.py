@@ -288,8 +288,8 @@ def list_() -> None:
             [(n, registry.dataset_entry(n).summary) for n in registry.dataset_names()])
     topo = Scenario.model_fields["topology"].annotation
     section("topologies (topology.kind):",
-            [(renames._tag(m) or m.__name__, (m.__doc__ or "").strip().splitlines()[0])
-             for m in renames._models_in(topo)])
+            [(renames.kind_tag(m) or m.__name__, (m.__doc__ or "").strip().splitlines()[0])
+             for m in renames.models_in(topo)])
 
 @app.command()
 def doctor() -> None:
