@@ -43,7 +43,7 @@ from workloads.records import RankRecords
 
 LOWER_FACTOR = 0.97
 UPPER_FACTOR = 1.25
-PER_MESSAGE_B = 512  # a segment + the ack it draws (66 B each), gloo framing; measured ~230-460
+PER_MESSAGE_B = 512  # segment + its ack (66 B each) + gloo framing, generously (docs/measurements.md)
 FIXED_B = 2_000_000  # rendezvous, barriers, probe, eval sums: a run's worth, generously
 
 
