@@ -1,4 +1,5 @@
-"""The ``netsense`` command: run, list, doctor, clean (+ sweep, plot, report from analysis).
+"""The ``netsense`` command: run, show, list, schema, doctor, clean (+ sweep, plot, report,
+sensing from analysis.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
@@ -340,7 +341,7 @@ def clean(
         raise typer.Exit(1)
 
 def _register_analysis() -> None:
-    """Add sweep/plot/report when the analysis module is present.
+    """Add sweep/plot/report/sensing when the analysis module is present.
 
     find_spec rather than try/except ImportError: a real import error inside the module
     must surface, not silently hide three commands.
