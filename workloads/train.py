@@ -93,7 +93,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, NamedTuple, NoReturn
 
 # Taken before the heavy imports, so the start record can say how long they took.
 PROC_WALL = time.time()
@@ -206,9 +206,15 @@ BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+class DeviceChoice(NamedTuple):
+    device: str  # "cpu" | "cuda"
+    index: int | None  # the CUDA device index, None on CPU
+    backend: str  # "gloo" | "nccl"
+
+
 def choose_device(device: str, backend: str, cuda_available: bool, device_count: int,
-                  local_rank: int) -> tuple[str, int | None, str]:
-    """(device type, CUDA index or None, backend) for the ``--device``/``--backend`` pair.
+                  local_rank: int) -> DeviceChoice:
+    """Device type, CUDA index and backend for the ``--device``/``--backend`` pair.
 
     The GPU is ``LOCAL_RANK``'s: the launcher (torchrun, or the testbed, which gives each
     emulated host one GPU through CUDA_VISIBLE_DEVICES) decides which process owns which
@@ -228,7 +234,7 @@ def choose_device(device: str, backend: str, cuda_available: bool, device_count:
     if backend == "nccl" and device != "cuda":
         raise ValueError("--backend nccl needs --device cuda (NCCL moves GPU tensors only); "
                          "use --backend gloo on CPU")
-    return device, (local_rank if device == "cuda" else None), backend
+    return DeviceChoice(device, local_rank if device == "cuda" else None, backend)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

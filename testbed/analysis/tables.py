@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -364,15 +364,21 @@ def _side(g: pd.DataFrame) -> dict[str, Any]:
             "tta_v": g["tta_s"] if all_hit else pd.Series(dtype=float)}
 
 
-def oracle_methods(g: pd.DataFrame) -> tuple[str | None, str | None]:
-    """(best fixed method by mean throughput, best fixed by mean TTA among all-seeds-reached)."""
+class Oracle(NamedTuple):
+    throughput: str | None  # the fixed method of the highest mean throughput
+    tta: str | None  # the fixed method of the lowest mean TTA among those reaching it always
+
+
+def oracle_methods(g: pd.DataFrame) -> Oracle:
+    """The hindsight-best fixed methods of one experiment and rate (module doc)."""
     fixed = g[[not is_adaptive(m) for m in g["method"]]]
     if fixed.empty:
-        return None, None
+        return Oracle(None, None)
     thr = fixed.groupby("method")["throughput"].mean().dropna()
     hit = fixed.groupby("method")["reached_target"].all()
     tta = fixed.groupby("method")["tta_s"].mean()[hit[hit].index].dropna()
-    return (str(thr.idxmax()) if len(thr) else None, str(tta.idxmin()) if len(tta) else None)
+    return Oracle(str(thr.idxmax()) if len(thr) else None,
+                  str(tta.idxmin()) if len(tta) else None)
 
 
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:

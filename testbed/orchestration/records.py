@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from testbed.common import metrics as run_metrics
 from testbed.common.files import read_jsonl
@@ -77,10 +77,13 @@ def _row_of(rank: int, rec: StepRecord | EvalRecord, launch_wall: float) -> dict
     return row
 
 
-def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float) -> tuple[
-    list[dict[str, Any]], list[str]
-]:
-    """steps.csv rows (sorted by t, rank) and the column list including extra hook stats.
+class StepsCsv(NamedTuple):
+    rows: list[dict[str, Any]]  # sorted by t, rank
+    columns: list[str]  # STEP_COLUMNS, then the hook statistics found, sorted
+
+
+def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float) -> StepsCsv:
+    """steps.csv's rows and columns.
 
     One row per step record; an evaluation's accuracy goes on its step's row (a row of its
     own when no step record has that step number).
@@ -106,7 +109,7 @@ def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float)
                 rows.append(row)
             row["accuracy"] = ev.accuracy
     rows.sort(key=lambda r: (r.get("t") if r.get("t") is not None else 0.0, r["rank"]))
-    return rows, STEP_COLUMNS + sorted(extras)
+    return StepsCsv(rows, STEP_COLUMNS + sorted(extras))
 
 
 #: Deprecated name (two different functions were called step_rows): use steps_csv_rows.
@@ -128,7 +131,7 @@ def metrics(
     typed = ranks(records)
     r0 = typed.get(0, RankRecords())
     if rows is None:
-        rows = steps_csv_rows(records, 0.0)[0]
+        rows = steps_csv_rows(records, 0.0).rows
     throughput = run_metrics.throughput(rows)
     train_time = run_metrics.train_span_s(rows)
     final_acc = run_metrics.final_accuracy(rows)
