@@ -41,13 +41,11 @@ Where a run's time goes (``phases_s`` in summary.json, ``phase_breakdown``), on 
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from testbed.common import metrics as run_metrics
-from testbed.common.files import read_jsonl
+from testbed.common.files import read_jsonl, read_jsonl_tail
 from testbed.common.metrics import num as _num
 from workloads.records import EvalRecord, RankRecords, StepRecord
 
@@ -155,35 +153,14 @@ def metrics(
     }
 
 
-def _tail_records(path: Path, nbytes: int = 8192) -> list[dict[str, Any]]:
-    """The complete JSON records in the last ``nbytes`` of a JSONL being written, newest
-    first (a partly written last line is skipped)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - nbytes))
-            tail = fh.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in reversed(tail):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
-
-
 def last_step(path: Path) -> dict[str, Any] | None:
     """Last step record of a JSONL being written (reads only the file's tail)."""
-    return next((r for r in _tail_records(path) if r.get("kind") == "step"), None)
+    return next((r for r in read_jsonl_tail(path) if r.get("kind") == "step"), None)
 
 
 def last_summary(path: Path) -> dict[str, Any] | None:
     """A worker's summary record, if it wrote one (the summary is its last record)."""
-    recs = _tail_records(path)
+    recs = read_jsonl_tail(path)
     return recs[0] if recs and recs[0].get("kind") == "summary" else None
 
 
