@@ -45,27 +45,18 @@ LAZY: dict[tuple[str, str], str] = {
     "classes; the registry is read by the schema, which must not need Mininet",
     ("topologies.base", "topologies.links"): "links pull Mininet's link classes; only "
     "building a network needs them",
-    ("testbed.orchestration.run", "testbed.emulation"): "the emulation pulls Mininet; a run "
-    "on real hosts or a refused scenario never builds one",
-    ("testbed.orchestration.executors", "testbed.orchestration."): "an executor imports the "
-    "run machinery (and its Mininet/Ray dependencies) in the process that runs the run, "
-    "not in the sweep's parent that only schedules",
-    ("testbed.orchestration.staged", ""): "a staged run executes in a Ray worker process; it "
-    "imports the run machinery there",
+    ("testbed.orchestration.executors", "testbed.orchestration."): "the run machinery "
+    "(scenario models, emulation, zygote) is loaded only where runs execute: by the local "
+    "executor's session, or inside a Ray task; `sweep --dry-run` and the Ray driver never "
+    "load it",
+    ("testbed.orchestration.staged", ""): "the Ray driver imports staged to install a run's "
+    "folder and never runs one; the run machinery is loaded only inside the Ray task",
     ("testbed.config.schemas", "testbed.config."): "`netsense schema` loads only the model "
     "it prints",
     ("testbed.config.scenario", "testbed.emulation.kernel"): "kernel probes run only for "
     "scenarios that ask for netem fields",
     ("testbed.config.sweep", "testbed.config."): "a sweep file's suggestions and the "
     "scenario module are needed only on refusal or expansion",
-    ("testbed.emulation.kernel", "testbed.emulation.leftovers"): "leftovers is the heavier "
-    "module; a probe that succeeds never needs it",
-    ("testbed.simulation.", ""): "the simulation's entry point prints a table from a folder "
-    "and needs the method registry only for the rows it prints",
-    ("testbed.analysis.report", "testbed.orchestration.rundir"): "the git commit is asked "
-    "only when a report is written",
-    ("testbed.analysis.loading", "testbed.orchestration.rundir"): "only a run folder that "
-    "still says running is checked for a dead orchestrator",
     ("testbed.emulation.network", "topologies.links"): "the shaped links subclass Mininet's; "
     "the emulation imports Mininet only when it builds a network",
 }
@@ -237,3 +228,35 @@ def test_every_lazy_rule_is_used() -> None:
     used = {next(k for k in LAZY if e.importer.startswith(k[0]) and e.imported.startswith(k[1]))
             for e in all_imports() if e.lazy and lazy_rule(e) is not None}
     assert set(LAZY) - used == set()
+
+
+def module_level_closure(start: str, edges: list[Import]) -> set[str]:
+    """Every project module that importing ``start`` runs: its module-level imports, theirs,
+    and the packages (``__init__``) above each module imported."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if not e.lazy:
+            graph.setdefault(e.importer, set()).add(e.imported)
+    modules = project_modules()
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        parts = m.split(".")
+        todo += [p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in modules]
+        todo += sorted(graph.get(m, ()))
+    return seen
+
+
+def test_no_lazy_import_of_what_is_imported_anyway() -> None:
+    """A lazy import saves start-up time only if the module is not loaded at the top by
+    then: one whose target the importer's own top-level imports already load is noise."""
+    edges = all_imports()
+    pointless = sorted({f"{e.importer} imports {e.imported} inside a function (line {e.line}), "
+                        "but its top-level imports load it anyway"
+                        for e in edges if e.lazy
+                        and e.imported in module_level_closure(e.importer, edges)})
+    assert not pointless, "hoist these:\n  " + "\n  ".join(pointless)

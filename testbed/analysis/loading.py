@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from testbed.common import bounded
+from testbed.orchestration.rundir import stale_reason
 from workloads.records import LEGACY_STEP_KEYS
 
 #: Columns every steps.csv of a finished run has (records.step_rows writes them).
@@ -138,8 +139,6 @@ def upgrade_step_columns(steps: pd.DataFrame) -> pd.DataFrame:
 
 def load_folder(d: Path, root: Path) -> RunData | Excluded:
     """Validate and read one run folder (module doc)."""
-    from testbed.orchestration.rundir import stale_reason
-
     rel = str(Path(d).relative_to(root))
     try:
         summary = read_json_file(d / "summary.json", required=True)

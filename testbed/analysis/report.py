@@ -29,6 +29,7 @@ from markupsafe import Markup, escape
 from testbed.analysis import loading, plots, sensing, tables
 from testbed.common.files import atomic_write_text
 from testbed.config.sweep import SWEEPS_DIR
+from testbed.orchestration.rundir import git_commit
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -158,8 +159,6 @@ def _title(root: Path, runs: pd.DataFrame) -> str:
 def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
            missing: dict[str, str]) -> str:
     """The page's HTML from the loaded runs and the drawn figures."""
-    from testbed.orchestration.rundir import git_commit
-
     sp = tables.speedup_table(runs)
     ok = tables.ok_runs(runs)
     failed = runs[runs["status"] != "ok"]

@@ -46,7 +46,7 @@ from typing import Any
 from testbed.common import files
 from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
-from testbed.emulation import bottleneck, counters, leftovers
+from testbed.emulation import Emulation, bottleneck, capture, counters, leftovers
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import gpus, launcher, records
 from testbed.orchestration.hosts import run_on_hosts
@@ -126,8 +126,6 @@ class _Run:
 
     # phases ---------------------------------------------------------------------
     def _build(self) -> None:
-        from testbed.emulation import Emulation
-
         t = time.monotonic()
         self.progress.update("building network", force=True)
         topo = self.scn.topology
@@ -300,8 +298,6 @@ class _Run:
     def _start_capture(self, ends: list[bottleneck.LinkEnd]) -> None:
         """capture.pcap on the first watched end in this namespace (a switch's end: it
         sees both directions of its link); the analysis runs after teardown."""
-        from testbed.emulation import capture
-
         dst_hosts = [d for _, d in self.cross_pairs]
         local = [e for e in ends if e.pid is None]
         if not local:
@@ -329,8 +325,6 @@ class _Run:
         """capture.csv: bytes per flow class over time and retransmissions (scapy)."""
         if self.capture is None:
             return
-        from testbed.emulation import capture
-
         ports = {}
         if self.traffic is not None:
             for g in self.traffic.groups.values():
