@@ -53,11 +53,16 @@ def _first_rank(rows: list[Row]) -> float | None:
     return min(ranks) if ranks else None
 
 
+def _is_step(kind: Any) -> bool:
+    """A row's ``kind`` (when a steps.csv has one): empty or ``step`` for a training step."""
+    return not isinstance(kind, str) or kind == "step"
+
+
 def training_steps(rows: Iterable[Row]) -> list[Row]:
     """Rank 0's training-step rows (rows with ``t`` and ``samples``; evaluation-only rows
     have no samples), in time order."""
     rows = [r for r in rows if num(r.get("t")) is not None and num(r.get("samples")) is not None
-            and r.get("kind", "step") in ("step", None)]
+            and _is_step(r.get("kind"))]
     first = _first_rank(rows)
     mine = [r for r in rows if num(r.get("rank")) == first]
     return sorted(mine, key=lambda r: num(r.get("t")) or 0.0)
