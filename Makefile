@@ -68,10 +68,10 @@ report: setup
 
 # Speed figures (printed, not asserted): compressors (exits 1 when its target is missed),
 # per-model step times, network build/teardown, the 8-worker / 4+4 scale runs, and the
-# per-run overhead by phase (issue 8).
+# per-run overhead by phase.
 bench: setup
 	-$(PY) benchmarks/compressors.py
-	$(PY) benchmarks/workloads.py
+	$(PY) benchmarks/compute_step.py
 	$(PY) benchmarks/emulation.py
 	$(PY) benchmarks/run_scale.py
 	$(PY) benchmarks/run_overhead.py

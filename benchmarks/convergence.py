@@ -11,6 +11,11 @@ the target and is counted as such, never given a made-up number of steps).
 
     .venv/bin/python benchmarks/convergence.py [--workload mixture] [--seeds 0,1,2]
         [--methods allreduce,fp16,...] [--out DIR] [--table-only]
+    .venv/bin/python benchmarks/convergence.py --priors
+
+``--priors`` prints, without training, the policy's convergence priors as they come from
+its committed table (``netsenseml.policy.CONVERGENCE_STEPS``): each method's steps relative
+to allreduce and, for top-k, the fitted ``c(r)`` beside it (``fit_topk_cost``).
 
 Runs are kept under ``--out`` (default ``results/bench-convergence/<workload>/``) and a
 finished run is not repeated, so the table can be built in several sittings (``--seeds 0``,
@@ -184,6 +189,23 @@ def table(name: str, wl: Workload, out: Path, methods: list[str], seeds: list[in
     return "\n".join(lines)
 
 
+def priors() -> str:
+    """The policy's c(d) table: measured steps relative to allreduce, and the top-k fit."""
+    from netsenseml import policy  # pure Python: no torch for this
+
+    per_decade, free = policy.fit_topk_cost()
+    base = policy.CONVERGENCE_STEPS["allreduce"]
+    lines = [f"top-k fit: c(r) = 1 + {per_decade:.3f} x max(0, log10({free:.3f} / r))",
+             f"{'method':<12} {'steps':>6} {'x ar':>6} {'fit':>6}"]
+    for method, steps in policy.CONVERGENCE_STEPS.items():
+        fit = ""
+        if method.startswith("topk:"):
+            r = float(method.split(":")[1])
+            fit = f"{1 + per_decade * max(0.0, math.log10(free / r)):.3f}"
+        lines.append(f"{method:<12} {steps:>6.0f} {steps / base:>6.3f} {fit:>6}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="mixture", choices=list(WORKLOADS))
@@ -192,7 +214,12 @@ def main() -> None:
     ap.add_argument("--out", help="default results/bench-convergence/<workload>")
     ap.add_argument("--table-only", action="store_true", help="print from finished runs")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    ap.add_argument("--priors", action="store_true",
+                    help="print the policy's convergence priors from its table and exit")
     a = ap.parse_args()
+    if a.priors:
+        print(priors())
+        return
     wl = WORKLOADS[a.workload]
     methods = [m for m in a.methods.split(",") if m]
     seeds = [int(s) for s in a.seeds.split(",") if s]

@@ -10,6 +10,10 @@
 # GPU it runs gloo on CUDA tensors instead (NCCL needs a distinct GPU per worker); without a
 # GPU it exits 2 and says so. Not part of `make test`: no GPU on the CI machines.
 set -euo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then  # the comment above is the help
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${1:-$(mktemp -d /tmp/netsense-gpu-smoke.XXXXXX)}

@@ -1,4 +1,4 @@
-"""What a run costs beyond its training time, and how fast bad input is refused (issue 8).
+"""What a run costs beyond its training time, and how fast bad input is refused.
 
     .venv/bin/python benchmarks/run_overhead.py [--runs N] [--no-8] [--out DIR]
 
@@ -17,7 +17,7 @@ Prints, measured in this one invocation (needs root for the emulation parts):
 5. the paper-quick sweep's wall time estimated from (2) as training time + 32 x overhead,
    against the 14.5 min it took before (``results/paper-quick`` commit 3337e1f).
 
-Targets (issue 8): overhead <= 4 s (2 workers), <= 10 s (8 workers); setup_s ratio <= 1.5;
+Targets: overhead <= 4 s (2 workers), <= 10 s (8 workers); setup_s ratio <= 1.5;
 paper-quick <= 0.5x; refusal <= 1.5 s and <= 2x ``--help``. Run it under the heavy lock on
 an otherwise idle machine; the numbers are printed, not asserted.
 """

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,16 @@ class SampleSink(Protocol):
     prototype rule of ``netsenseml.paper_rule``, which judges each sample)."""
 
     def add(self, nbytes: float, seconds: float, t: float | None = None) -> None: ...
+
+
+class CommTotals(NamedTuple):
+    """A :class:`CommRecorder`'s state at one instant; differences of two are a step's."""
+
+    bytes_sent: int
+    busy_s: float
+    collectives: int
+    last_done: float  # perf_counter of the last completion
+    last_launch: float  # perf_counter of the last launch
 
 
 class CommRecorder:
@@ -79,10 +89,11 @@ class CommRecorder:
             if self.monitor is not None:
                 self.monitor.add(nbytes, now - t0)
 
-    def totals(self) -> tuple[int, float, int, float, float]:
-        """Cumulative (bytes_sent, busy_s, collectives, last completion, last launch time)."""
+    def totals(self) -> CommTotals:
+        """The cumulative counts and the last completion and launch times, read together."""
         with self._lock:
-            return self.bytes_sent, self.busy_s, self.collectives, self.last_done, self.last_launch
+            return CommTotals(self.bytes_sent, self.busy_s, self.collectives, self.last_done,
+                              self.last_launch)
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -78,7 +78,7 @@ import torch
 import torch.distributed as dist
 
 from netsenseml import compress, methods
-from netsenseml.comm import CommRecorder, allgather_bytes, allreduce, pack, unpack
+from netsenseml.comm import CommRecorder, CommTotals, allgather_bytes, allreduce, pack, unpack
 from netsenseml.compress.base import Payload
 from netsenseml.counted_group import counted_group
 from netsenseml.lifecycle import clean_exit as clean_exit  # re-exported: hooks.clean_exit()
@@ -148,11 +148,13 @@ class NetSenseState:
     * ``collectives`` -- collectives this hook issued (each costs headers and acks on the
       wire however small; the testbed's byte-conservation band needs the count),
     * ``est_*`` -- the network monitor's estimate at the pop, once it has a sample:
-      ``est_rate_Bps`` (windowed max delivery rate of this rank's payload),
-      ``est_min_rtt_s``, ``est_bdp_B``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
+      ``est_rate_mbit`` (windowed max delivery rate of this rank's payload, Mbit/s),
+      ``est_min_rtt_s``, ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
-      (:meth:`NetSensePolicy.stats`: fixed comm ms, bandwidth share MB/s, compute ms, codec
-      ms, predicted step ms of the decision and of ``none``) and ``probe`` (1 on a probe step).
+      (:meth:`NetSensePolicy.stats`: fixed comm s, bandwidth share Mbit/s, compute s, codec
+      s, predicted step s of the decision and of ``none``) and ``probe`` (1 on a probe step).
+
+    Units are the last word of a name (``_s``, ``_bytes``, ``_mbit``; ``workloads.records``).
     """
 
     def __init__(
@@ -190,21 +192,21 @@ class NetSenseState:
         if error_feedback and ((compressor is not None and compressor.lossy) or policy is not None):
             kind = memory_kind if compressor is not None else "residual"
             self.memory = MomentumCorrectionMemory(dgc_momentum) if kind == "momentum" else ResidualMemory()
-        self._compressors: dict[str, compress.Compressor] = {}
+        self.compressors: dict[str, compress.Compressor] = {}
         if policy is not None:
             for info in methods.ladder():
                 made = methods.resolve(info.name if info.arg is None else f"{info.name}:1").build()
-                self._compressors[info.label] = made
+                self.compressors[info.label] = made
             # netsenseml: the configured top-k variant; netsenseml-paper: the prototype's
             # exact torch.topk.
             exact = isinstance(policy, PaperRule)
-            self._compressors["topk"] = compress.TopKCompressor(
+            self.compressors["topk"] = compress.TopKCompressor(
                 0.1, method="exact" if exact else topk_method)
         self.decision = (policy.decision if policy is not None
                          else Decision(level or method.level, method.ratio or 1.0))
         self._pending: Decision | None = None
-        self._observed: Decision = self.decision  # the decision of the step being reported
-        self._hook_prev: torch.futures.Future | None = None
+        self.observed: Decision = self.decision  # the decision of the step being reported
+        self.previous_future: torch.futures.Future | None = None
         self._lock = threading.Lock()
         # Per-step bookkeeping of the previous step (for the policy's observation).
         self._step_start: float | None = None
@@ -234,25 +236,26 @@ class NetSenseState:
         """Returns and resets this rank's statistics since the last call (see class doc)."""
         totals = self.recorder.totals()
         with self._lock:
-            sent = int(totals[0] - self._stats_totals[0])
+            sent = int(totals.bytes_sent - self._stats_totals.bytes_sent)
             if self.hook is not None:  # a raw hook: only its bytes are known
                 kept = sent / self._bytes_dense if self._bytes_dense else 1.0
             else:
                 kept = self._kept / self._elements if self._elements else 1.0
             out = {
                 "bytes_sent": sent,
-                "comm_s": float(totals[1] - self._stats_totals[1]),
+                "comm_s": float(totals.busy_s - self._stats_totals.busy_s),
                 "kept_ratio": float(kept),
                 "level": self.decision.level,
                 "ratio": float(self.decision.ratio),
                 "codec_s": float(self._codec_s),
                 "bytes_dense": int(self._bytes_dense),
-                "collectives": int(totals[2] - self._stats_totals[2]),
+                "collectives": int(totals.collectives - self._stats_totals.collectives),
             }
             est = self.monitor.estimate()
             if est is not None:  # the monitor's view, for the testbed's sensing validation
-                out.update(est_rate_Bps=float(est.max_rate), est_min_rtt_s=float(est.min_rtt),
-                           est_bdp_B=float(est.bdp), est_queue_delay_s=float(est.queue_delay))
+                out.update(est_rate_mbit=float(est.max_rate) * 8e-6,
+                           est_min_rtt_s=float(est.min_rtt), est_bdp_bytes=float(est.bdp),
+                           est_queue_delay_s=float(est.queue_delay))
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
                 out["probe"] = int(self.decision.probe)
@@ -261,7 +264,7 @@ class NetSenseState:
             self._codec_s = 0.0
         return out
 
-    def _count(self, kept: int, elements: int, dense_bytes: int, codec_s: float) -> None:
+    def count(self, kept: int, elements: int, dense_bytes: int, codec_s: float) -> None:
         with self._lock:
             self._kept += kept
             self._elements += elements
@@ -275,7 +278,7 @@ class NetSenseState:
         now = time.perf_counter()
         first = bucket.index() == 0
         if bucket.index() == 1:  # bucket 0's collective was launched inside its hook call
-            self._first_launch = self.recorder.totals()[4]
+            self._first_launch = self.recorder.totals().last_launch
         if first:
             totals = self.recorder.totals()
             with self._lock:
@@ -286,32 +289,32 @@ class NetSenseState:
             self._first_launch = None
             self._totals_at_step_start = totals
             self._codec_at_step_start = codec_total
-            self._observed = self.decision
+            self.observed = self.decision
             if self._pending is not None:
                 self.decision = self._pending
                 self._pending = None
             self.step += 1
         return first
 
-    def _observation(self, now: float, totals: tuple, codec_total: float) -> torch.Tensor:
+    def _observation(self, now: float, totals: CommTotals, codec_total: float) -> torch.Tensor:
         """This rank's values of the step that just ended (:data:`EXTRAS`)."""
         prev = self._totals_at_step_start
         period = now - self._step_start  # type: ignore[operator]
-        comm = totals[1] - prev[1]
-        collectives = totals[2] - prev[2]
+        comm = totals.busy_s - prev.busy_s
+        collectives = totals.collectives - prev.collectives
         # Every collective of the step has completed (DDP waited for them): what the step
         # waited for after its last launch is the exposed communication.
-        exposed = max(0.0, totals[3] - totals[4]) if collectives else 0.0
+        exposed = max(0.0, totals.last_done - totals.last_launch) if collectives else 0.0
         compute = max(period - exposed, 1e-6)
-        overlap = max(0.0, totals[4] - self._first_launch) if self._first_launch is not None else 0.0
+        overlap = max(0.0, totals.last_launch - self._first_launch) if self._first_launch is not None else 0.0
         congested, samples = self.policy.take_counts() if isinstance(self.policy, PaperRule) else (0, 0)
         return torch.tensor(
             [1.0, comm * 1e3, exposed * 1e3, compute * 1e3, (codec_total - self._codec_at_step_start) * 1e3,
-             (totals[0] - prev[0]) / 1e6, collectives, overlap * 1e3, congested, samples],
+             (totals.bytes_sent - prev.bytes_sent) / 1e6, collectives, overlap * 1e3, congested, samples],
             dtype=torch.float32,
         )
 
-    def _on_extras(self, mean: torch.Tensor) -> None:
+    def on_extras(self, mean: torch.Tensor) -> None:
         """Feeds the policy with the mean over ranks of the piggy-backed observation."""
         if self.policy is None:
             return
@@ -319,7 +322,7 @@ class NetSenseState:
         if v["valid"] < 0.999:  # some rank had no complete previous step yet
             return
         obs = Observation(
-            decision=self._observed,
+            decision=self.observed,
             comm_s=v["comm_ms"] * 1e-3,
             exposed_s=v["exposed_ms"] * 1e-3,
             compute_s=v["compute_ms"] * 1e-3,
@@ -430,7 +433,7 @@ def _reduce_bucket(
             state.memory.reset(key)  # lossless: the residual went out with this bucket
     codec = time.perf_counter() - t0
     n = buffer.numel()
-    state._count(payload.kept, n, n * 4, codec)
+    state.count(payload.kept, n, n * 4, codec)
 
     if compressor.reduction == "allreduce":
         wire = payload.tensors[0]
@@ -444,7 +447,7 @@ def _reduce_bucket(
             t1 = time.perf_counter()
             out = fut.value()
             if extras is not None:
-                state._on_extras(out[k:].float())
+                state.on_extras(out[k:].float())
                 out = out[:k]
             if dense:
                 if out.data_ptr() != buffer.data_ptr():
@@ -452,7 +455,7 @@ def _reduce_bucket(
             else:
                 buffer.zero_()
                 compressor.accumulate(Payload((out,), payload.shape, payload.dtype, k, payload.meta), buffer)
-            state._count(0, 0, 0, time.perf_counter() - t1)
+            state.count(0, 0, 0, time.perf_counter() - t1)
             return buffer
 
         return allreduce(wire, group, state.recorder).then(finish_allreduce)
@@ -480,8 +483,8 @@ def _reduce_bucket(
                 ex_sum = ex if ex_sum is None else ex_sum + ex
         buffer.div_(world)
         if ex_sum is not None:
-            state._on_extras(ex_sum / world)
-        state._count(0, 0, 0, time.perf_counter() - t1)
+            state.on_extras(ex_sum / world)
+        state.count(0, 0, 0, time.perf_counter() - t1)
         return buffer
 
     return allgather_bytes(buf, group, state.recorder, capacity).then(finish_gather)
@@ -500,7 +503,7 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
     """The adaptive methods: the level and kept fraction the policy decided for this step."""
     first = state.begin_bucket(bucket)
     decision = state.decision
-    compressor = state._compressors[decision.level]
+    compressor = state.compressors[decision.level]
     if decision.level == "topk":
         compressor.ratio = decision.ratio  # type: ignore[attr-defined]
     return _reduce_bucket(state, bucket, compressor, state.extras_for(first))
@@ -512,13 +515,13 @@ def raw_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Fut
     # Hooks such as PowerSGD launch collectives from completion callbacks. Two buckets in
     # flight at once could then issue collectives in a different order on different ranks,
     # which gloo cannot match; so a bucket starts after the previous one finished.
-    if state.serialize_buckets and state._hook_prev is not None and bucket.index() != 0:
-        state._hook_prev.wait()
+    if state.serialize_buckets and state.previous_future is not None and bucket.index() != 0:
+        state.previous_future.wait()
     n = bucket.buffer().numel()
-    state._count(0, n, n * 4, 0.0)
+    state.count(0, n, n * 4, 0.0)
     assert state.hook is not None
     fut = state.hook(state.hook_state, bucket)
-    state._hook_prev = fut
+    state.previous_future = fut
     return fut
 
 
@@ -609,7 +612,7 @@ def register(
         if isinstance(policy, NetSensePolicy):
             state.calibration = probe_network(state, ddp_model, **probe)
             state.decision = policy.calibrate(state.calibration)
-            state._observed = state.decision
+            state.observed = state.decision
         hook = netsenseml_hook
     else:
         hook = compression_hook
@@ -682,13 +685,13 @@ def probe_network(
     numel = sum(p.numel() for p in params)
     world, group = state.world_size, state.process_group
     x = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
-    topk = state._compressors["topk"]
+    topk = state.compressors["topk"]
     topk_ratio = topk.ratio  # type: ignore[attr-defined]
     topk.ratio = probe_ratio  # type: ignore[attr-defined]
     half = state.policy.half_level if isinstance(state.policy, NetSensePolicy) else "fp16"
     codec = []
     for level in (half, "int8", "topk"):
-        compressor = state._compressors[level]
+        compressor = state.compressors[level]
         _codec_seconds(compressor, x[: min(numel, 4096)], world)  # warm-up
         codec.append(_codec_seconds(compressor, x, world))
     topk.ratio = topk_ratio  # type: ignore[attr-defined]
@@ -701,14 +704,14 @@ def probe_network(
     s_per_byte = max(seconds - latency, min_transfer_fraction * seconds) / (4 * n)
     agreed = torch.tensor([latency, s_per_byte * 1e9, *codec, gather_latency], dtype=torch.float64, device=device)
     dist.all_reduce(agreed, group=group)
-    v = (agreed / world).tolist()
+    latency, s_per_gbyte, c_half, c_int8, c_topk, gather_latency = (agreed / world).tolist()
     index_bytes = torch.empty((), dtype=compress.index_dtype(numel)).element_size()
     return Calibration(
         dense_bytes=4.0 * numel,
         world_size=world,
-        latency_s=v[0],
-        s_per_byte=v[1] * 1e-9,
-        codec_s={"none": 0.0, half: v[2], "int8": v[3], "topk": v[4]},
+        latency_s=latency,
+        s_per_byte=s_per_gbyte * 1e-9,
+        codec_s={"none": 0.0, half: c_half, "int8": c_int8, "topk": c_topk},
         topk_bytes_per_element=4.0 + index_bytes,
-        gather_latency_s=v[5],
+        gather_latency_s=gather_latency,
     )

@@ -16,11 +16,11 @@ the predicted cost
 policy's one assumption about convergence: how many more steps ``d`` needs than
 uncompressed training, taken from a measured table, ``CONVERGENCE_STEPS`` (steps to 0.95
 accuracy on the ``mixture`` workload, 3 seeds, ``benchmarks/convergence.py --workload
-mixture``): fp16 and int8 need the steps of allreduce (240), so ``c = 1``
-(``fp16_cost = int8_cost = 0``); top-k's rows (273 / 373 / 453 steps at r = 0.1 / 0.01 /
-0.001) fit ``c(r) = 1 + topk_cost_per_decade x max(0, log10(topk_free_ratio / r))`` with
-0.375 per decade and a free ratio of 0.25 (``fit_topk_cost``: 1.15 / 1.53 / 1.90 for the
-measured 1.14 / 1.56 / 1.89). Another workload: re-measure, edit the table.
+mixture``): fp16 and int8 need the steps of allreduce, so ``c = 1``
+(``fp16_cost = int8_cost = 0``); top-k's rows fit
+``c(r) = 1 + topk_cost_per_decade x max(0, log10(topk_free_ratio / r))``
+(``fit_topk_cost``; ``python benchmarks/convergence.py --priors`` prints the fit beside the
+table it comes from). Another workload: re-measure, edit the table.
 
 The table resolves steps to one evaluation interval (20 of 240 steps, 8 %), and the
 model's ``T`` has errors of its own; so the policy does not chase the bare argmin. It
@@ -29,8 +29,8 @@ the smallest (within top-k, the ratio of smallest ``J``), and it *leaves* a leve
 more compressed one only when that gains more than ``compress_margin`` (15 %): a dead band
 between taking a compression and letting it go, which is what keeps a steady link steady.
 On an idle link where the uncompressed exchange is a small part of the step, ``none`` is
-preferred; where it is a third of the step (this machine's MLP at 1 Gbit/s), half
-precision honestly wins ~20 % and is taken. As the bandwidth share falls, the policy moves
+preferred; where it is a third of the step (policy-steps.yaml's MLP at 1 Gbit/s), half
+precision wins and is taken. As the bandwidth share falls, the policy moves
 down the ladder, and within top-k ``r`` follows the share: at the optimum the top-k
 transfer takes about ``topk_cost_per_decade / ln 10`` (16 %) of the step, so ``r`` is
 proportional to the available bandwidth (graded, not a switch to the floor) until it
@@ -163,7 +163,7 @@ end of each level never sends more than at the level before; at most 2 single st
 up the ladder per trace); when the share drops by ``change_factor`` or more the policy
 compresses harder from the 5th step of the drop on (``change_confirm + 2``; the 3rd where
 each slow step is more than ``spike_s`` slower); when congestion ends it is back at
-``none`` (where that is preferred) within 7 steps (measured: 4-5); a steady link makes
+``none`` (where that is preferred) within 7 steps; a steady link makes
 zero level changes from step 10 on (the probe's decision, the first measured one and one
 correction as the fit sees a second size come first), a near tie at most 3.
 
@@ -188,7 +188,7 @@ GATHERED = ("int8", "topk")  # levels exchanged by all-gather (per-rank payloads
 
 #: Steps to 0.95 held-out accuracy on the ``mixture`` workload (MLP width 2048, 2 ranks,
 #: batch 32, evaluated every 20 steps; mean of seeds 0, 1, 2), measured on loopback with
-#: ``benchmarks/convergence.py --workload mixture`` (issue 10's convergence table). The
+#: ``benchmarks/convergence.py --workload mixture`` (its convergence table). The
 #: priors ``c(d)`` below come from this table and from nowhere else; re-measure and edit it
 #: for another workload. Keys: registry method names.
 CONVERGENCE_STEPS: dict[str, float] = {
@@ -208,9 +208,8 @@ def fit_topk_cost(table: Mapping[str, float] = CONVERGENCE_STEPS) -> tuple[float
     """``(per_decade, free_ratio)`` of ``c(r) = 1 + per_decade x max(0, log10(free_ratio / r))``.
 
     Least squares of ``c(r) - 1`` on ``log10(1/r)`` over the table's top-k rows; the line
-    crosses zero at ``free_ratio``: keeping more than that costs no measurable steps (on
-    ``mixture``: 0.375 per decade, free above r = 0.26; it reproduces 1.14 / 1.56 / 1.89 at
-    r = 0.1 / 0.01 / 0.001 as 1.16 / 1.53 / 1.91).
+    crosses zero at ``free_ratio``: keeping more than that costs no measurable steps
+    (``python benchmarks/convergence.py --priors`` prints the fit against the table).
     """
     base = table["allreduce"]
     pts = [(math.log10(1.0 / float(k.split(":")[1])), v / base - 1.0) for k, v in table.items() if k.startswith("topk:")]
@@ -515,12 +514,12 @@ class NetSensePolicy:
         """The model behind the current decision, for step logs (units in the names)."""
         d = self.decision
         return {
-            "model_fixed_ms": 1e3 * self.a,
-            "model_bw_MBps": 1e-6 / self.beta if self.beta > 0 else float("inf"),
-            "model_compute_ms": 1e3 * self.compute_s(),
-            "model_codec_ms": 1e3 * self.codec_s(d.level),
-            "model_step_ms": 1e3 * self.step_s(d),
-            "model_none_step_ms": 1e3 * self.step_s(Decision("none")),
+            "model_fixed_s": self.a,
+            "model_bw_mbit": 8e-6 / self.beta if self.beta > 0 else float("inf"),
+            "model_compute_s": self.compute_s(),
+            "model_codec_s": self.codec_s(d.level),
+            "model_step_s": self.step_s(d),
+            "model_none_step_s": self.step_s(Decision("none")),
         }
 
     # ------------------------------------------------------------------ inputs

@@ -15,8 +15,8 @@ through ``DistributedSampler`` (set up by the worker).
 - ``synthetic``: 3x32x32 images, 10 classes (sized for the CNN). Each class has a smooth
   random template; a sample is its template, randomly translated (circular shift up to
   +-4 px) and scaled by U(0.5, 1.5), plus Gaussian noise of std 5 (templates have std 1).
-  Learnable but not trivial: measured on one process, ResNet-18 at width 8, batch 64,
-  SGD lr 0.05: held-out accuracy 10 % after 25 steps, 48 % after 50, 80 % after 100. Samples are generated on demand from
+  Learnable but not trivial: a small ResNet-18 needs about a hundred steps to get most of
+  it right (a reading: docs/measurements.md). Samples are generated on demand from
   ``(data seed, index)`` so 8 workers do not each hold the set in memory.
   10,000 train / 1,000 held-out.
 - ``mixture`` (the evaluation workload): 256 features, 300 classes. Class ``c`` has a mean
@@ -27,15 +27,15 @@ through ``DistributedSampler`` (set up by the worker).
   standard deviations apart (Bayes accuracy > 99.9 %), so a target measures how fast
   training finds 300 class directions, not a noise floor; with 300 classes a batch of 64
   holds any one class once every ~5 steps, so most of what the model must learn arrives as
-  small gradient components -- the ones top-k leaves in its residual. Measured (loopback,
-  2 workers, ``mlp`` width 2048, batch 32 per worker, SGD lr 0.05, 3 seeds): allreduce,
-  fp16 and int8 reach 0.95 in 240 steps, top-k 0.01 in 373 (1.56x), top-k 0.001 in 453
-  (1.89x); table and command in workloads/README.md (benchmarks/convergence.py).
+  small gradient components -- the ones top-k leaves in its residual: top-k needs more
+  steps to the target than the dense methods (the convergence table and its command:
+  workloads/README.md, benchmarks/convergence.py).
   Held-out size: ``--eval-samples`` defaults to 2000 for it (registry): a quantum of
   0.05 % and, at the 0.95 target, a binomial standard error of sqrt(0.95 * 0.05 / 2000) =
   0.49 %; every run sees the same samples, so method-to-method differences are paired.
-  Why not more: an evaluation is a forward pass over them, 2000 cost ~0.3 s at width 2048
-  (~20 % of 20 training steps); ``--eval-samples 10000`` gives <= 0.5 % at any accuracy.
+  Why not more: an evaluation is a forward pass over them, a noticeable share of an
+  evaluation interval (docs/measurements.md); ``--eval-samples 10000`` gives <= 0.5 % at any
+  accuracy.
 - ``text``: the committed character corpus; first 90 % train, last 10 % held-out; a sample
   is ``context + 1`` characters (input = first ``context``, target = shifted by one).
 - ``cifar10`` / ``cifar100``: ``--data-dir`` containing ``cifar-10-batches-py`` or

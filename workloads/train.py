@@ -36,7 +36,7 @@ Why the choices below:
   (data, forward, backward incl. waiting for the hook's collectives, optimizer) and ``comm_s``
   is the hook's own measure of time spent in collectives. It therefore attributes overlapped
   time to communication (an upper bound on communication, lower bound on compute).
-  benchmarks/workloads.py measures the compute-only step time without DDP.
+  benchmarks/compute_step.py measures the compute-only step time without DDP.
 - **Failure.** The process group is created with ``timeout=--pg-timeout`` seconds (default
   60): a collective whose peer has died raises within that time (gloo usually raises at once
   on a closed connection). The worker then writes a summary with ``status: "failed"`` and
@@ -50,8 +50,8 @@ Why the choices below:
   tensor owned by Python, the thread takes the GIL to free it. If the main thread has begun
   finalizing by then, CPython ends that thread with ``pthread_exit``, whose forced unwind
   crosses a ``noexcept`` C++ frame: ``terminate called without an active exception``,
-  SIGABRT, after a complete ``ok`` summary (seen in 4 of 8 runs of the tiny sweep inside the
-  emulation; backtrace in ``tests/workloads/test_exit.py``). Nothing is left to finalize:
+  SIGABRT, after a complete ``ok`` summary (a race, so it shows in some runs and not in
+  others). Nothing is left to finalize:
   the record file is closed and stdout/stderr are flushed first.
 - **Target accuracy.** Reaching ``--target-accuracy`` marks that eval record
   ``reached_target: true``; training continues to the step/time limit (the orchestrator
@@ -71,26 +71,8 @@ Why the choices below:
   ``netsenseml.memory``), so with error feedback on the worker's SGD runs without momentum;
   SGD momentum on top would apply momentum twice.
 
-JSONL records (DIR/rank<N>.jsonl, one per line, flushed when written):
-
-- ``start``: kind, rank, world_size, model, dataset, method, params, grad_bytes, batch_size,
-  seed, wall, host, torch, backend, optimizer, lr, momentum, pg_timeout_s, setup_s, t (=0),
-  knobs (the model's resolved size knobs), context, eval_samples;
-  ``proc_wall`` (wall clock when the interpreter reached this module, before ``import torch``),
-  ``imports_s`` (from there to ``run()``) and ``phases`` (seconds of each set-up phase:
-  data_model, rendezvous = ``init_process_group``, ddp = DDP + hook + optimizer + loader,
-  barrier = the first barrier, i.e. waiting for the slowest rank). ``setup_s`` is their sum.
-- ``step``: kind, t, wall, step (1-based), samples (global), compute_s, comm_s, step_s,
-  bytes_sent, kept_ratio, level, loss (this rank's), plus every other hook stat
-- ``eval``: kind, t, wall, step, accuracy (LM: next-character accuracy), loss, eval_s,
-  samples_evaluated, and reached_target when --target-accuracy is set
-- ``summary``: kind, t, wall, steps, samples, status ("ok" | "failed"), final_accuracy,
-  train_time_s, target_reached_t (null if not reached), final_eval_s (the closing
-  evaluation's seconds; 0 when the last step's periodic evaluation stands for it), error
-  (when failed)
-
-``t`` is seconds since the worker's origin, taken right after the process group is up and a
-barrier has passed, so all ranks share it (to within the barrier's skew).
+Records: ``DIR/rank<N>.jsonl``, one JSON object per line (start, step, eval, summary); the
+format is the dataclasses of ``workloads.records``, which the testbed parses back.
 
 Exit codes: 0 ok, 2 bad arguments (one line on stderr naming the argument and accepted
 values), 1 runtime failure including a dead peer or a timed-out collective.
@@ -111,7 +93,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, NamedTuple, NoReturn
 
 # Taken before the heavy imports, so the start record can say how long they took.
 PROC_WALL = time.time()
@@ -128,12 +110,11 @@ from netsenseml import hooks, lifecycle, methods  # noqa: E402
 from workloads import registry  # noqa: E402
 from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
+from workloads.records import EvalRecord, Record, StartRecord, StepRecord, SummaryRecord  # noqa: E402
 
 EVAL_BATCH = 256  # minimum evaluation batch
 DEFAULT_BATCH = 32  # per rank, when --batch-size is not given
 DEFAULT_STEPS = 200  # when neither --steps nor --time-limit is given
-# step-record keys the worker owns; a hook stat of the same name is logged as hook_<name>
-_RESERVED = {"kind", "t", "wall", "step", "samples", "compute_s", "step_s", "loss"}
 
 
 # --------------------------------------------------------------------------- arguments
@@ -225,9 +206,15 @@ BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+class DeviceChoice(NamedTuple):
+    device: str  # "cpu" | "cuda"
+    index: int | None  # the CUDA device index, None on CPU
+    backend: str  # "gloo" | "nccl"
+
+
 def choose_device(device: str, backend: str, cuda_available: bool, device_count: int,
-                  local_rank: int) -> tuple[str, int | None, str]:
-    """(device type, CUDA index or None, backend) for the ``--device``/``--backend`` pair.
+                  local_rank: int) -> DeviceChoice:
+    """Device type, CUDA index and backend for the ``--device``/``--backend`` pair.
 
     The GPU is ``LOCAL_RANK``'s: the launcher (torchrun, or the testbed, which gives each
     emulated host one GPU through CUDA_VISIBLE_DEVICES) decides which process owns which
@@ -247,7 +234,7 @@ def choose_device(device: str, backend: str, cuda_available: bool, device_count:
     if backend == "nccl" and device != "cuda":
         raise ValueError("--backend nccl needs --device cuda (NCCL moves GPU tensors only); "
                          "use --backend gloo on CPU")
-    return device, (local_rank if device == "cuda" else None), backend
+    return DeviceChoice(device, local_rank if device == "cuda" else None, backend)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -307,17 +294,17 @@ def _clean(v: Any) -> Any:
 
 
 class RecordLog:
-    """Appends JSON records to one file, flushing each, from any thread."""
+    """Appends records (``workloads.records``) to one file, flushing each, from any thread;
+    stamps each with ``t`` (since ``origin``) and ``wall`` when it is written."""
 
     def __init__(self, path: Path, origin: float) -> None:
         self.fh: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (lives for the run)
         self.origin = origin
         self.lock = threading.Lock()
 
-    def write(self, kind: str, **fields: Any) -> None:
-        rec = {"kind": kind, "t": time.perf_counter() - self.origin, "wall": time.time()}
-        rec.update({k: _clean(v) for k, v in fields.items()})
-        line = json.dumps(rec)
+    def write(self, record: Record) -> None:
+        record.t, record.wall = time.perf_counter() - self.origin, time.time()
+        line = json.dumps({k: _clean(v) for k, v in record.to_json().items()})
         with self.lock:
             if not self.fh.closed:
                 self.fh.write(line + "\n")
@@ -546,13 +533,13 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
         t_eval = time.perf_counter()
         acc, loss = evaluate(s.ddp.module, s.data, args.eval_samples, args.batch_size, s.rank,
                              s.world, s.device, watchdog.beat)
-        extra: dict[str, Any] = {"eval_s": time.perf_counter() - t_eval,
-                                 "samples_evaluated": min(args.eval_samples, len(s.data.test))}
-        if args.target_accuracy is not None:
-            extra["reached_target"] = acc >= args.target_accuracy
-            if acc >= args.target_accuracy and out.target_t is None:
-                out.target_t = time.perf_counter() - origin
-        log.write("eval", step=step, accuracy=acc, loss=loss, **extra)
+        reached = None if args.target_accuracy is None else acc >= args.target_accuracy
+        if reached and out.target_t is None:
+            out.target_t = time.perf_counter() - origin
+        log.write(EvalRecord(step=step, accuracy=acc, loss=loss,
+                             eval_s=time.perf_counter() - t_eval,
+                             samples_evaluated=min(args.eval_samples, len(s.data.test)),
+                             reached_target=reached))
         out.accuracy = acc
 
     s.ddp.train()
@@ -575,12 +562,11 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
         out.steps = step
         out.samples += args.batch_size * s.world
         comm_s = float(stats.pop("comm_s", 0.0))
-        stats = {(f"hook_{k}" if k in _RESERVED else k): v for k, v in stats.items()}
-        log.write("step", step=step, samples=args.batch_size * s.world,
-                  compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
-                  bytes_sent=stats.pop("bytes_sent", 0),
-                  kept_ratio=stats.pop("kept_ratio", 1.0),
-                  level=stats.pop("level", "none"), loss=loss_v, **stats)
+        log.write(StepRecord(step=step, samples=args.batch_size * s.world,
+                             compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
+                             bytes_sent=stats.pop("bytes_sent", 0),
+                             kept_ratio=stats.pop("kept_ratio", 1.0),
+                             level=stats.pop("level", "none"), loss=loss_v, stats=stats))
         watchdog.beat()
         if args.eval_every and step % args.eval_every == 0:
             do_eval(step)
@@ -608,9 +594,8 @@ def run(args: argparse.Namespace) -> int:
     out = Outcome()
 
     def fail(reason: str) -> NoReturn:
-        log.write("summary", steps=out.steps, samples=out.samples, status="failed",
-                  final_accuracy=None, train_time_s=time.perf_counter() - origin,
-                  target_reached_t=None, error=reason)
+        log.write(SummaryRecord(steps=out.steps, samples=out.samples, status="failed",
+                                train_time_s=time.perf_counter() - origin, error=reason))
         log.close()
         print(f"rank {s.rank}: FAILED: {reason}", file=sys.stderr, flush=True)
         os._exit(1)  # a broken process group can hang in teardown; leave now
@@ -618,16 +603,17 @@ def run(args: argparse.Namespace) -> int:
     watchdog = Watchdog(2 * args.pg_timeout + 10, fail)
     watchdog.start()
 
-    log.write("start", rank=s.rank, world_size=s.world, model=args.model, dataset=args.dataset,
-              method=args.method, params=s.info.params, grad_bytes=s.info.grad_bytes,
-              batch_size=args.batch_size, seed=args.seed, host=socket.gethostname(),
-              torch=torch.__version__, backend=s.backend, device=str(s.device),
-              optimizer=s.entry.optimizer, lr=s.lr,
-              momentum=s.momentum if s.entry.optimizer == "sgd" else None,
-              pg_timeout_s=args.pg_timeout, setup_s=origin - t_launch, proc_wall=PROC_WALL,
-              imports_s=t_launch - PROC_T0, phases=s.phases, knobs=s.knobs,
-              context=args.context, eval_samples=args.eval_samples,
-              error_feedback=not args.no_error_feedback)
+    log.write(StartRecord(
+        rank=s.rank, world_size=s.world, model=args.model, dataset=args.dataset,
+        method=args.method, params=s.info.params, grad_bytes=s.info.grad_bytes,
+        batch_size=args.batch_size, seed=args.seed, host=socket.gethostname(),
+        torch=torch.__version__, backend=s.backend, device=str(s.device),
+        optimizer=s.entry.optimizer, lr=s.lr,
+        momentum=s.momentum if s.entry.optimizer == "sgd" else None,
+        pg_timeout_s=args.pg_timeout, setup_s=origin - t_launch, proc_wall=PROC_WALL,
+        imports_s=t_launch - PROC_T0, phases=s.phases, knobs=s.knobs,
+        context=args.context, eval_samples=args.eval_samples,
+        error_feedback=not args.no_error_feedback))
     say(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
         f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "
         f"dataset={args.dataset} method={args.method} backend={s.backend}")
@@ -637,9 +623,9 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # a dead peer or timed-out collective surfaces here
         fail(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     watchdog.stop()
-    log.write("summary", steps=out.steps, samples=out.samples, status="ok",
-              final_accuracy=out.accuracy, train_time_s=out.train_time_s,
-              target_reached_t=out.target_t, final_eval_s=out.final_eval_s)
+    log.write(SummaryRecord(steps=out.steps, samples=out.samples, status="ok",
+                            final_accuracy=out.accuracy, train_time_s=out.train_time_s,
+                            target_reached_t=out.target_t, final_eval_s=out.final_eval_s))
     log.close()
     say(f"rank {s.rank}: done steps={out.steps} final_accuracy={out.accuracy} "
         f"log={args.log_dir}")

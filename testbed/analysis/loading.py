@@ -29,6 +29,8 @@ from typing import Any
 import pandas as pd
 
 from testbed.common import bounded
+from testbed.orchestration.rundir import stale_reason
+from workloads.records import LEGACY_STEP_KEYS
 
 #: Columns every steps.csv of a finished run has (records.step_rows writes them).
 STEP_COLUMNS = ("rank", "t", "samples")
@@ -119,10 +121,24 @@ def read_csv_file(path: Path, columns: tuple[str, ...] = ()) -> pd.DataFrame:
     return df
 
 
+def upgrade_step_columns(steps: pd.DataFrame) -> pd.DataFrame:
+    """A steps.csv frame with the step stats of older runs under today's names and units
+    (``workloads.records.LEGACY_STEP_KEYS``: ``est_rate_Bps`` -> ``est_rate_mbit`` ...), so
+    run folders written before the rename load and plot unchanged."""
+    old = [c for c in LEGACY_STEP_KEYS if c in steps.columns]
+    if not old:
+        return steps
+    steps = steps.copy()
+    for col in old:
+        new, factor = LEGACY_STEP_KEYS[col]
+        values = pd.to_numeric(steps.pop(col), errors="coerce") * factor
+        if new not in steps.columns:
+            steps[new] = values
+    return steps
+
+
 def load_folder(d: Path, root: Path) -> RunData | Excluded:
     """Validate and read one run folder (module doc)."""
-    from testbed.orchestration.rundir import stale_reason
-
     rel = str(Path(d).relative_to(root))
     try:
         summary = read_json_file(d / "summary.json", required=True)
@@ -147,7 +163,7 @@ def load_folder(d: Path, root: Path) -> RunData | Excluded:
         return Excluded(rel, str(exc))
     except OSError as exc:
         return Excluded(rel, f"unreadable: {exc.strerror or exc}")
-    return RunData(Path(d), rel, config, summary, meta, steps, status,
+    return RunData(Path(d), rel, config, summary, meta, upgrade_step_columns(steps), status,
                    None if reason is None else str(reason))
 
 

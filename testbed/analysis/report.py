@@ -31,6 +31,7 @@ from testbed.analysis import loading, plots, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
 from testbed.common.files import atomic_write_text
 from testbed.config.sweep import SWEEPS_DIR
+from testbed.orchestration.rundir import git_commit
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -141,7 +142,7 @@ def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
     """Distinct software/host facts found in config.json files (keys versions/host)."""
     rows: dict[tuple[str, str], int] = {}
     for run in runs["run"]:
-        cfg = tables._read_json(root / run / "config.json")
+        cfg = tables.read_json(root / run / "config.json")
         for key in ("versions", "host", "host_facts"):
             v = tables.find_key(cfg, key)
             if isinstance(v, dict):
@@ -155,7 +156,7 @@ def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
 def _scenarios(root: Path, runs: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for exp, g in runs.groupby("experiment", sort=True):
-        cfg = tables._read_json(root / g["run"].iloc[0] / "config.json")
+        cfg = tables.read_json(root / g["run"].iloc[0] / "config.json")
         params = sorted(c for c in g.columns if c.startswith("param.") and g[c].notna().any())
         grid = "; ".join(
             f"{c[6:]} ∈ {{{', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in sorted(g[c].dropna().unique().tolist()))}}}"
@@ -176,8 +177,6 @@ def _title(root: Path, runs: pd.DataFrame) -> str:
 def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
            missing: dict[str, str], steps: pd.DataFrame | None = None) -> str:
     """The page's HTML from the loaded runs and the drawn figures."""
-    from testbed.orchestration.rundir import git_commit
-
     sp = tables.speedup_table(runs)
     ok = tables.ok_runs(runs)
     failed = runs[runs["status"] != "ok"]
@@ -229,7 +228,7 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
     if not failed.empty:
         reasons = []
         for run in failed["run"]:
-            s = tables._read_json(root / run / "summary.json")
+            s = tables.read_json(root / run / "summary.json")
             reasons.append({"run": run, "status": s.get("status", "missing"),
                             "reason": str(s.get("reason") or s.get("error") or "")[:300]})
         tabs.append({"title": "Runs not ok", "note": "", "html": html_table(

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from testbed.analysis import loading
 from testbed.common import files
 
 SMOOTH_S = 0.5
@@ -59,10 +60,10 @@ def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
             raise SensingError(f"{run_dir}: no {p.name} (a run of this testbed version "
                                f"writes it)")
     config = json.loads((run_dir / "config.json").read_text())
-    steps = pd.read_csv(steps_path)
+    steps = loading.upgrade_step_columns(pd.read_csv(steps_path))
     truth = pd.read_csv(truth_path)
-    if "est_rate_Bps" not in steps.columns:
-        raise SensingError(f"{run_dir}: steps.csv has no monitor estimates (est_rate_Bps)")
+    if "est_rate_mbit" not in steps.columns:
+        raise SensingError(f"{run_dir}: steps.csv has no monitor estimates (est_rate_mbit)")
     if truth.empty:
         raise SensingError(f"{run_dir}: bottleneck.csv has no samples")
     return steps, truth, config
@@ -152,14 +153,14 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     # what the training flows got of the bottleneck: what it delivered less the cross traffic
     training = (_smooth(_series(end, "delivered_mbit"), period) - cross).clip(lower=0.0)
 
-    r0 = steps[(steps["rank"] == 0) & steps["est_rate_Bps"].notna()].copy()
+    r0 = steps[(steps["rank"] == 0) & steps["est_rate_mbit"].notna()].copy()
     if r0.empty:
         raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate")
     t = r0["t"].to_numpy(float)
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
     factor = np.where(levels.isin(SPARSE_LEVELS), max(world - 1, 1),
                       2 * (world - 1) / world if world > 1 else 1.0)
-    est_mbit = r0["est_rate_Bps"].to_numpy(float) * 8 / 1e6
+    est_mbit = r0["est_rate_mbit"].to_numpy(float)
     table = pd.DataFrame({
         "t": t, "step": r0["step"].to_numpy(), "level": levels.to_numpy(),
         "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
@@ -171,7 +172,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "backlog_bytes": _at(_series(end, "backlog_bytes"), t).round(0),
         "drops_per_s": _at(_series(end, "drops_per_s"), t).round(2),
         "est_min_rtt_ms": (r0["est_min_rtt_s"].to_numpy(float) * 1e3).round(3),
-        "est_bdp_kB": (r0["est_bdp_B"].to_numpy(float) / 1e3).round(3),
+        "est_bdp_kB": (r0["est_bdp_bytes"].to_numpy(float) / 1e3).round(3),
     })
     table["error_mbit"] = (table["est_link_mbit"] - table["available_mbit"]).round(3)
     table = table[COLUMNS]

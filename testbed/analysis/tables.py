@@ -1,32 +1,19 @@
 """pandas tables built only from run folders (config.json, summary.json, steps.csv, sweep.json).
 
 Why the tables recompute throughput and time-to-accuracy from steps.csv instead of trusting
-summary.json: the figures must show *one* definition, stated here, that anyone can check
-against the raw per-step records (tests do exactly that). summary.json's numbers are kept
-beside them (``*_summary`` columns) for comparison.
-
-Definitions (per run):
-
-- **throughput** (samples/s): rows carry the *global* samples of the step (batch x world
-  size), so rank 0's rows alone count everything. The samples of every step after rank 0's
-  first one, divided by the time from the end of that first step to the end of its last:
-  ``sum(samples[1:]) / (t_last - t_0)``. The first step is left out because it holds the
-  rendezvous and DDP bucket set-up, not steady-state training. (Same definition as the
-  orchestrator's summary.json, so the two agree to rounding; NaN with fewer than 2 steps.)
-- **time to accuracy** (s) = the training-clock time (``t_worker``) of rank 0's earliest row
-  whose ``accuracy`` is at least the target; NaN when never reached. The worker's training
-  clock starts right before its first training step (``workloads/train.py``: the origin is
-  taken after set-up, rendezvous and the first barrier), so TTA counts from the first
-  training step: python/torch start-up and rendezvous are not in it, the first step is.
-  The target comes from the run's config.json (first key named ``target_accuracy``).
-- **final accuracy** = accuracy of the last evaluated row (largest t); final loss likewise.
+summary.json: anyone can check them against the raw per-step rows (tests do exactly that).
+The definitions are ``testbed.common.metrics``, the same functions the orchestrator runs on
+the same rows for summary.json, so the two agree; summary.json's numbers are kept beside
+them (``*_summary`` columns). The target comes from the run's config.json (first key named
+``target_accuracy``).
 
 Seeds: every statistic counts each (experiment, rate, grid values, method, seed) once, with
 its latest finished run (``latest_per_seed``): ``netsense run`` adds a folder each time it
 is repeated, and a repeat is not a new seed.
 
 Statistics: every table gives the mean over seeds and a 95 % Student-t interval,
-``mean +- t(0.975, n-1) * sd / sqrt(n)`` (:func:`ci95`; no interval with one seed).
+``mean +- t(0.975, n-1) * sd / sqrt(n)`` (``testbed.common.stats.ci95``; no interval with
+one seed).
 A method's TTA mean is given only when *every* seed reached the target (``reached`` says how
 many did); a partial mean would hide the seeds that never got there.
 
@@ -35,9 +22,8 @@ Speedup (the paper's 1.55x-9.84x form), for each experiment, rate and baseline m
 ``tta_speedup = mean TTA(baseline) / mean TTA(netsenseml)``; tta_speedup is empty (NaN) when
 either side missed the target in any seed -- an unreached target has no time to compare, and
 is reported as not reached (``*_reached`` columns), never as a win or a loss of a made-up
-size. The interval of a ratio of two means is the delta-method t-interval on its logarithm:
-``exp(log r +- t * sqrt(cv_a^2 / n_a + cv_b^2 / n_b))`` with ``cv = sd / mean`` and
-``t = t(0.975, min(n_a, n_b) - 1)`` (conservative degrees of freedom).
+size. The interval of a ratio of two means is the delta-method t-interval on its logarithm
+(``testbed.common.stats.ratio_ci95``).
 
 The **oracle** row (``baseline == "oracle"``): for each experiment and rate the hindsight-best
 *fixed* method, chosen after the fact from the runs -- the highest mean throughput for the
@@ -54,13 +40,15 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from netsenseml import methods  # the torch-free registry
 from testbed.analysis import loading
-from testbed.common import files
+from testbed.common import files, metrics
+from testbed.common.stats import ci95, ratio_ci95, t975  # noqa: F401 - t975: tables.t975
 from topologies import registry as topology_registry
 
 ADAPTIVE = "netsenseml"
@@ -69,64 +57,24 @@ SPEEDUP_KINDS = ("throughput", "tta", "timeline")
 #: The identity of one seed's measurement; a later ok run with the same key replaces it.
 RUN_KEY = ("experiment", "rate_mbit", "method", "seed")
 
-#: t(0.975, df) for df = 1..30; beyond, the Cornish-Fisher expansion of the normal quantile.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """Two-sided 95 % Student-t quantile (scipy is not a dependency; 3 digits suffice)."""
-    if df < 1:
-        return math.nan
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-def ci95(values: Any) -> tuple[float, float, int]:
-    """(mean, half-width of the 95 % t-interval, n) of the finite values; half NaN if n < 2."""
-    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
-    v = v[np.isfinite(v)]
-    n = len(v)
-    if n == 0:
-        return math.nan, math.nan, 0
-    if n == 1:
-        return float(v[0]), math.nan, 1
-    return float(v.mean()), t975(n - 1) * float(v.std(ddof=1)) / math.sqrt(n), n
-
-
-def ratio_ci95(num: Any, den: Any) -> tuple[float, float, float]:
-    """(ratio of means, low, high): the delta-method t-interval on the log ratio (module doc)."""
-    a, _, na = ci95(num)
-    b, _, nb = ci95(den)
-    if na == 0 or nb == 0 or not (a > 0 and b > 0):
-        return math.nan, math.nan, math.nan
-    r = a / b
-    if na < 2 or nb < 2:
-        return r, math.nan, math.nan
-    va = np.asarray(pd.to_numeric(pd.Series(num), errors="coerce"), dtype=float)
-    vb = np.asarray(pd.to_numeric(pd.Series(den), errors="coerce"), dtype=float)
-    va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
-    se = math.sqrt((va.std(ddof=1) / a) ** 2 / na + (vb.std(ddof=1) / b) ** 2 / nb)
-    h = t975(min(na, nb) - 1) * se
-    return r, r * math.exp(-h), r * math.exp(h)
-
 
 def is_adaptive(method: str) -> bool:
     """True for methods of the registry's ``adaptive`` kind (NetSenseML, the paper's rule)."""
-    from netsenseml import methods  # torch-free registry
-
     try:
         return methods.parse(method).kind == "adaptive"
     except ValueError:
         return method.split(":", 1)[0].startswith(ADAPTIVE)
+
+
 RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
 
 
-def _read_json(p: Path) -> dict[str, Any]:
+def read_json(p: Path) -> dict[str, Any]:
+    """A run folder's JSON file as a dict; {} when absent or unreadable."""
     return files.read_json(p) or {}
+
+
+_read_json = read_json  # deprecated name
 
 
 find_run_dirs = loading.find_run_dirs
@@ -158,32 +106,51 @@ def read_steps(run_dir: Path) -> pd.DataFrame:
     return df
 
 
+_METRIC_COLUMNS = ("rank", "t", "t_worker", "samples", "accuracy", "loss", "kind")
+
+
+def _rows(steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """steps.csv rows as dicts (the columns a metric reads), the form
+    ``testbed.common.metrics`` reads."""
+    if steps.empty:
+        return []
+    return steps[[c for c in _METRIC_COLUMNS if c in steps.columns]].to_dict("records")
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
+
+
 def run_throughput(steps: pd.DataFrame) -> float:
-    """Global samples/s from rank 0's rows, its first step excluded (module doc)."""
-    if steps.empty or not {"rank", "t", "samples"} <= set(steps.columns):
-        return math.nan
-    s = step_rows(steps)
-    g = s[s["rank"] == s["rank"].min()].sort_values("t")
-    if len(g) < 2:
-        return math.nan
-    dt = float(g["t"].iloc[-1] - g["t"].iloc[0])
-    return float(g["samples"].iloc[1:].sum()) / dt if dt > 0 else math.nan
+    """Global samples/s (``testbed.common.metrics.throughput``); NaN where it has none."""
+    return _nan(metrics.throughput(_rows(steps)))
 
 
-def _rank0_steps(steps: pd.DataFrame) -> int:
+def run_tta(steps: pd.DataFrame, target: float | None) -> float:
+    """Time to accuracy (``testbed.common.metrics.time_to_accuracy``); NaN if not reached."""
+    return _nan(metrics.time_to_accuracy(_rows(steps), target))
+
+
+def rank0_steps(steps: pd.DataFrame) -> int:
     """Training steps run (rank 0's step rows; all ranks run the same number)."""
-    if steps.empty or "rank" not in steps.columns:
-        return 0
-    s = step_rows(steps)
-    return int((s["rank"] == s["rank"].min()).sum()) if not s.empty else 0
+    return len(metrics.training_steps(_rows(steps)))
 
 
-def step_rows(steps: pd.DataFrame) -> pd.DataFrame:
-    """Training-step rows only (eval rows, if steps.csv interleaves them, have no samples)."""
+_rank0_steps = rank0_steps  # deprecated name
+
+
+def training_step_rows(steps: pd.DataFrame) -> pd.DataFrame:
+    """The training-step rows of a steps.csv frame (eval-only rows have no samples)."""
+    if steps.empty or not {"t", "samples"} <= set(steps.columns):
+        return steps.iloc[0:0]
     s = steps.dropna(subset=["t", "samples"])
     if "kind" in s.columns:
         s = s[s["kind"].fillna("step") == "step"]
     return s
+
+
+#: Deprecated name: ``testbed.orchestration.records.step_rows`` is a different function.
+step_rows = training_step_rows
 
 
 def train_clock(steps: pd.DataFrame) -> str:
@@ -191,7 +158,7 @@ def train_clock(steps: pd.DataFrame) -> str:
     return "t_worker" if "t_worker" in steps.columns and steps["t_worker"].notna().any() else "t"
 
 
-def _evals(steps: pd.DataFrame) -> pd.DataFrame:
+def evaluations(steps: pd.DataFrame) -> pd.DataFrame:
     """Rank 0's evaluated rows in time order (every rank logs the same global accuracy)."""
     if steps.empty or "accuracy" not in steps.columns:
         return pd.DataFrame(columns=["t", "accuracy"])
@@ -201,12 +168,7 @@ def _evals(steps: pd.DataFrame) -> pd.DataFrame:
     return ev.sort_values(train_clock(steps))
 
 
-def run_tta(steps: pd.DataFrame, target: float | None) -> float:
-    ev = _evals(steps)
-    if target is None or ev.empty:
-        return math.nan
-    hit = ev[ev["accuracy"] >= target]
-    return float(hit[train_clock(steps)].iloc[0]) if not hit.empty else math.nan
+_evals = evaluations  # deprecated name
 
 
 def _rate_of(params: dict[str, Any], config: dict[str, Any]) -> float:
@@ -265,7 +227,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         params = meta.get("params") or {}
         target = find_key(cfg, "target_accuracy")
         target = float(target) if isinstance(target, int | float) else None
-        ev = _evals(steps)
+        step_dicts = _rows(steps)
         row: dict[str, Any] = {
             "run": rel,
             "sweep": meta.get("sweep", ""),
@@ -279,15 +241,14 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "status": item.status,
             "reason": item.reason,
             "rate_mbit": _rate_of(params, cfg),
-            "throughput": run_throughput(steps),
+            "throughput": _nan(metrics.throughput(step_dicts)),
             "throughput_summary": summ.get("throughput_samples_per_s"),
             "target_accuracy": target,
-            "tta_s": run_tta(steps, target),
+            "tta_s": _nan(metrics.time_to_accuracy(step_dicts, target)),
             "tta_s_summary": summ.get("time_to_accuracy_s"),
-            "final_accuracy": float(ev["accuracy"].iloc[-1]) if not ev.empty else math.nan,
-            "final_loss": float(ev["loss"].iloc[-1])
-            if not ev.empty and "loss" in ev.columns else math.nan,
-            "steps": _rank0_steps(steps),
+            "final_accuracy": _nan(metrics.final_accuracy(step_dicts)),
+            "final_loss": _nan(metrics.final_loss(step_dicts)),
+            "steps": len(metrics.training_steps(step_dicts)),
             "started_at": cfg.get("started_at") or "",
             "bytes_sent_total": summ.get("bytes_sent_total"),
         }
@@ -403,15 +364,21 @@ def _side(g: pd.DataFrame) -> dict[str, Any]:
             "tta_v": g["tta_s"] if all_hit else pd.Series(dtype=float)}
 
 
-def oracle_methods(g: pd.DataFrame) -> tuple[str | None, str | None]:
-    """(best fixed method by mean throughput, best fixed by mean TTA among all-seeds-reached)."""
+class Oracle(NamedTuple):
+    throughput: str | None  # the fixed method of the highest mean throughput
+    tta: str | None  # the fixed method of the lowest mean TTA among those reaching it always
+
+
+def oracle_methods(g: pd.DataFrame) -> Oracle:
+    """The hindsight-best fixed methods of one experiment and rate (module doc)."""
     fixed = g[[not is_adaptive(m) for m in g["method"]]]
     if fixed.empty:
-        return None, None
+        return Oracle(None, None)
     thr = fixed.groupby("method")["throughput"].mean().dropna()
     hit = fixed.groupby("method")["reached_target"].all()
     tta = fixed.groupby("method")["tta_s"].mean()[hit[hit].index].dropna()
-    return (str(thr.idxmax()) if len(thr) else None, str(tta.idxmin()) if len(tta) else None)
+    return Oracle(str(thr.idxmax()) if len(thr) else None,
+                  str(tta.idxmin()) if len(tta) else None)
 
 
 def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:

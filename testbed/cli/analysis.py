@@ -1,7 +1,8 @@
 """The analysis commands of ``netsense``: sweep, plot, report, compare, export, sensing.
 
-Kept apart from testbed/cli/app.py (the orchestrator's commands) so each half can change without
-touching the other; cli.py calls ``register(app)``. Errors in the input (unknown sweep,
+Kept apart from testbed/cli/app.py (the orchestrator's commands) so each half can change
+without touching the other; app.py calls ``register(app)``, and what both need (the error
+line, ``preflight``) is in testbed/cli/common.py. Errors in the input (unknown sweep,
 bad field, missing results folder) print one line and exit 2, before anything runs.
 """
 
@@ -21,6 +22,7 @@ from testbed.cli.common import (
     deprecated,
     fail,
     parse_overrides,
+    preflight,
 )
 
 EXIT_INTERRUPTED = 130
@@ -134,8 +136,6 @@ def sweep_cmd(
                       + ("" if verbose else "; --verbose lists every run"), highlight=False)
         return
     if isinstance(ex, LocalExecutor):
-        from testbed.cli.app import preflight
-
         preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
     from testbed.orchestration.sweep import SweepLocked
 

@@ -1,4 +1,5 @@
-"""The ``netsense`` command: run, list, doctor, clean (+ sweep, plot, report from analysis).
+"""The ``netsense`` command: run, show, list, schema, doctor, clean (+ sweep, plot, report,
+compare, export, sensing from analysis.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
@@ -26,7 +27,9 @@ from testbed.cli.common import (
     deprecated,
     fail,
     parse_overrides,
+    preflight,
 )
+from testbed.common import bounded
 
 app = typer.Typer(
     name="netsense",
@@ -228,36 +231,6 @@ def _unique(path: Path) -> Path:
         except FileExistsError:
             n += 1
 
-def preflight() -> None:
-    """Refuse (exit 2) before building anything when this machine cannot emulate; enter
-    the rootless mode when this user may not create interfaces here.
-
-    Rootless: the process replaces itself with the same command inside its own user +
-    network + mount namespace (testbed.emulation.rootless) and comes back here, inside.
-    """
-    import shutil
-
-    from testbed.emulation import leftovers, rootless
-
-    mode = rootless.choose_mode()
-    if mode.name == "none":
-        fail(f"cannot emulate here: {mode.detail}; to fix: {mode.fix} (see `netsense doctor`)")
-    for tool in ("mnexec", "iperf3", "tc", "ip"):
-        if shutil.which(tool) is None:
-            fail(f"{tool} not found; see `netsense doctor`")
-    if mode.name == "rootless" and not rootless.in_namespace():
-        try:
-            state_dir = leftovers.default_state_dir()
-            leftovers.ensure_own_dir(state_dir)
-        except OSError as exc:
-            fail(str(exc))
-        rootless.reexec(sys.argv[1:], state_dir)
-    if rootless.in_namespace():
-        try:
-            rootless.prepare_namespace()
-        except OSError as exc:
-            fail(str(exc))
-
 def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
@@ -347,7 +320,6 @@ def topology_lines(topo: Any) -> list[str]:
 def topology_listing() -> list[list[str]]:
     """Per registered kind: summary, fields (* required, else default), and the hosts and
     links of the first shipped scenario of that kind (none for a kind no scenario uses)."""
-    from testbed.common import bounded
     from testbed.config.scenario import SCENARIO_DIR
     from topologies import registry as topology_registry
 
@@ -435,7 +407,7 @@ def clean(
         raise typer.Exit(1)
 
 def _register_analysis() -> None:
-    """Add sweep/plot/report when the analysis module is present.
+    """Add sweep/plot/report/sensing when the analysis module is present.
 
     find_spec rather than try/except ImportError: a real import error inside the module
     must surface, not silently hide three commands.

@@ -8,6 +8,8 @@ training worker (``python -m workloads.train``) prints the same form.
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -56,3 +58,32 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 
 
 MAX_SET_BYTES = 64 * 1024
+
+
+def preflight() -> None:
+    """Refuse (exit 2) before building anything when this machine cannot emulate; enter
+    the rootless mode when this user may not create interfaces here.
+
+    Rootless: the process replaces itself with the same command inside its own user +
+    network + mount namespace (testbed.emulation.rootless) and comes back here, inside.
+    """
+    from testbed.emulation import leftovers, rootless
+
+    mode = rootless.choose_mode()
+    if mode.name == "none":
+        fail(f"cannot emulate here: {mode.detail}; to fix: {mode.fix} (see `netsense doctor`)")
+    for tool in ("mnexec", "iperf3", "tc", "ip"):
+        if shutil.which(tool) is None:
+            fail(f"{tool} not found; see `netsense doctor`")
+    if mode.name == "rootless" and not rootless.in_namespace():
+        try:
+            state_dir = leftovers.default_state_dir()
+            leftovers.ensure_own_dir(state_dir)
+        except OSError as exc:
+            fail(str(exc))
+        rootless.reexec(sys.argv[1:], state_dir)
+    if rootless.in_namespace():
+        try:
+            rootless.prepare_namespace()
+        except OSError as exc:
+            fail(str(exc))

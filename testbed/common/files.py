@@ -90,21 +90,40 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]
     atomic_write_text(path, buf.getvalue())
 
 
+def json_objects(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The lines that are whole JSON objects, parsed; blank, torn or other lines skipped."""
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Records of a worker's JSONL; a torn last line (worker killed mid-write) is skipped."""
-    out: list[dict[str, Any]] = []
     try:
         with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict):
-                    out.append(rec)
+            return json_objects(fh)
     except OSError:
-        pass
-    return out
+        return []
+
+
+def read_jsonl_tail(path: Path, nbytes: int = 8192) -> list[dict[str, Any]]:
+    """The whole records in the last ``nbytes`` of a JSONL being written, newest first (the
+    partly written last line, and the cut first one, are skipped): a progress line reads a
+    growing file without reading all of it."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - nbytes))
+            tail = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    return json_objects(reversed(tail))

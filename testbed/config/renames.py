@@ -94,26 +94,30 @@ def rename_path(dotted: str, log: Callable[[str], None] | None = None) -> str:
 # --------------------------------------------------------------------------- did you mean
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def models_in(annotation: Any) -> list[type[BaseModel]]:
     """Every pydantic model class inside an annotation (Union, Optional, list, Annotated)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     out: list[type[BaseModel]] = []
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _models_in(typing.get_args(annotation)[0])
+        return models_in(typing.get_args(annotation)[0])
     if origin is not None or isinstance(annotation, types.UnionType):
         for arg in typing.get_args(annotation):
-            out += _models_in(arg)
+            out += models_in(arg)
     return out
 
 
-def _tag(model: type[BaseModel]) -> str | None:
+def kind_tag(model: type[BaseModel]) -> str | None:
+    """The literal ``kind`` a variant of a tagged union declares, or None."""
     field = model.model_fields.get("kind")
     if field is None:
         return None
     args = typing.get_args(field.annotation)
     return str(args[0]) if len(args) == 1 else None
+
+
+_models_in, _tag = models_in, kind_tag  # deprecated names
 
 
 def fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -127,9 +131,9 @@ def fields_at(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         nxt: list[type[BaseModel]] = []
         for m in cands:
             if part in m.model_fields:
-                nxt += _models_in(m.model_fields[part].annotation)
+                nxt += models_in(m.model_fields[part].annotation)
         if not nxt:  # a tag pydantic put into the path: keep the member it names
-            nxt = [m for m in cands if _tag(m) == part]
+            nxt = [m for m in cands if kind_tag(m) == part]
         if not nxt:
             return []
         cands = nxt

@@ -30,7 +30,7 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
     methods, methods.N, seeds, seeds.N
     timeline.N.at_s, timeline.N.<field>   e.g. timeline.0.max_streams, timeline.1.rate_mbit
 
-Consumer bounds (issue 13): passing the schema means the run can use the value, so every
+Consumer bounds: passing the schema means the run can use the value, so every
 number is finite (no ``.inf``/``.nan``) and within what its consumer takes: HTB rates in
 [MIN_MBIT, MAX_MBIT]; iperf3 ``-P`` at most 128 streams and ``-t`` whole seconds; names
 that become file names short enough for NAME_MAX with the run id appended;

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from testbed.common.files import atomic_write_text
+
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 KINDS = ("scenario", "sweep")
 
@@ -43,8 +45,6 @@ def path(kind: str) -> Path:
 
 
 def write(kind: str) -> Path:
-    from testbed.common.files import atomic_write_text
-
     p = path(kind)
     p.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(p, text(kind))

@@ -62,11 +62,9 @@ from testbed.common.schema import StrictModel
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
 #: Seconds each run costs on top of its training time (build, workers forked from the
-#: pre-imported zygote up to their first step, final evaluation, exit, teardown): measured
-#: with benchmarks/run_overhead.py on the idle 2-core machine, 0.4-0.5 s per 2-worker run
-#: after the first (which waits ~1.5 s more for the zygote's imports), 1.1 s for 8 workers;
-#: 19-24 s before the zygote and the name-server routes. 3 s leaves room for a loaded machine
-#: and cross-traffic servers.
+#: pre-imported zygote up to their first step, final evaluation, exit, teardown), well above
+#: what benchmarks/run_overhead.py prints on an idle machine (docs/measurements.md), to
+#: leave room for a loaded machine and cross-traffic servers.
 PER_RUN_OVERHEAD_S = 3.0
 
 #: Used for the estimate when a scenario states only a step count, not a time limit.

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from testbed.common.metrics import num
+from workloads.records import RankRecords
 
 LOWER_FACTOR = 0.97
 UPPER_FACTOR = 1.25
-PER_MESSAGE_B = 512  # a segment + the ack it draws (66 B each), gloo framing; measured ~230-460
+PER_MESSAGE_B = 512  # segment + its ack (66 B each) + gloo framing, generously (docs/measurements.md)
 FIXED_B = 2_000_000  # rendezvous, barriers, probe, eval sums: a run's worth, generously
 
 
@@ -133,12 +136,18 @@ def rank_bytes(rank: int, host: str, intf: str, before: IntfCounters, after: Int
                      ok, note)
 
 
-def hook_totals(records: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """(bytes_sent, collectives, steps) summed over one rank's step records."""
-    steps = [r for r in records if r.get("kind") == "step"]
-    sent = sum(int(r.get("bytes_sent") or 0) for r in steps)
-    colls = sum(int(r.get("collectives") or 0) for r in steps)
-    return sent, colls, len(steps)
+class HookTotals(NamedTuple):
+    bytes_sent: int
+    collectives: int
+    steps: int
+
+
+def hook_totals(records: list[dict[str, Any]]) -> HookTotals:
+    """What the hook counted, summed over one rank's step records (raw JSON)."""
+    steps = RankRecords.parse(records).steps
+    sent = sum(st.bytes_sent or 0 for st in steps)
+    colls = sum(int(num(st.stats.get("collectives")) or 0) for st in steps)
+    return HookTotals(sent, colls, len(steps))
 
 
 def verdict(ranks: list[RankBytes], world_size: int) -> tuple[dict[str, Any], list[str]]:

@@ -17,6 +17,7 @@ import functools
 import subprocess
 
 from testbed.common import names
+from testbed.emulation import leftovers
 
 NETEM_MISSING_MSG = (
     "delay, jitter and loss need the netem qdisc (sch_netem), which this kernel does not "
@@ -47,8 +48,6 @@ class ProbePrefix:
     """
 
     def __init__(self) -> None:
-        from testbed.emulation import leftovers  # late: leftovers is the heavier module
-
         self.prefix = probe_prefix()
         self._leftovers = leftovers
         self._registry = leftovers.Registry(self.prefix)

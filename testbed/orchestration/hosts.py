@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
-from testbed.orchestration.rundir import RunFolder, host_facts, versions
+from testbed.orchestration.rundir import RunFolder, RunOutcome, host_facts, versions
 from testbed.orchestration.timeline import EVENT_COLUMNS
 from testbed.orchestration.workers import tail, worker_argv
 from topologies import hosts as host_plans
@@ -51,9 +51,7 @@ def _run_cmd(argv: list[str], env: dict[str, str] | None = None) -> None:
         raise RuntimeError(f"{' '.join(argv[:8])}: {(res.stderr or res.stdout).strip()[:300]}")
 
 
-def run_on_hosts(scenario: Any, method: str, seed: int, run_dir: Path) -> Any:
-    from testbed.orchestration.run import RunOutcome
-
+def run_on_hosts(scenario: Any, method: str, seed: int, run_dir: Path) -> RunOutcome:
     folder = RunFolder(Path(run_dir))
     folder.prepare()
     plans = host_plan(scenario, method, seed, folder.path.name)

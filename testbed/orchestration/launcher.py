@@ -5,7 +5,7 @@ that has imported torch, the worker and ``torch._dynamo`` forks each worker stra
 its emulated host's network namespace. A fresh worker process instead pays ~4.5 s of
 imports (torch 2 s, dynamo 2.3 s, which DDP's constructor imports), and N of them starting
 together on a 2-core machine pay it N times over two cores: that was most of a run's
-overhead (issue 8). ``ForkedWorker`` gives the forked workers the part of ``Popen`` that the
+overhead. ``ForkedWorker`` gives the forked workers the part of ``Popen`` that the
 run and the emulation use (``pid``, ``poll``, ``wait``, ``returncode``); since each worker
 leads its own session, killing its process group works as for a ``Popen``.
 

@@ -11,19 +11,13 @@ Layout (DESIGN.md, "The run folder")::
 
 Files are written atomically (``testbed.common.files``).
 
-Metric definitions (all from the workers' own records):
-
-* ``t`` in steps.csv: the record's ``wall`` minus the launch wall time of the run, i.e.
-  the same clock as events.csv; the worker's own ``t`` is kept as ``t_worker``.
-* ``throughput_samples_per_s``: global samples (a step record's ``samples`` is batch x
-  world size) over the training wall time, both from rank 0's step records. With more
-  than two steps the first step is a warm-up and excluded: samples of steps 2..N /
-  (wall of step N - wall of step 1). With one or two steps: all samples / rank 0's ``train_time_s``
-  (or the span from its start record).
-* ``time_to_accuracy_s``: rank 0's ``t`` (training clock of the worker) of the first eval
-  record with accuracy >= target; null if never reached or no target.
-* ``final_accuracy``: rank 0's summary ``final_accuracy``, else its last eval accuracy.
-* ``bytes_sent_total``: sum of ``bytes_sent`` over all step records of all ranks.
+The workers' records are ``workloads.records`` (typed, parsed here); the metrics in
+summary.json are ``testbed.common.metrics`` computed on the steps.csv rows built here, the
+same functions and rows the tables use. In steps.csv ``t`` is the record's ``wall`` minus
+the launch wall time of the run (the clock of events.csv); the worker's own ``t`` is kept as
+``t_worker``. Beside the metrics: ``final_accuracy`` falls back to rank 0's summary record
+when no evaluation row exists; ``bytes_sent_total`` sums ``bytes_sent`` over all step
+records of all ranks.
 
 Where a run's time goes (``phases_s`` in summary.json, ``phase_breakdown``), on one clock
 (wall time) and along rank 0's path, which after the first barrier is every rank's path:
@@ -47,13 +41,16 @@ Where a run's time goes (``phases_s`` in summary.json, ``phase_breakdown``), on 
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from testbed.common.files import read_jsonl
+from testbed.common import metrics as run_metrics
+from testbed.common.files import read_jsonl, read_jsonl_tail
+from testbed.common.metrics import num as _num
+from workloads.records import EvalRecord, RankRecords, StepRecord
 
+#: steps.csv's fixed columns: the step record's fields, the evaluation's accuracy on its
+#: step's row, and the two clocks (module doc); hook statistics follow, sorted.
 STEP_COLUMNS = [
     "rank", "t", "wall", "step", "samples", "compute_s", "comm_s", "step_s", "bytes_sent",
     "kept_ratio", "level", "loss", "accuracy", "t_worker",
@@ -62,136 +59,108 @@ LINK_COLUMNS = ["link", "src", "dst", "configured_mbit", "measured_mbit", "secon
 
 
 def load_worker_records(workers_dir: Path, world_size: int) -> dict[int, list[dict[str, Any]]]:
+    """Every rank's raw records (JSON objects in file order); :func:`ranks` types them."""
     return {r: read_jsonl(workers_dir / f"rank{r}.jsonl") for r in range(world_size)}
 
 
-def step_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float) -> tuple[
-    list[dict[str, Any]], list[str]
-]:
-    """steps.csv rows (sorted by t, rank) and the column list including extra hook stats."""
+def ranks(records: dict[int, list[dict[str, Any]]]) -> dict[int, RankRecords]:
+    """The raw records of :func:`load_worker_records` as typed records per rank."""
+    return {rank: RankRecords.parse(recs) for rank, recs in records.items()}
+
+
+def _row_of(rank: int, rec: StepRecord | EvalRecord, launch_wall: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"rank": rank, "step": rec.step, "wall": rec.wall, "t_worker": rec.t}
+    if rec.wall is not None:
+        row["t"] = round(rec.wall - launch_wall, 4)
+    return row
+
+
+class StepsCsv(NamedTuple):
+    rows: list[dict[str, Any]]  # sorted by t, rank
+    columns: list[str]  # STEP_COLUMNS, then the hook statistics found, sorted
+
+
+def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float) -> StepsCsv:
+    """steps.csv's rows and columns.
+
+    One row per step record; an evaluation's accuracy goes on its step's row (a row of its
+    own when no step record has that step number).
+    """
     rows: list[dict[str, Any]] = []
     extras: set[str] = set()
-    for rank, recs in records.items():
+    for rank, recs in ranks(records).items():
         by_step: dict[Any, dict[str, Any]] = {}
-        for rec in recs:
-            kind = rec.get("kind")
-            if kind == "step":
-                row = {k: v for k, v in rec.items() if k != "kind"}
-                row["rank"] = rank
-                row["t_worker"] = rec.get("t")
-                if isinstance(rec.get("wall"), int | float):
-                    row["t"] = round(rec["wall"] - launch_wall, 4)
-                for k, v in row.items():
-                    if k not in STEP_COLUMNS and not isinstance(v, dict | list):
-                        extras.add(k)
+        for st in recs.steps:
+            row = _row_of(rank, st, launch_wall)
+            fields = st.to_json()
+            for k in ("kind", "t", "wall"):
+                fields.pop(k)
+            row.update(fields)
+            extras.update(k for k, v in fields.items()
+                          if k not in STEP_COLUMNS and not isinstance(v, dict | list))
+            rows.append(row)
+            by_step[st.step] = row
+        for ev in recs.evals:
+            row = by_step.get(ev.step)
+            if row is None:
+                row = _row_of(rank, ev, launch_wall)
                 rows.append(row)
-                by_step[rec.get("step")] = row
-            elif kind == "eval":
-                row = by_step.get(rec.get("step"))
-                if row is not None:
-                    row["accuracy"] = rec.get("accuracy")
-                else:
-                    row = {
-                        "rank": rank, "step": rec.get("step"), "accuracy": rec.get("accuracy"),
-                        "wall": rec.get("wall"), "t_worker": rec.get("t"),
-                    }
-                    if isinstance(rec.get("wall"), int | float):
-                        row["t"] = round(rec["wall"] - launch_wall, 4)
-                    rows.append(row)
+            row["accuracy"] = ev.accuracy
     rows.sort(key=lambda r: (r.get("t") if r.get("t") is not None else 0.0, r["rank"]))
-    return rows, STEP_COLUMNS + sorted(extras)
+    return StepsCsv(rows, STEP_COLUMNS + sorted(extras))
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+#: Deprecated name (two different functions were called step_rows): use steps_csv_rows.
+step_rows = steps_csv_rows
+
+
+def _mean(values: list[float | None]) -> float | None:
+    v = [x for x in values if x is not None]
+    return sum(v) / len(v) if v else None
 
 
 def metrics(
-    records: dict[int, list[dict[str, Any]]], target_accuracy: float | None
+    records: dict[int, list[dict[str, Any]]], target_accuracy: float | None,
+    rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The summary.json metrics (definitions in the module docstring)."""
-    r0 = records.get(0, [])
-    steps0 = [r for r in r0 if r.get("kind") == "step"]
-    evals0 = [r for r in r0 if r.get("kind") == "eval"]
-    summ0 = next((r for r in reversed(r0) if r.get("kind") == "summary"), None)
-    start0 = next((r for r in r0 if r.get("kind") == "start"), None)
-    all_steps = [r for recs in records.values() for r in recs if r.get("kind") == "step"]
-
-    # Step records carry *global* samples (batch x world size), so rank 0's alone count all.
-    throughput = None
-    train_time = None
-    if len(steps0) > 2:
-        first, last = steps0[0], steps0[-1]
-        span = (_num(last.get("wall")) or 0.0) - (_num(first.get("wall")) or 0.0)
-        samples = sum(_num(r.get("samples")) or 0.0 for r in steps0[1:])
-        if span > 0:
-            throughput = samples / span
-            train_time = span
-    elif steps0:
-        samples = sum(_num(r.get("samples")) or 0.0 for r in steps0)
-        span = _num(summ0.get("train_time_s")) if summ0 else None
-        if span is None and start0 is not None:
-            span = (_num(steps0[-1].get("wall")) or 0.0) - (_num(start0.get("wall")) or 0.0)
-        if span and span > 0:
-            throughput = samples / span
-            train_time = span
-
-    final_acc = _num(summ0.get("final_accuracy")) if summ0 else None
-    if final_acc is None and evals0:
-        final_acc = _num(evals0[-1].get("accuracy"))
-    tta = None
-    if target_accuracy is not None:
-        for ev in evals0:
-            acc = _num(ev.get("accuracy"))
-            if acc is not None and acc >= target_accuracy:
-                tta = _num(ev.get("t"))
-                break
-    comm = [c for c in (_num(r.get("comm_s")) for r in steps0) if c is not None]
-    kept = [k for k in (_num(r.get("kept_ratio")) for r in steps0) if k is not None]
+    """The summary.json metrics (``testbed.common.metrics`` on the steps.csv rows; pass
+    ``rows`` when they are at hand, else they are built with a launch time of 0, which no
+    metric depends on)."""
+    typed = ranks(records)
+    r0 = typed.get(0, RankRecords())
+    if rows is None:
+        rows = steps_csv_rows(records, 0.0).rows
+    throughput = run_metrics.throughput(rows)
+    train_time = run_metrics.train_span_s(rows)
+    final_acc = run_metrics.final_accuracy(rows)
+    if final_acc is None and r0.summary is not None:
+        final_acc = r0.summary.final_accuracy
+    comm = _mean([st.comm_s for st in r0.steps])
+    kept = _mean([st.kept_ratio for st in r0.steps])
     return {
-        "steps": len(steps0),
-        "samples_total": int(sum(_num(r.get("samples")) or 0.0 for r in steps0)),
+        "steps": len(r0.steps),
+        "samples_total": int(sum(st.samples or 0 for st in r0.steps)),
         "train_time_s": round(train_time, 4) if train_time else None,
         "throughput_samples_per_s": round(throughput, 3) if throughput else None,
         "final_accuracy": final_acc,
         "target_accuracy": target_accuracy,
-        "time_to_accuracy_s": tta,
-        "bytes_sent_total": int(sum(_num(r.get("bytes_sent")) or 0 for r in all_steps)),
-        "comm_s_mean": round(sum(comm) / len(comm), 5) if comm else None,
-        "kept_ratio_mean": round(sum(kept) / len(kept), 5) if kept else None,
-        "worker_status": summ0.get("status") if summ0 else None,
+        "time_to_accuracy_s": run_metrics.time_to_accuracy(rows, target_accuracy),
+        "bytes_sent_total": int(sum(st.bytes_sent or 0 for recs in typed.values()
+                                    for st in recs.steps)),
+        "comm_s_mean": round(comm, 5) if comm is not None else None,
+        "kept_ratio_mean": round(kept, 5) if kept is not None else None,
+        "worker_status": r0.summary.status if r0.summary else None,
     }
-
-
-def _tail_records(path: Path, nbytes: int = 8192) -> list[dict[str, Any]]:
-    """The complete JSON records in the last ``nbytes`` of a JSONL being written, newest
-    first (a partly written last line is skipped)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - nbytes))
-            tail = fh.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in reversed(tail):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def last_step(path: Path) -> dict[str, Any] | None:
     """Last step record of a JSONL being written (reads only the file's tail)."""
-    return next((r for r in _tail_records(path) if r.get("kind") == "step"), None)
+    return next((r for r in read_jsonl_tail(path) if r.get("kind") == "step"), None)
 
 
 def last_summary(path: Path) -> dict[str, Any] | None:
     """A worker's summary record, if it wrote one (the summary is its last record)."""
-    recs = _tail_records(path)
+    recs = read_jsonl_tail(path)
     return recs[0] if recs and recs[0].get("kind") == "summary" else None
 
 
@@ -204,32 +173,27 @@ def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: fl
     Phases a run did not reach (a worker that died in set-up) are left out rather than
     guessed; ``other`` then absorbs them.
     """
-    r0 = records.get(0, [])
-    start = next((r for r in r0 if r.get("kind") == "start"), None)
-    first = next((r for r in r0 if r.get("kind") == "step"), None)
-    summ = next((r for r in reversed(r0) if r.get("kind") == "summary"), None)
+    typed = ranks(records)
+    r0 = typed.get(0, RankRecords())
+    start, summ = r0.start, r0.summary
+    first = r0.steps[0] if r0.steps else None
     phases: dict[str, float] = {}
     if build_s is not None:
         phases["build"] = build_s
     if zygote_wait_s is not None:
         phases["zygote_wait"] = zygote_wait_s
     if start is not None and launch_wall is not None:
-        proc_wall, imports = _num(start.get("proc_wall")), _num(start.get("imports_s"))
-        if proc_wall is not None and imports is not None:
-            phases["launch"] = max(proc_wall - launch_wall, 0.0)
-            phases["imports"] = imports
-        set_up = start.get("phases")
-        if isinstance(set_up, dict):
-            phases.update({k: v for k, v in set_up.items() if _num(v) is not None})
-    train_time = _num(summ.get("train_time_s")) if summ else None
-    if first is not None and train_time is not None:
-        first_t = _num(first.get("t")) or 0.0
-        final_eval = _num(summ.get("final_eval_s")) or 0.0
+        if start.proc_wall is not None and start.imports_s is not None:
+            phases["launch"] = max(start.proc_wall - launch_wall, 0.0)
+            phases["imports"] = start.imports_s
+        phases.update({k: v for k, v in start.phases.items() if _num(v) is not None})
+    train_time = summ.train_time_s if summ else None
+    if first is not None and summ is not None and train_time is not None:
+        first_t = first.t or 0.0
         phases["first_step"] = first_t
         phases["training"] = max(train_time - first_t, 0.0)
-        phases["final_eval"] = final_eval
-    summary_walls = [_num(r.get("wall")) for recs in records.values() for r in recs
-                     if r.get("kind") == "summary"]
+        phases["final_eval"] = summ.final_eval_s or 0.0
+    summary_walls = [recs.summary.wall for recs in typed.values() if recs.summary is not None]
     last_summary_wall = max((w for w in summary_walls if w is not None), default=None)
     if workers_done_wall is not None and last_summary_wall is not None:
         phases["exit"] = max(workers_done_wall - last_summary_wall, 0.0)

@@ -39,7 +39,6 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -47,23 +46,23 @@ from typing import Any
 from testbed.common import files
 from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
-from testbed.emulation import bottleneck, counters, leftovers
+from testbed.emulation import Emulation, bottleneck, capture, counters, leftovers
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import gpus, launcher, records
+from testbed.orchestration.hosts import run_on_hosts
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
-from testbed.orchestration.rundir import RunFolder, host_facts, orchestrator_entry, versions
+from testbed.orchestration.rundir import (
+    RunFolder,
+    RunOutcome,
+    host_facts,
+    orchestrator_entry,
+    versions,
+)
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 from testbed.orchestration.workers import WorkerGroup, worker_argv
 
 POLL_S = 0.1
-
-
-@dataclass
-class RunOutcome:
-    run_dir: Path
-    status: str  # "ok" | "failed"
-    summary: dict[str, Any]
 
 
 class _RunFailed(Exception):
@@ -127,8 +126,6 @@ class _Run:
 
     # phases ---------------------------------------------------------------------
     def _build(self) -> None:
-        from testbed.emulation import Emulation
-
         t = time.monotonic()
         self.progress.update("building network", force=True)
         topo = self.scn.topology
@@ -301,8 +298,6 @@ class _Run:
     def _start_capture(self, ends: list[bottleneck.LinkEnd]) -> None:
         """capture.pcap on the first watched end in this namespace (a switch's end: it
         sees both directions of its link); the analysis runs after teardown."""
-        from testbed.emulation import capture
-
         dst_hosts = [d for _, d in self.cross_pairs]
         local = [e for e in ends if e.pid is None]
         if not local:
@@ -330,8 +325,6 @@ class _Run:
         """capture.csv: bytes per flow class over time and retransmissions (scapy)."""
         if self.capture is None:
             return
-        from testbed.emulation import capture
-
         ports = {}
         if self.traffic is not None:
             for g in self.traffic.groups.values():
@@ -607,8 +600,6 @@ def run_scenario(
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
     if scenario.topology.kind == "hosts":  # real machines: torchrun + tc on their NICs
-        from testbed.orchestration.hosts import run_on_hosts
-
         return run_on_hosts(scenario, method, seed, Path(run_dir).absolute())
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())

@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import subprocess
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,19 @@ def repair_dead_runs(state_dir: Path | None = None) -> list[str]:
     return repaired
 
 
+@dataclass
+class RunOutcome:
+    """How one run ended: its folder, ``ok`` or ``failed``, and its final summary.json.
+
+    Here, with the run folder, because both run paths (emulated and real hosts) return it
+    and neither should import the other for it.
+    """
+
+    run_dir: Path
+    status: str  # "ok" | "failed"
+    summary: dict[str, Any]
+
+
 class RunFolder:
     """Paths and writers of one run folder."""
 
@@ -164,9 +178,9 @@ class RunFolder:
                       target_accuracy: float | None) -> dict[str, Any]:
         """Writes steps.csv from the workers' JSONL; returns the summary metrics."""
         recs = records.load_worker_records(self.workers, world_size)
-        rows, columns = records.step_rows(recs, launch_wall)
+        rows, columns = records.steps_csv_rows(recs, launch_wall)
         files.write_csv(self.path / "steps.csv", columns, rows)
-        return records.metrics(recs, target_accuracy)
+        return records.metrics(recs, target_accuracy, rows)
 
     def rank0_log(self) -> Path:
         return self.workers / "rank0.jsonl"

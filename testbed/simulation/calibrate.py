@@ -24,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from netsenseml import methods
 from testbed.simulation.model import (
     FlowModel,
     LinkCalibration,
     StepInput,
+    oversubscription,
     volume_and_messages,
 )
 
@@ -52,8 +54,6 @@ class RunStats:
 
 
 def _collective(method: str) -> str:
-    from netsenseml import methods
-
     red = methods.parse(method).info.reduction
     if red not in ("allreduce", "allgather"):
         raise ValueError(f"method {method!r}: no fixed collective ({red}); the model needs "
@@ -134,8 +134,6 @@ def step_input(base: RunStats, n: int, cores: int | None, competing: int = 0) ->
     The base run's compute is divided by its own oversubscription so that it is the
     uncontended per-worker compute.
     """
-    from testbed.simulation.model import oversubscription
-
     f = oversubscription(base.n, cores)
     return StepInput(n=n, collective=base.collective, payload_bytes=base.payload_bytes,
                      rate_mbit=base.rate_mbit, compute_s=base.compute_s / f,

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from testbed.analysis import tables
 from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.emulation import leftovers
 from testbed.orchestration.run import run_scenario
@@ -92,6 +93,10 @@ def test_smoke_completes_ok_for_both_methods(smoke):
     assert "allreduce" in proc.stdout and "netsenseml" in proc.stdout  # the final table
     dirs = run_dirs(root)
     assert len(dirs) == 2
+    runs, _ = tables.load_runs(root)  # the tables' numbers are summary.json's (one definition)
+    assert (runs["throughput"] - runs["throughput_summary"]).abs().max() < 1e-2
+    assert list(runs["tta_s"].isna()) == list(runs["tta_s_summary"].isna())
+    assert ((runs["tta_s"] - runs["tta_s_summary"]).dropna().abs() < 1e-6).all()
     for d in dirs:
         summary = json.loads((d / "summary.json").read_text())
         assert summary["status"] == "ok", summary

@@ -99,9 +99,11 @@ def test_watched_links():
     assert bottleneck.watched_links(["bottleneck", "w0"], [], [], ["w0"]) == ["bottleneck"]
 
 
-def test_sensing_compares_the_estimate_with_the_available_rate(tmp_path):
+@pytest.mark.parametrize("names", ["current", "legacy"])
+def test_sensing_compares_the_estimate_with_the_available_rate(tmp_path, names):
     """A synthetic run: 100 Mbit/s link, 60 Mbit/s of cross traffic from t=5; a monitor
-    that reads 100 before and 50 after (2 workers: payload rate = link rate)."""
+    that reads 100 before and 50 after (2 workers: payload rate = link rate). ``legacy``:
+    a run folder written before the step stats carried their units in today's names."""
     files.write_json(tmp_path / "config.json", {"world_size": 2, "scenario": {"timeline": [
         {"kind": "cross_start", "at": 5, "id": "b", "src": "x0", "dst": "w1"}]}})
     truth, steps = [], []
@@ -117,9 +119,11 @@ def test_sensing_compares_the_estimate_with_the_available_rate(tmp_path):
     for i in range(20):
         t = 0.25 + i / 2
         est = 100.0 if t < 5 else 50.0
-        steps.append({"t": t, "rank": 0, "step": i, "level": "none",
-                      "est_rate_Bps": est * 1e6 / 8, "est_min_rtt_s": 0.001,
-                      "est_bdp_B": est * 1e6 / 8 * 0.001, "est_queue_delay_s": 0.0})
+        stats = ({"est_rate_mbit": est, "est_bdp_bytes": est * 1e6 / 8 * 0.001}
+                 if names == "current" else
+                 {"est_rate_Bps": est * 1e6 / 8, "est_bdp_B": est * 1e6 / 8 * 0.001})
+        steps.append({"t": t, "rank": 0, "step": i, "level": "none", "est_min_rtt_s": 0.001,
+                      "est_queue_delay_s": 0.0, **stats})
     files.write_csv(tmp_path / "bottleneck.csv", sorted(truth[0]), truth)
     files.write_csv(tmp_path / "steps.csv", sorted(steps[0]), steps)
     summary, written = sensing.write(tmp_path)

@@ -1,4 +1,4 @@
-"""Class 1 of issue 13: values that pass a type check but break their consumer are
+"""Values that pass a type check but break their consumer are
 refused before anything is built, with one line naming the field; a run whose timeline did
 not happen in full is not ``ok``; the timeline thread never prints a traceback."""
 

@@ -1,5 +1,4 @@
-"""Class 5 of issue 13: `netsense plot` / `report` on results with damaged run folders name
-each damaged run, leave it out visibly (a warning line each, the figures' caption and the
+"""`netsense plot` / `report` on results with damaged run folders name each damaged run, leave it out visibly (a warning line each, the figures' caption and the
 report say how many and why), never crash, and still draw from the intact runs."""
 
 from __future__ import annotations

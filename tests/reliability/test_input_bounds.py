@@ -1,4 +1,4 @@
-"""Class 6 of issue 13: every YAML, CSV and trace input has a size and an expansion bound,
+"""Every YAML, CSV and trace input has a size and an expansion bound,
 so a hostile file is refused in well under a second, with one line, not after minutes and
 gigabytes."""
 

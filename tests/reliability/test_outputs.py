@@ -1,4 +1,4 @@
-"""Class 2 of issue 13: an output location that cannot hold results (a file, a read-only
+"""An output location that cannot hold results (a file, a read-only
 folder, a pseudo-filesystem) is refused by every command that writes, with one line and
 exit 2, before anything is built."""
 

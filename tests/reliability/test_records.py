@@ -1,4 +1,4 @@
-"""Class 3 of issue 13 (and class 1's run-time half): every folder and interface the tool
+"""Every folder and interface the tool
 creates ends in a true, final state whatever moment an interruption hits.
 
 Real emulation: real `netsense` processes, killed or interrupted for real; `netsense clean`

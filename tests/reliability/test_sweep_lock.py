@@ -1,4 +1,4 @@
-"""Class 4 of issue 13: one sweep process per results folder (a lock that dies with its
+"""One sweep process per results folder (a lock that dies with its
 holder), and grid values that would share a run folder are refused at load."""
 
 from __future__ import annotations

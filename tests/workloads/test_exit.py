@@ -1,4 +1,4 @@
-"""A finished worker exits 0, every time (issue 13, class 7).
+"""A finished worker exits 0, every time.
 
 The failure this guards against: a rank wrote its ``ok`` summary and then died with
 "terminate called without an active exception" (SIGABRT). Backtrace of the aborting

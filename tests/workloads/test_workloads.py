@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from workloads import records as worker_records
+
 REPO = Path(__file__).resolve().parents[2]
 
 # tiny versions of the three models, each with the dataset it is meant for
@@ -114,6 +116,8 @@ def test_two_workers_log_every_step(tmp_path: Path, model: str, method: str) -> 
         assert summary["status"] == "ok" and summary["steps"] == len(steps)
         assert summary["samples"] == 16 * len(steps)
     assert logs[0][-1]["steps"] == logs[1][-1]["steps"]
+    for recs in logs:  # the file is exactly what the typed records write
+        assert [worker_records.parse(r).to_json() for r in recs] == recs
     # evaluation is global (counts summed over ranks), so both ranks report the same accuracy
     assert logs[0][-1]["final_accuracy"] == pytest.approx(logs[1][-1]["final_accuracy"])
     assert f"params={logs[0][0]['params']}" in outputs(tmp_path)

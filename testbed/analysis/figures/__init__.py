@@ -37,6 +37,8 @@ from typing import Any
 
 import pandas as pd
 
+from testbed.analysis.figures import style
+
 
 class NoData(RuntimeError):
     """The results hold nothing a figure can be drawn from (message says what is missing)."""
@@ -54,8 +56,6 @@ class Inputs:
 
     def color(self, method: str) -> Any:
         """The method's colour, the same in every figure of one call."""
-        from testbed.analysis.figures import style
-
         if method not in self.colors:
             self.colors.update(style.method_colors([*self.colors, method]))
         return self.colors[method]

@@ -112,7 +112,7 @@ def read_bottleneck(run_dir: Path) -> pd.DataFrame:
 
 def estimate_mbit(s: pd.DataFrame) -> pd.Series | None:
     """The monitor's bandwidth estimate (Mbit/s) from the step records, when logged."""
-    for col, factor in (("monitor_bw_mbit", 1.0), ("est_bw_mbit", 1.0), ("model_bw_MBps", 8.0)):
+    for col, factor in (("monitor_bw_mbit", 1.0), ("est_bw_mbit", 1.0), ("model_bw_mbit", 1.0)):
         if col in s.columns and pd.to_numeric(s[col], errors="coerce").notna().any():
             return pd.to_numeric(s[col], errors="coerce") * factor
     return None

@@ -4,7 +4,7 @@ Why compute-only: it is the floor of a distributed step (no DDP, no hook, no net
 comparing it with a run's ``step_s`` shows how much the network costs. One process, the
 worker's optimizer and loss, ``--threads`` torch threads (default 1, as in the testbed).
 
-    .venv/bin/python benchmarks/workloads.py [--threads 1] [--steps 10] [--batch-size 32]
+    .venv/bin/python benchmarks/compute_step.py [--threads 1] [--steps 10] [--batch-size 32]
 
 Prints one row per configuration: model, knobs, dataset, params, gradient MB (1e6 bytes of
 fp32), median and minimum step time over ``--steps`` timed steps after 2 warm-up steps
@@ -16,20 +16,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-# This file's name equals the package it measures; run as a script, its own folder would come
-# first on sys.path and shadow the package, so put the repository root there instead.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+import torch
 
-import torch  # noqa: E402
-
-from workloads import registry  # noqa: E402
-from workloads.datasets import load_dataset  # noqa: E402
-from workloads.models import build_model, model_info  # noqa: E402
-from workloads.train import _loss_and_correct, make_optimizer  # noqa: E402
+from workloads import registry
+from workloads.datasets import load_dataset
+from workloads.models import build_model, model_info
+from workloads.train import _loss_and_correct, make_optimizer
 
 CONFIGS: list[tuple[str, str, dict]] = [
     ("mlp", "digits", {"width": 480}),

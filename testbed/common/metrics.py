@@ -1,0 +1,122 @@
+"""The per-run metrics, defined once: throughput, time to accuracy, final accuracy.
+
+Why one module: summary.json (written by the orchestrator when a run ends) and the tables and
+figures (recomputed from steps.csv, so anyone can check them against the per-step rows) used
+to carry one definition each; they disagreed for runs of exactly two steps. Both now call
+the functions here on the same rows: steps.csv's rows (``testbed.orchestration.records``
+builds them from the workers' records, and summary.json's metrics are computed from those
+rows before they are written), one dict per worker per step. Intervals over seeds are
+``testbed.common.stats``.
+
+Definitions (rows are those of the lowest rank, rank 0, which logs the *global* samples:
+batch x world size):
+
+- **throughput** (samples/s): the samples of every training step after the first one,
+  divided by the time from the end of the first step to the end of the last
+  (``sum(samples[1:]) / (t_last - t_first)``, ``t`` on one clock). The first step is left
+  out: it holds the rendezvous and DDP's bucket set-up, not steady-state training. None
+  with fewer than two steps (one step is all warm-up) or no elapsed time.
+- **time to accuracy** (s): the training clock (``t_worker``: the worker's own clock,
+  0 right before its first training step, so python/torch start-up and the rendezvous are
+  not in it) of the earliest row whose ``accuracy`` is at least the target. A row's
+  accuracy is that of the evaluation run after its step; ``t_worker`` is the end of that
+  step, so the evaluation's own time is not counted. None when never reached or no target.
+- **final accuracy**: the accuracy of the last evaluated row; **final loss** likewise.
+
+``t`` is the launch clock (wall time since the run's workers were started, shared with
+events.csv); ``t_worker`` is the training clock. A row without ``t_worker`` (an old
+steps.csv) uses ``t`` for both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+Row = Mapping[str, Any]
+
+
+def num(v: Any) -> float | None:
+    """A finite number as float, else None (NaN from a table's empty cell included)."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _first_rank(rows: list[Row]) -> float | None:
+    ranks = [r for r in (num(row.get("rank")) for row in rows) if r is not None]
+    return min(ranks) if ranks else None
+
+
+def _is_step(kind: Any) -> bool:
+    """A row's ``kind`` (when a steps.csv has one): empty or ``step`` for a training step."""
+    return not isinstance(kind, str) or kind == "step"
+
+
+def training_steps(rows: Iterable[Row]) -> list[Row]:
+    """Rank 0's training-step rows (rows with ``t`` and ``samples``; evaluation-only rows
+    have no samples), in time order."""
+    rows = [r for r in rows if num(r.get("t")) is not None and num(r.get("samples")) is not None
+            and _is_step(r.get("kind"))]
+    first = _first_rank(rows)
+    mine = [r for r in rows if num(r.get("rank")) == first]
+    return sorted(mine, key=lambda r: num(r.get("t")) or 0.0)
+
+
+def train_clock(row: Row) -> float | None:
+    """The row's training-clock time: ``t_worker``, else ``t`` (module doc)."""
+    t = num(row.get("t_worker"))
+    return t if t is not None else num(row.get("t"))
+
+
+def evaluations(rows: Iterable[Row]) -> list[Row]:
+    """Rank 0's evaluated rows (every rank logs the same global accuracy), by training
+    clock."""
+    rows = [r for r in rows if num(r.get("accuracy")) is not None]
+    first = _first_rank(rows)
+    mine = [r for r in rows if num(r.get("rank")) == first]
+    return sorted(mine, key=lambda r: train_clock(r) or 0.0)
+
+
+def throughput(rows: Iterable[Row]) -> float | None:
+    """Samples/s of the training steps after the first (module doc)."""
+    steps = training_steps(rows)
+    if len(steps) < 2:
+        return None
+    span = num(steps[-1]["t"]) - num(steps[0]["t"])  # type: ignore[operator]
+    samples = sum(num(r["samples"]) or 0.0 for r in steps[1:])
+    return samples / span if span > 0 else None
+
+
+def train_span_s(rows: Iterable[Row]) -> float | None:
+    """The time throughput divides by: end of the first step to end of the last."""
+    steps = training_steps(rows)
+    if len(steps) < 2:
+        return None
+    span = num(steps[-1]["t"]) - num(steps[0]["t"])  # type: ignore[operator]
+    return span if span > 0 else None
+
+
+def time_to_accuracy(rows: Iterable[Row], target: float | None) -> float | None:
+    """Training-clock seconds to the first evaluation at or above ``target`` (module doc)."""
+    if target is None:
+        return None
+    for r in evaluations(rows):
+        if (num(r.get("accuracy")) or -math.inf) >= target:
+            return train_clock(r)
+    return None
+
+
+def final_accuracy(rows: Iterable[Row]) -> float | None:
+    ev = evaluations(rows)
+    return num(ev[-1].get("accuracy")) if ev else None
+
+
+def final_loss(rows: Iterable[Row]) -> float | None:
+    ev = evaluations(rows)
+    return num(ev[-1].get("loss")) if ev else None
