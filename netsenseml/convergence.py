@@ -23,7 +23,8 @@ The file (JSON, ``format: "netsense-convergence/1"``)::
     }
 
 Only ``levels`` (each with ``steps``, one entry per seed, ``null`` where the run did not
-reach the target within ``max_steps``) is read; ``factors`` is written for people. A run
+reach the target within ``max_steps``) is read (a level it lacks takes the default's
+factor, below); ``factors`` is written for people. A run
 that did not reach the target counts as ``max_steps`` (a lower bound on what it needed: the
 prior then understates that level's cost, and the ``reached`` count says so).
 
@@ -172,7 +173,9 @@ def from_steps(table: Mapping[str, float], source: str = "table",
     if "none" not in steps:
         raise ConvergenceError("levels: need the uncompressed level 'none' (allreduce) as the base")
     base = steps["none"]
-    dense = {k: v / base for k, v in steps.items() if ":" not in k}
+    # Dense levels the table lacks take the default's factor (stated, conservative).
+    dense = {**{k: v for k, v in DEFAULT_PRIOR.dense.items() if k != "none"},
+             **{k: v / base for k, v in steps.items() if ":" not in k}}
     topk = tuple((float(k.split(":")[1]), v / base) for k, v in steps.items() if k.startswith("topk:"))
     return Prior(dense, topk or DEFAULT_PRIOR.topk, resolution=resolution, source=source)
 

@@ -69,6 +69,7 @@ several buckets in flight gloo could see them in a different order on different 
 World size 1 works (collectives of one rank): a single-process DDP job runs unchanged.
 """
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -86,13 +87,14 @@ from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the 
 from netsenseml.methods import MethodSpec
 from netsenseml.paper_rule import PaperRule
 from netsenseml.policy import Calibration, Decision, NetSensePolicy, Observation
-from netsenseml.sense import NetworkMonitor
+from netsenseml.sense import NetworkMonitor, TcpInfoSensor, rtt_probe_due
 
 # The per-step values piggy-backed on bucket 0 (units chosen to suit fp16 transport).
 EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB",
-          "collectives", "overlap_ms", "congested", "samples")
+          "collectives", "overlap_ms", "congested", "samples", "has_rate", "rate_MBps", "rtt_ms")
 N_EXTRAS = len(EXTRAS)
-_COMMON_OPTIONS = ("monitor_window_s", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
+_COMMON_OPTIONS = ("monitor_rate_window", "monitor_min_rate_bytes", "rtt_probe_every",
+                   "residual_drain", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
 _PROBE_OPTIONS = ("probe_bytes", "probe_ratio")
 
 
@@ -158,8 +160,11 @@ class NetSenseState:
         method: MethodSpec,
         process_group: Any = None,
         error_feedback: bool = True,
-        monitor_window_s: float = 5.0,
-        topk_method: str = "sampled",
+        monitor_rate_window: int = 8,
+        monitor_min_rate_bytes: float = 512 * 1024,
+        rtt_probe_every: int = 4,
+        residual_drain: float = 1.0,
+        topk_method: str = "auto",
         dgc_momentum: float = 0.9,
         seed: int = 0,
         policy: NetSensePolicy | PaperRule | None = None,
@@ -172,8 +177,16 @@ class NetSenseState:
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.error_feedback = error_feedback
-        self.monitor = NetworkMonitor(monitor_window_s)
-        self.recorder = CommRecorder(policy if isinstance(policy, PaperRule) else self.monitor)
+        if rtt_probe_every < 1 or residual_drain <= 0:
+            raise ValueError(f"need rtt_probe_every >= 1 and residual_drain > 0, got "
+                             f"{rtt_probe_every}, {residual_drain}")
+        self.monitor = NetworkMonitor(monitor_rate_window, min_rate_bytes=monitor_min_rate_bytes)
+        paper = isinstance(policy, PaperRule)
+        self.recorder = CommRecorder(policy if paper else self.monitor, service_time=not paper)
+        port = os.environ.get("MASTER_PORT", "")
+        self.tcp = TcpInfoSensor(exclude_port=int(port) if port.isdigit() else None)
+        self.rtt_probe_every = rtt_probe_every
+        self.residual_drain = residual_drain
         self.policy = policy
         self.calibration: Calibration | None = None
         self.compressor = compressor
@@ -249,8 +262,16 @@ class NetSenseState:
             }
             est = self.monitor.estimate()
             if est is not None:  # the monitor's view, for the testbed's sensing validation
-                out.update(est_rate_Bps=float(est.max_rate), est_min_rtt_s=float(est.min_rtt),
-                           est_bdp_B=float(est.bdp), est_queue_delay_s=float(est.queue_delay))
+                out.update(est_min_rtt_s=float(est.min_rtt), est_rate_age=int(est.rate_age))
+                if est.max_rate is not None:
+                    out.update(est_rate_Bps=float(est.max_rate), est_bdp_B=float(est.bdp),
+                               est_queue_delay_s=float(est.queue_delay))
+            tcp = self.tcp.read()
+            if tcp is not None:  # the kernel's view (TCP_INFO of the peer sockets)
+                out.update(tcp_delivery_rate_Bps=tcp.delivery_rate_Bps,
+                           tcp_app_limited=int(tcp.app_limited), tcp_sockets=tcp.sockets)
+                if tcp.min_rtt_s is not None:
+                    out["tcp_min_rtt_s"] = tcp.min_rtt_s
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
                 out["probe"] = int(self.decision.probe)
@@ -303,9 +324,13 @@ class NetSenseState:
         compute = max(period - exposed, 1e-6)
         overlap = max(0.0, totals[4] - self._first_launch) if self._first_launch is not None else 0.0
         congested, samples = self.policy.take_counts() if isinstance(self.policy, PaperRule) else (0, 0)
+        est = self.monitor.estimate()
+        rate = est.max_rate if est is not None and est.max_rate is not None else 0.0
+        rtt = est.min_rtt if est is not None else 0.0
         return torch.tensor(
             [1.0, comm * 1e3, exposed * 1e3, compute * 1e3, (codec_total - self._codec_at_step_start) * 1e3,
-             (totals[0] - prev[0]) / 1e6, collectives, overlap * 1e3, congested, samples],
+             (totals[0] - prev[0]) / 1e6, collectives, overlap * 1e3, congested, samples,
+             float(rate > 0), rate / 1e6, rtt * 1e3],
             dtype=torch.float32,
         )
 
@@ -327,8 +352,14 @@ class NetSenseState:
             overlap_s=v["overlap_ms"] * 1e-3,
             congested=v["congested"],
             samples=v["samples"],
+            # a rate only where every rank sensed one (the mean of a rate and a 0 is none)
+            rate_Bps=v["rate_MBps"] * 1e6 if v["has_rate"] >= 0.999 else 0.0,
+            min_rtt_s=v["rtt_ms"] * 1e-3,
         )
         self._pending = self.policy.observe(obs)
+        if getattr(self.policy, "new_regime", False):
+            # Every rank restarts its rate window at the same step: the path changed.
+            self.monitor.restart_rate()
 
     def extras_for(self, first: bool) -> torch.Tensor | None:
         """The observation to piggy-back on this bucket (adaptive methods, bucket 0 only)."""
@@ -419,11 +450,20 @@ def _reduce_bucket(
     t0 = time.perf_counter()
     key = state.memory_key(bucket) if state.memory is not None else None
     use_memory = state.memory is not None and (compressor.lossy or key in state.memory.residuals)
-    source = state.memory.compensate(key, buffer) if use_memory else buffer
+    # The adaptive method's dense levels drain a residual at a bounded rate (no dump of
+    # what sparse steps withheld) and keep their own rounding error (fp16/bf16, int8).
+    drain = use_memory and isinstance(state.policy, NetSensePolicy) and getattr(compressor, "ratio", None) is None
+    carry = None
+    if drain:
+        source, carry = state.memory.drain(key, buffer, state.residual_drain)
+    else:
+        source = state.memory.compensate(key, buffer) if use_memory else buffer
     payload = compressor.compress(source, seed=seed)
     if use_memory:
-        if compressor.lossy:
-            state.memory.update(key, source, compressor.decompress(payload).reshape(-1))
+        if compressor.lossy or drain:
+            state.memory.update(key, source, compressor.decompress(payload).reshape(-1), carry=carry)
+            if not compressor.lossy and carry is None and compressor.name == "none":
+                state.memory.reset(key)  # fully drained and nothing rounded
         else:
             state.memory.reset(key)  # lossless: the residual went out with this bucket
     codec = time.perf_counter() - t0
@@ -498,6 +538,12 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
     """The adaptive methods: the level and kept fraction the policy decided for this step."""
     first = state.begin_bucket(bucket)
     decision = state.decision
+    if first and isinstance(state.policy, NetSensePolicy) and rtt_probe_due(
+            state.step, decision.level, state.rtt_probe_every):
+        # A tiny collective for the monitor's min RTT, launched right before the payload
+        # on every rank (same steps: decisions are identical): the payload then starts
+        # after every rank has arrived, so its service time holds no rank skew.
+        allreduce(torch.zeros(1, device=bucket.buffer().device), state.process_group, state.recorder)
     compressor = state._compressors[decision.level]
     if decision.level == "topk":
         compressor.ratio = decision.ratio  # type: ignore[attr-defined]
