@@ -66,10 +66,12 @@ class CommRecorder:
         self._busy_since = 0.0
 
     def launch(self, nbytes: int, at: float | None = None,
-               equiv: float | None = None) -> tuple[float, float, float]:
+               equiv: float | None = None, rate_ok: bool = True) -> tuple[float, float, float, bool]:
         """Counts a collective launched now (or at ``at``); returns a token for :meth:`done`.
 
-        ``equiv``: its fp32-allreduce-equivalent bytes for the monitor (default ``nbytes``).
+        ``equiv``: its fp32-allreduce-equivalent bytes for the monitor (default ``nbytes``);
+        ``rate_ok=False``: a sample for the min RTT only (an all-gather's time holds extra
+        rounds and framing that are no part of the path's rate).
         """
         now = time.perf_counter() if at is None else at
         with self._lock:
@@ -79,11 +81,11 @@ class CommRecorder:
             if self._inflight == 0:
                 self._busy_since = now
             self._inflight += 1
-        return now, float(nbytes if equiv is None else equiv), float(nbytes)
+        return now, float(nbytes if equiv is None else equiv), float(nbytes), rate_ok
 
-    def done(self, token: tuple[float, float, float]) -> None:
+    def done(self, token: tuple[float, float, float, bool]) -> None:
         now = time.perf_counter()
-        t0, equiv, nbytes = token
+        t0, equiv, nbytes, rate_ok = token
         with self._lock:
             self._inflight -= 1
             if self._inflight == 0:
@@ -91,7 +93,10 @@ class CommRecorder:
             start = max(t0, self.last_done) if self.service_time else t0
             self.last_done = now
             if self.monitor is not None:
-                self.monitor.add(equiv if self.service_time else nbytes, now - start)
+                if self.service_time:
+                    self.monitor.add(equiv, now - start, rate_ok=rate_ok)  # type: ignore[call-arg]
+                else:
+                    self.monitor.add(nbytes, now - start)
 
     def totals(self) -> tuple[int, float, int, float, float]:
         """Cumulative (bytes_sent, busy_s, collectives, last completion, last launch time)."""
@@ -167,7 +172,7 @@ def allgather_bytes(
     if capacity is None:
         size_t = torch.tensor([n], dtype=torch.int64, device=buf.device)
         size_outs = [torch.empty(1, dtype=torch.int64, device=buf.device) for _ in range(world)]
-        token = recorder.launch(_nbytes(size_t))
+        token = recorder.launch(_nbytes(size_t), rate_ok=False)
         dist.all_gather(size_outs, size_t, group=group, async_op=True).wait()
         recorder.done(token)
         sizes = [int(s.item()) for s in size_outs]
@@ -178,7 +183,7 @@ def allgather_bytes(
         sizes, cap = None, capacity
     padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
     outs = [torch.empty(cap, dtype=torch.uint8, device=buf.device) for _ in range(world)]
-    token = recorder.launch(_nbytes(padded), equiv=_nbytes(padded) * max(1.0, world / 2))
+    token = recorder.launch(_nbytes(padded), equiv=_nbytes(padded) * max(1.0, world / 2), rate_ok=False)
     work = dist.all_gather(outs, padded, group=group, async_op=True)
 
     def finish(f: torch.futures.Future) -> list[torch.Tensor]:

@@ -91,7 +91,7 @@ from netsenseml.sense import NetworkMonitor, TcpInfoSensor, rtt_probe_due
 
 # The per-step values piggy-backed on bucket 0 (units chosen to suit fp16 transport).
 EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB",
-          "collectives", "overlap_ms", "congested", "samples", "has_rate", "rate_MBps", "rtt_ms")
+          "collectives", "overlap_ms", "congested", "samples", "has_rate", "rate_MBps", "rtt_ms", "queue_ms")
 N_EXTRAS = len(EXTRAS)
 _COMMON_OPTIONS = ("monitor_rate_window", "monitor_min_rate_bytes", "rtt_probe_every",
                    "residual_drain", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
@@ -327,10 +327,11 @@ class NetSenseState:
         est = self.monitor.estimate()
         rate = est.max_rate if est is not None and est.max_rate is not None else 0.0
         rtt = est.min_rtt if est is not None else 0.0
+        queue = est.queue_delay if est is not None else 0.0
         return torch.tensor(
             [1.0, comm * 1e3, exposed * 1e3, compute * 1e3, (codec_total - self._codec_at_step_start) * 1e3,
              (totals[0] - prev[0]) / 1e6, collectives, overlap * 1e3, congested, samples,
-             float(rate > 0), rate / 1e6, rtt * 1e3],
+             float(rate > 0), rate / 1e6, rtt * 1e3, queue * 1e3],
             dtype=torch.float32,
         )
 
@@ -355,6 +356,7 @@ class NetSenseState:
             # a rate only where every rank sensed one (the mean of a rate and a 0 is none)
             rate_Bps=v["rate_MBps"] * 1e6 if v["has_rate"] >= 0.999 else 0.0,
             min_rtt_s=v["rtt_ms"] * 1e-3,
+            queue_s=v["queue_ms"] * 1e-3,
         )
         self._pending = self.policy.observe(obs)
         if getattr(self.policy, "new_regime", False):

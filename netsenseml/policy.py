@@ -62,9 +62,9 @@ a bandwidth estimate that moves with noise does not.
 
 **Decisions** (:class:`Hysteresis`). A move must be called for ``decide_confirm``
 observations in a row (at once after a new regime). A level change that undoes the
-previous one within the same regime is an oscillation: it multiplies the confirmation and
-the band ``U`` by ``backoff_factor`` (the count up to ``max_confirm``), like TCP's
-retransmission back-off.
+previous one within the same regime is an oscillation: it multiplies the confirmation
+count by ``backoff_factor`` (up to ``max_confirm``), like TCP's retransmission back-off
+(the band ``U`` already holds the noise; grown too, it would freeze a wrong level).
 
 **Probes** (:class:`Prober`). The all-gather family's slope needs two sizes, and after the
 path got faster the rate sensed at a compressed level is stale. So (like BBR's probing)
@@ -146,7 +146,8 @@ class Observation:
     ``compute_s``: period minus ``exposed_s`` (codec included); ``codec_s``; ``bytes_sent``;
     ``collectives``; ``overlap_s``: first to last launch; ``rate_Bps``: the monitor's
     delivery rate (fp32-allreduce-equivalent payload bytes per second; 0: none sensed since
-    its window restarted); ``min_rtt_s``: the monitor's min RTT (0: none);
+    its window restarted); ``min_rtt_s``: the monitor's min RTT (0: none); ``queue_s``: its
+queueing delay (what tiny collectives take beyond the min RTT);
     ``congested`` / ``samples``: the prototype rule's verdict counts (unused here).
     """
 
@@ -160,6 +161,7 @@ class Observation:
     overlap_s: float = 0.0
     rate_Bps: float = 0.0
     min_rtt_s: float = 0.0
+    queue_s: float = 0.0
     congested: float = 0.0
     samples: float = 0.0
 
@@ -300,7 +302,8 @@ class StepModel:
                        "allgather": max(0.0, cal.gather_latency_s if cal.gather_latency_s is not None
                                         else cal.latency_s)}
         self._fixed_per_collective = True  # until a step measured it
-        self._scale = {"allreduce": 1.0, "allgather": 1.0}  # see new_regime
+        self.queue = 0.0  # the monitor's queueing delay now (mean over ranks)
+        self._queue_at = {"allreduce": 0.0, "allgather": 0.0}  # ... when _fixed was identified
         self.rate = 1.0 / cal.s_per_byte if cal.s_per_byte > 0 else math.inf  # B/s, wire bytes
         self.rate_fresh = False  # sensed by the monitor since the regime began
         self.top_rate = self.rate  # the fastest rate seen in the run
@@ -324,6 +327,7 @@ class StepModel:
         self._hidden.append(max(obs.overlap_s, 0.0))
         self._codec.setdefault(obs.decision.level, deque(maxlen=self.config.codec_window)).append(
             max(obs.codec_s, 0.0))
+        self.queue = max(0.0, obs.queue_s)
         if obs.rate_Bps > 0:
             self.rate, self.rate_fresh = obs.rate_Bps, True
             self.top_rate = max(self.top_rate, obs.rate_Bps) if math.isfinite(self.top_rate) else obs.rate_Bps
@@ -333,38 +337,42 @@ class StepModel:
         self.rate_fresh = False
 
     def add_point(self, d: Decision, comm_s: float) -> None:
-        kind = kind_of(d.level)
-        self._points[kind].append((self.wire_bytes(d), max(comm_s, 0.0), self.steps))
-        self._scale[kind] = 1.0
+        self._points[kind_of(d.level)].append((self.wire_bytes(d), max(comm_s, 0.0), self.steps))
 
-    def new_regime(self, keep: int, factor: float = 1.0) -> None:
-        """Restarts the fits from the points of the latest ``keep`` steps; a kind without
-        any there is predicted ``factor`` (measured / predicted at the change) times what
-        its last fit said, until it is measured: congestion slows what was not measured
-        too, and an idle path speeds it up."""
-        for kind, pts in self._points.items():
+    def _identified(self, kind: str, a: float) -> None:
+        self._fixed[kind] = a
+        self._queue_at[kind] = self.queue
+
+    def new_regime(self, keep: int) -> None:
+        """Restarts the fits from the points of the latest ``keep`` steps. A kind without
+        any there is predicted from its last identified fixed cost, plus the queueing
+        delay the monitor's tiny collectives show beyond what they showed then, plus its
+        bytes at the rate sensed now: a standing queue delays every collective by about
+        the same, a narrower share slows long transfers."""
+        for pts in self._points.values():
             recent = [p for p in pts if p[2] > self.steps - keep]
-            if not recent:
-                self._scale[kind] *= factor
-            else:
-                self._scale[kind] = 1.0
             pts.clear()
             pts.extend(recent)
         self.rate_fresh = False
 
     # -- the model
+    def _live(self, kind: str) -> list[tuple[float, float, int]]:
+        """The kind's points of the regime from the last ``fit_window`` steps: older ones
+        may predate a change of the path too small to start a new regime."""
+        return [p for p in self._points[kind] if p[2] > self.steps - self.config.fit_window]
+
     def largest(self) -> float:
         """The largest wire size the current regime measured (any kind; 0: none)."""
-        return max((p[0] for pts in self._points.values() for p in pts), default=0.0)
+        return max((p[0] for k in self._points for p in self._live(k)), default=0.0)
 
     def measured(self, kind: str) -> bool:
-        """Whether the current regime has measured ``kind`` at all."""
-        return bool(self._points[kind])
+        """Whether the current regime has measured ``kind`` recently."""
+        return bool(self._live(kind))
 
     def groups(self, kind: str) -> dict[float, list[float]]:
         """Latest ``size_memory`` comm times per size of ``kind`` in the regime."""
         out: dict[float, list[float]] = {}
-        for x, y, _ in sorted(self._points[kind], key=lambda p: -p[2]):
+        for x, y, _ in sorted(self._live(kind), key=lambda p: -p[2]):
             if len(out.setdefault(x, [])) < self.config.size_memory:
                 out[x].append(y)
         return out
@@ -397,8 +405,8 @@ class StepModel:
         rel = self.spread()
         if not g:
             a = self._fixed[kind] * (self.collectives if self._fixed_per_collective else 1.0)
-            k = self._scale[kind]
-            return a * k, self.slope() * (k if kind == "allreduce" or not self.groups("allreduce") else 1.0), rel, False
+            a += max(0.0, self.queue - self._queue_at[kind])
+            return a, self.slope(), rel, False
         xs = sorted(g)
         med = {x: _median(g[x]) for x in xs}
         noise = _median([abs(y - med[x]) for x in xs for y in g[x]])
@@ -411,14 +419,14 @@ class StepModel:
             sxx = sum(w[x] * (x - mx) ** 2 for x in xs)
             slope = max(0.0, sum(w[x] * (x - mx) * (med[x] - my) for x in xs) / sxx)
             a = max(0.0, my - slope * mx)
-            self._fixed[kind] = a
+            self._identified(kind, a)
             return a, slope, rel, True
         x = xs[-1]
         if self.rate_fresh:
             # One size and a sensed rate: the fixed cost is what the time leaves beyond it.
             b = 1.0 / self.rate if self.rate > 0 and math.isfinite(self.rate) else 0.0
             a = max(0.0, med[x] - b * x)
-            self._fixed[kind] = a
+            self._identified(kind, a)
             return a, b, rel, False
         # One size, no rate sensed in this regime: the last identified fixed cost stands
         # and the slope takes the rest (a standing queue first reads as less bandwidth,
@@ -537,43 +545,61 @@ class Hysteresis:
         self._dir, self._count = None, 0
         if target.level != cur.level:
             if self._last_left == target.level:  # undoes the previous level change
+                # the band U already holds the noise; what grows is the persistence asked
+                # of the next level change (a band grown too would freeze a wrong level)
                 self.confirm = min(round(self.config.backoff_factor * self.confirm), self.config.max_confirm)
-                self.band *= self.config.backoff_factor
             self._last_left = cur.level
         return True
 
 
 class Prober:
-    """One-step probes where the model lacks a second size or a fresh rate."""
+    """One-step probes where the model lacks a measurement (module docstring, "Probes")."""
 
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
         self.unprobed = 0
+        self.since_up = 0  # steps since the last probe toward less compression
         self.count = 0
         self.after_faster = False  # a probe is due: the path got faster while compressing
 
+    def _up(self, policy: NetSensePolicy) -> Decision | None:
+        """The least compressed level the link would call for at the fastest rate seen,
+        where the regime has not measured it and it is less compressed than now."""
+        m, cur = policy.model, policy.decision
+        target = policy.best_at_rate(m.top_rate)
+        if policy.fidelity(target) >= policy.fidelity(cur):
+            return None
+        if policy.eligible(cur, target):
+            return None  # measured: the decision itself can move there
+        return target
+
     def next(self, policy: NetSensePolicy) -> Decision | None:
         c, m, cur = self.config, policy.model, policy.decision
+        self.since_up += 1
+        first = m.steps <= 1
+        if first or self.after_faster or self.since_up >= 4 * c.probe_every:
+            up = self._up(policy)
+            urgent = first or self.after_faster
+            self.after_faster = False
+            if up is not None:
+                # Within the budget of the steps since the last such probe, unless the
+                # regime is new (the first step, a faster path): then at once.
+                extra = m.step_s(up)[0] - m.step_s(cur)[0]
+                if urgent or extra <= c.probe_budget * m.step_s(cur)[0] * self.since_up / 4:
+                    self.since_up = self.unprobed = 0
+                    self.count += 1
+                    return dataclasses.replace(up, probe=True)
+            if not urgent:
+                self.since_up = 0
         kind = kind_of(cur.level)
         here = m.wire_bytes(cur)
-        cands = policy.candidates()
-        if self.after_faster:
-            self.after_faster = False
-            # What the link would call for at the fastest rate seen, if it is less
-            # compressed than now: one step there measures the rate afresh.
-            target = policy.best_at_rate(m.top_rate)
-            if policy.fidelity(target) < policy.fidelity(cur):
-                self.count += 1
-                self.unprobed = 0
-                return dataclasses.replace(target, probe=True)
         sizes = [x for x in m.groups(kind) if x > 0]
         spread = len(sizes) >= 2 and max(sizes) >= c.min_spread * min(sizes)
         self.unprobed = 0 if spread else self.unprobed + 1
         if self.unprobed < c.probe_every:
             return None
-        same_kind = [d for d in cands if kind_of(d.level) == kind]
-        need = c.min_spread * here
-        larger = [d for d in same_kind if m.wire_bytes(d) >= need]
+        same_kind = [d for d in policy.candidates() if kind_of(d.level) == kind]
+        larger = [d for d in same_kind if m.wire_bytes(d) >= c.min_spread * here]
         if not larger:
             smaller = [d for d in same_kind if m.wire_bytes(d) * c.min_spread <= here]
             if not smaller:
@@ -681,7 +707,7 @@ class NetSensePolicy:
         """The candidate of smallest ``J`` were the sensed rate ``rate`` (probes)."""
         m = self._model()
         saved = (m.rate, m.rate_fresh, {k: deque(v, maxlen=v.maxlen) for k, v in m._points.items()},
-                 dict(m._fixed))
+                 dict(m._fixed), dict(m._queue_at))
         m.rate, m.rate_fresh = rate, True
         for pts in m._points.values():
             pts.clear()
@@ -691,6 +717,7 @@ class NetSensePolicy:
             m.rate, m.rate_fresh = saved[0], saved[1]
             m._points.update(saved[2])
             m._fixed.update(saved[3])
+            m._queue_at.update(saved[4])
 
     def stats(self) -> dict[str, float]:
         """The model behind the current decision, for step logs (units in the names)."""
@@ -726,27 +753,35 @@ class NetSensePolicy:
         n = 0 if obs.decision.probe else self.regime.check(x, obs.comm_s, predicted)
         self.new_regime = n != 0
         if self.new_regime:
-            m.new_regime(abs(n), self.regime.factor)
+            m.new_regime(abs(n))
             m.restart_rate()
             self.hysteresis.reset()
             if n < 0 and self.fidelity(self.decision) > self.fidelity(self._candidates[0]):
                 self.prober.after_faster = True
-        self._decide()
+        if not obs.decision.probe:  # a probe is a measurement; it does not vote
+            self._decide()
         return self.prober.next(self) or self.decision
 
     def _decide(self) -> None:
         cur = self.decision
         js = {d: self.cost_se(d) for d in self._candidates}
-        target = self.preferred() if self.steps <= 1 else self._target(cur, js)
-        if self.steps <= 1:  # the first measured step decides freely
-            if target != cur:
-                self.decision = target
-                self.changes += 1
-            return
+        target = self._target(cur, js)
         release = self.fidelity(target) < self.fidelity(cur)
-        if self.hysteresis.allow(cur, target, release, at_once=self.new_regime):
+        # the first measured steps replace the registration probe's guess at once
+        if self.hysteresis.allow(cur, target, release, at_once=self.new_regime or self.steps <= 2):
             self.decision = target
             self.changes += 1
+
+    def eligible(self, cur: Decision, d: Decision) -> bool:
+        """Whether the decision may move from ``cur`` to ``d`` on the model's word (see
+        :meth:`_target`): always toward more compression; toward less only where the
+        regime measured ``d``'s kind and a size within ``min_spread`` of ``d``'s."""
+        if self.fidelity(d) >= self.fidelity(cur):
+            return True
+        m = self._model()
+        if kind_of(d.level) != kind_of(cur.level) and not m.measured(kind_of(d.level)):
+            return False
+        return m.wire_bytes(d) <= self.config.min_spread * m.largest()
 
     def _target(self, cur: Decision, js: dict[Decision, tuple[float, float]]) -> Decision:
         """Where the evidence says to go from ``cur`` (``cur`` itself: stay)."""
@@ -758,12 +793,7 @@ class NetSensePolicy:
         # Likewise a size more than ``min_spread`` times the largest the regime measured:
         # below a shaper's burst small transfers leave fast, and their slope says nothing
         # of a long transfer's (the probes grow the measured size step by step).
-        m = self._model()
-        top = m.largest()
-        eligible = [d for d in self._candidates if not (
-            self.fidelity(d) < self.fidelity(cur) and (
-                (kind_of(d.level) != kind_of(cur.level) and not m.measured(kind_of(d.level)))
-                or m.wire_bytes(d) > self.config.min_spread * top))]
+        eligible = [d for d in self._candidates if self.eligible(cur, d)]
         # A significantly better candidate: the least compressed of those within U of the
         # best of them.
         better = [d for d in eligible if jc[0] - js[d][0] > self.band(cur, d, jc, js[d])]

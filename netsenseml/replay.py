@@ -158,7 +158,7 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
         if isinstance(policy, PaperRule):
             policy.add(per_bucket, seconds, clock + comm)
         if monitor is not None:
-            monitor.add(per_bucket, seconds)
+            monitor.add(per_bucket, seconds, rate_ok=not gathered)
     codec = job.codec_s.get(decision.level, 0.0)
     compute = job.compute_s
     if compute_jitter:
@@ -173,6 +173,7 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
         overlap_s=job.hidden_s if job.buckets > 1 else 0.0,
         rate_Bps=(est.max_rate or 0.0) if est is not None else 0.0,
         min_rtt_s=est.min_rtt if est is not None else 0.0,
+        queue_s=est.queue_delay if est is not None else 0.0,
         congested=congested, samples=samples,
     )
     return obs, compute + codec + exposed

@@ -11,8 +11,8 @@ BBR (Cardwell et al. 2016), and for the same reasons:
   come from collectives too small to carry any transfer time, so the hooks issue one
   (a 4-byte allreduce through the recorder) every few steps; a collective that carries a
   payload is a sample too, but only ever a larger one.
-* **delivery rate** -- ``bytes / (seconds - min_rtt)`` of the samples that can mean
-  something, the maximum over the last ``rate_window`` of them (a window counted in
+* **delivery rate** -- ``bytes / (seconds - min_rtt)`` of the allreduces that can mean
+  something (an all-gather's time holds extra rounds and framing: min RTT only), the maximum over the last ``rate_window`` of them (a window counted in
   samples, i.e. in steps: a rate that falls is seen ``rate_window`` samples later, however
   long the steps). A sample is **discarded**, not floored, when
 
@@ -26,8 +26,10 @@ BBR (Cardwell et al. 2016), and for the same reasons:
   The min RTT used is the one *before* the sample is added, so a sample never shortens
   its own transfer time.
 
-Their product is the **BDP**; the **queueing delay** of the latest sample is what it took
-beyond the ideal at the two extremes, ``max(0, seconds - min_rtt - bytes / rate)``.
+Their product is the **BDP**. The **queueing delay** is what the tiny collectives take now
+beyond the min RTT: the median of the latest ``queue_window`` of them less the min RTT (a
+standing queue delays every collective, however small, by about that; one tiny collective
+alone also waits for the last rank, hence the median).
 
 The kernel's view (:class:`TcpInfoSensor`): where the collectives travel over TCP (gloo),
 the kernel measures its own delivery rate and min RTT per socket (``TCP_INFO``:
@@ -144,7 +146,8 @@ class NetworkMonitor:
     """Windowed min RTT and max delivery rate (module docstring)."""
 
     def __init__(self, rate_window: int = 8, rtt_window: int = 200,
-                 min_rate_bytes: float = 1 << 19, bdp_multiple: float = 4.0) -> None:
+                 min_rate_bytes: float = 1 << 19, bdp_multiple: float = 4.0,
+                 queue_window: int = 5, tiny_bytes: float = 64) -> None:
         if rate_window < 1 or rtt_window < 1:
             raise ValueError(f"rate_window and rtt_window must be >= 1, got {rate_window}, {rtt_window}")
         if min_rate_bytes < 0 or bdp_multiple < 0:
@@ -155,6 +158,8 @@ class NetworkMonitor:
         self._rtt = CountedExtreme(rtt_window, "min")
         self._last: tuple[float, float] | None = None
         self._last_rate_at = -1
+        self._tiny: deque[float] = deque(maxlen=max(1, queue_window))
+        self.tiny_bytes = tiny_bytes
         self.samples = 0
         self.discarded = 0
 
@@ -177,11 +182,12 @@ class NetworkMonitor:
         bdp = rtt * rate if rtt is not None and rate is not None else 0.0
         return max(self.min_rate_bytes, self.bdp_multiple * bdp)
 
-    def add(self, nbytes: float, seconds: float, t: float | None = None) -> bool:
+    def add(self, nbytes: float, seconds: float, t: float | None = None, rate_ok: bool = True) -> bool:
         """Records one collective; returns True when it became a rate sample.
 
-        Samples with no bytes or no duration are ignored. ``t`` is accepted for the
-        sample-sink interface (the windows count samples, not seconds).
+        Samples with no bytes or no duration are ignored; ``rate_ok=False``: a sample for
+        the min RTT only. ``t`` is accepted for the sample-sink interface (the windows
+        count samples, not seconds).
         """
         del t
         if nbytes <= 0 or seconds <= 0:
@@ -190,7 +196,9 @@ class NetworkMonitor:
         self._rtt.add(seconds)
         self._last = (nbytes, seconds)
         self.samples += 1
-        if rtt is None or nbytes < self.rate_threshold():
+        if nbytes <= self.tiny_bytes:
+            self._tiny.append(seconds)
+        if not rate_ok or rtt is None or nbytes < self.rate_threshold():
             return False
         transfer = seconds - rtt
         if transfer < rtt or transfer <= 0:
@@ -207,8 +215,8 @@ class NetworkMonitor:
         if rtt is None or self._last is None:
             return None
         rate = self._rate.value()
-        nbytes, seconds = self._last
-        queue = max(0.0, seconds - rtt - (nbytes / rate if rate else 0.0)) if rate else 0.0
+        recent = sorted(self._tiny)
+        queue = max(0.0, recent[len(recent) // 2] - rtt) if recent else 0.0
         age = self.samples - self._last_rate_at if self._last_rate_at >= 0 else self.samples
         return NetworkEstimate(rate, rtt, (rate or 0.0) * rtt, queue, self.samples,
                                self._rate.count, age)
