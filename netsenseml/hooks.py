@@ -26,6 +26,12 @@ bucket the hook
    are in flight, and gives each collective to the network monitor as a sample
    (``netsenseml.sense``).
 
+Error feedback across level switches (``netsenseml``): a dense level (none, fp16/bf16,
+int8) adds the residual that sparse steps left at a bounded rate (at most
+``residual_drain`` x the gradient's norm per step; the rest is carried), so a switch from
+top-k to fp16 does not send many steps' worth of withheld gradient at once, and the cast
+levels keep their own rounding error as residual.
+
 ``netsenseml`` and ``netsenseml-paper`` (the adaptive methods) add a step loop around this.
 Bucket 0 opens a step. At that moment each rank knows the previous step completely: its
 period (time between the two bucket-0 calls), its comm time, its exposed comm time (last
@@ -33,7 +39,8 @@ collective completion minus the last collective's launch, i.e. what the step wai
 after its last bucket was compressed) and so its compute time (period minus exposed comm),
 its codec time, its bytes and collectives, the time from its first to its last launch
 (where communication can hide behind the backward pass), and the prototype rule's verdict
-counts. These ten float32 values (:data:`EXTRAS`) ride on bucket 0's own collective
+counts. These float32 values (:data:`EXTRAS`, with the monitor's rate, min RTT and queueing delay)
+ride on bucket 0's own collective
 (appended to the allreduced buffer pre-divided by the world size, or packed into the
 gathered bytes), so
 every rank receives the same **mean over ranks** without an extra round trip. When that
@@ -148,8 +155,12 @@ class NetSenseState:
     * ``collectives`` -- collectives this hook issued (each costs headers and acks on the
       wire however small; the testbed's byte-conservation band needs the count),
     * ``est_*`` -- the network monitor's estimate at the pop, once it has a sample:
-      ``est_rate_Bps`` (windowed max delivery rate of this rank's payload),
-      ``est_min_rtt_s``, ``est_bdp_B``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
+      ``est_min_rtt_s``, ``est_rate_age`` (samples since its latest rate sample) and, once
+      a rate was sensed, ``est_rate_Bps`` (windowed max delivery rate, fp32-allreduce-
+      equivalent payload bytes per second),
+      ``est_bdp_B``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
+    * ``tcp_*`` -- the kernel's view of this rank's peer sockets (``TCP_INFO``):
+      ``tcp_delivery_rate_Bps``, ``tcp_app_limited``, ``tcp_min_rtt_s``, ``tcp_sockets``,
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
       (:meth:`NetSensePolicy.stats`: fixed comm ms, bandwidth share MB/s, compute ms, codec
       ms, predicted step ms of the decision and of ``none``) and ``probe`` (1 on a probe step).
@@ -598,8 +609,13 @@ def register(
     ``package.module:Name[:ARG]`` (``netsenseml/PLUGINS.md``); a failed import or a class
     that is no compressor is a one-line ValueError before the model is touched.
 
-    Options: ``monitor_window_s`` (5.0), ``seed`` (0, random-k's shared seed),
-    ``dgc_momentum`` (0.9), ``topk_method`` ("sampled"; netsenseml's top-k variant),
+    Options: ``monitor_rate_window`` (8 rate samples), ``monitor_min_rate_bytes`` (512 KiB:
+    shorter transfers are no rate samples), ``rtt_probe_every`` (4: netsenseml's tiny RTT
+    collective every 4 steps, and on every dense step), ``residual_drain`` (1.0: a dense
+    level adds at most this times the gradient's norm of the residual per step),
+    ``seed`` (0, random-k's shared seed), ``dgc_momentum`` (0.9), ``topk_method``
+    ("auto": netsenseml's top-k uses the sampled selector while it keeps 90 % of the exact
+    top-k's L2 mass; "exact", "sampled"),
     ``serialize_buckets`` (True; hooks: a bucket waits for the previous one, see the module
     docstring); for ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy`
     parameter and the probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`);

@@ -46,8 +46,9 @@ So there is one rate: the monitor's, logged as ``model_rate_MBps`` beside its so
 spread of its samples (1.25 x 1.4826 x MAD / sqrt(n), the standard error of a median), an
 extrapolated one from the kind's relative spread (at least ``min_rel_error``). A move from
 the current decision ``cur`` to a candidate ``d`` needs ``J(cur) - J(d) > U`` with
-``U = confidence x sqrt(se_J(cur)^2 + se_J(d)^2)``, plus the prior's own ``resolution`` x J
-where the two differ in ``c`` (one evaluation interval of the table). Within the band the
+``U = confidence x sqrt(se_J(cur)^2 + se_J(d)^2) + min_gain x J`` (what the codec and
+compute estimates, outside the comm errors, may be off by), plus the prior's own
+``resolution`` x J where the two differ in ``c`` (one evaluation interval of the table). Within the band the
 policy stays -- except that it moves to a *less* compressed candidate (lower ``c``) whose
 ``J`` is not larger than the current one: of equal costs the more faithful wins, which
 within top-k means the least compressed ratio within tolerance, not the bare argmin of a
@@ -197,6 +198,7 @@ class PolicyConfig:
     ratios_per_decade: int = 8  # grid density of top-k ratios
     confidence: float = 2.0  # standard errors a J difference must exceed to move
     min_rel_error: float = 0.03  # least relative standard error of an extrapolated comm time
+    min_gain: float = 0.03  # J differences below this fraction never move the decision
     decide_confirm: int = 3  # observations in a row that must call for a move
     max_confirm: int = 48  # the back-off's cap on decide_confirm
     backoff_factor: float = 4.0  # growth of confirmation and band per reversal
@@ -237,7 +239,7 @@ class PolicyConfig:
             raise _bad("max_confirm", f"an integer >= decide_confirm={self.decide_confirm}", self.max_confirm)
         if self.change_confirm > self.fit_window:
             raise _bad("change_confirm", f"<= fit_window={self.fit_window}", self.change_confirm)
-        positive = {"confidence": (0, False), "min_rel_error": (0, True), "backoff_factor": (1, True),
+        positive = {"confidence": (0, False), "min_rel_error": (0, True), "backoff_factor": (1, True), "min_gain": (0, True),
                     "change_factor": (1, False), "min_spread": (1, False), "noise_mads": (0, False),
                     "spike_s": (0, True), "probe_budget": (0, True), "initial_compute_s": (0, True)}
         for name, (low, inclusive) in positive.items():
@@ -687,7 +689,7 @@ class NetSensePolicy:
 
     def band(self, a: Decision, b: Decision, ja: tuple[float, float], jb: tuple[float, float]) -> float:
         """``U``: the J difference between ``a`` and ``b`` that the measurements resolve."""
-        u = self.config.confidence * math.hypot(ja[1], jb[1])
+        u = self.config.confidence * math.hypot(ja[1], jb[1]) + self.config.min_gain * min(ja[0], jb[0])
         if abs(self.steps_factor(a) - self.steps_factor(b)) > 1e-9:
             u += self.prior.resolution * min(ja[0], jb[0])
         return u * self.hysteresis.band

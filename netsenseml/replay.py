@@ -17,7 +17,8 @@ Every step the job sends its gradient in ``buckets`` equal collectives, and (as 
 do) a 4-byte collective first where ``netsenseml.sense.rtt_probe_due`` says so; that one
 waits for the slowest rank (``skew_s`` x U(0, 1)), the payload after it does not. Noise
 (seeded): ``jitter`` multiplies every collective by U(1 - jitter, 1 + jitter), with
-probability ``spike_prob`` one is delayed by ``spike_s`` x U(0.5, 1.5) more, and
+probability ``spike_prob`` one is delayed by ``spike_s`` x U(0.5, 1.5) more, ``delay_s``
+adds U(0, delay_s) to each, and
 ``compute_jitter`` multiplies compute and codec time by U(1 - c, 1 + c).
 
 A :class:`~netsenseml.sense.NetworkMonitor` sees every collective's (bytes, service time),
@@ -30,8 +31,9 @@ bucket 0 completes, and the decision applies from the step after that (two steps
 Calibrated from real runs: :func:`fit_runs` reads run folders of an on/off scenario
 (``steps.csv`` and ``events.csv``) and fits, per phase (idle: no cross traffic, congested:
 cross traffic on), the link's fixed costs (allreduce and all-gather apart), rate, burst
-and burst rate, and the noise the runs show (relative spread of comm and compute, spikes,
-rank skew); :class:`ReplayModel` holds them and writes/reads them as JSON, so a test can
+and burst rate, and the noise the runs show (the spread of comm times split into a part
+proportional to the time and a fixed scheduling delay, compute's spread, spikes, rank
+skew); :class:`ReplayModel` holds them and writes/reads them as JSON, so a test can
 replay what the emulated link does without emulating it.
 """
 
@@ -132,12 +134,15 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
     """One step of ``decision`` on ``link``: its observation and its period."""
     jitter, spike_prob = noise.get("jitter", 0.0), noise.get("spike_prob", 0.0)
     spike_s, compute_jitter = noise.get("spike_s", 0.0), noise.get("compute_jitter", 0.0)
+    delay_s = noise.get("delay_s", 0.0)
 
     def noisy(seconds: float) -> float:
         if jitter:
             seconds *= 1.0 + rng.uniform(-jitter, jitter)
         if spike_prob and rng.random() < spike_prob:
             seconds += spike_s * rng.uniform(0.5, 1.5)
+        if delay_s:
+            seconds += rng.uniform(0.0, delay_s)
         return seconds
 
     gathered = decision.level in GATHERED
@@ -183,9 +188,10 @@ def replay(policy: Any, job: Job, links: Iterable[Link], *, seed: int = 0,
            monitor: NetworkMonitor | None = None, **noise: float) -> list[Step]:
     """Runs one step per entry of ``links``; calibrates a policy on the first link.
 
-    ``noise``: ``jitter``, ``spike_prob``, ``spike_s``, ``compute_jitter`` (module doc).
+    ``noise``: ``jitter``, ``spike_prob``, ``spike_s``, ``compute_jitter`` (module doc) and
+    ``delay_s`` (U(0, delay_s) more on every collective: a busy host's scheduling).
     """
-    unknown = set(noise) - {"jitter", "spike_prob", "spike_s", "compute_jitter"}
+    unknown = set(noise) - {"jitter", "spike_prob", "spike_s", "compute_jitter", "delay_s"}
     if unknown:
         raise ValueError(f"unknown noise {sorted(unknown)}")
     links = list(links)
@@ -398,8 +404,16 @@ def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
     cong, _g_cong, _ = _fit_phase(phases["congested"], latency=idle.latency)
     c_med = _median(compute)
     rel_c = _median([abs(c - c_med) / c_med for c in compute]) if c_med > 0 else 0.0
-    # U(1 - j, 1 + j) has a median absolute deviation of j / 2
-    noise = {"jitter": round(min(0.5, 2 * _median(rel)), 4),
+    # The spread of comm times: idle all-gathers (short, fixed-cost transfers) show the
+    # busy host's scheduling delay, a fixed U(0, d) (MAD d/4); idle allreduces (long
+    # transfers) what grows with the time, U(1 - j, 1 + j) (MAD j/2 x the median).
+    small = [d for (k, _x), v in per["idle"].items() if k == "allgather" and len(v) >= 4
+             for d in [_median([abs(y - _median(v)) for y in v])]]
+    large = [d / m for (k, _x), v in per["idle"].items() if k == "allreduce" and len(v) >= 4
+             for m in [_median(v)] for d in [_median([abs(y - m) for y in v])] if m > 0]
+    beta = _median(small) if small else 0.0
+    alpha = _median(large) if large else _median(rel)
+    noise = {"jitter": round(min(0.5, 2 * alpha), 4), "delay_s": round(4 * beta, 5),
              "spike_prob": round(sum(spikes) / max(1, len(spikes)), 4),
              "spike_s": round(5 * idle.latency + 0.002, 5),
              "compute_jitter": round(min(0.5, 2 * rel_c), 4)}

@@ -15,7 +15,7 @@ nothing is typed in. ``make_figures`` writes PNG + PDF of:
    every seed as a thin line, the mean time to target as a star. Runs of kind ``tta``, else
    the lowest rate of the throughput runs, else any finished runs.
 3. ``adaptation_timeline``  the network as applied (rate changes, or the constant rate in
-   the title; cross-traffic streams; the monitor's bandwidth estimate and the bottleneck's
+   the title; cross-traffic streams; the rate estimate (labelled with what it is) and the bottleneck's
    queue when recorded), the adaptive method's kept ratio and level (every level of the
    registry on the axis), and every method's step time, as steps with markers. Runs of kind
    ``timeline``, else runs whose events.csv has applied events (``netsense run
@@ -418,11 +418,20 @@ def read_bottleneck(run_dir: Path) -> pd.DataFrame:
                          "label": qcol}).dropna(subset=["t", "queue"])
 
 
-def _estimate_mbit(s: pd.DataFrame) -> pd.Series | None:
-    """The monitor's bandwidth estimate (Mbit/s) from the step records, when logged."""
-    for col, factor in (("monitor_bw_mbit", 1.0), ("est_bw_mbit", 1.0), ("model_bw_MBps", 8.0)):
+#: What the timeline's estimate series can be, in order of preference, and its label: the
+#: rate the policy decides from is the monitor's (``model_rate_MBps``, netsenseml's step
+#: records); runs of other methods carry the monitor's own ``est_rate_Bps``; older runs'
+#: ``model_bw_MBps`` was the policy's fitted bandwidth, not the monitor's.
+ESTIMATES = (("model_rate_MBps", 8.0, "the policy's rate (the monitor's; payload Mbit/s)"),
+             ("est_rate_Bps", 8e-6, "the monitor's delivery rate (payload Mbit/s)"),
+             ("model_bw_MBps", 8.0, "the policy's fitted bandwidth (older runs)"))
+
+
+def _estimate_mbit(s: pd.DataFrame) -> tuple[pd.Series, str] | None:
+    """The rate estimate (Mbit/s) from the step records and its label, when logged."""
+    for col, factor, label in ESTIMATES:
         if col in s.columns and pd.to_numeric(s[col], errors="coerce").notna().any():
-            return pd.to_numeric(s[col], errors="coerce") * factor
+            return pd.to_numeric(s[col], errors="coerce") * factor, label
     return None
 
 
@@ -464,8 +473,8 @@ def plot_timeline(runs: pd.DataFrame, steps: pd.DataFrame, root: Path, out: Path
             handles += a0.step(rate["t"], rate["rate_mbit"], where="post", color="tab:blue",
                                label="configured rate")
         if est is not None:
-            handles += a0.plot(ref_steps["t"] - t0, est, ls="none", marker=".", ms=3,
-                               color="tab:cyan", label="monitor's bandwidth estimate")
+            handles += a0.plot(ref_steps["t"] - t0, est[0], ls="none", marker=".", ms=3,
+                               color="tab:cyan", label=est[1])
         a0.set_ylabel("Mbit/s")
         top = float(np.nanmax(rate["rate_mbit"])) if rate["rate_mbit"].notna().any() else None
         # the estimate's outliers (a burst measured over a tiny window) must not squash the
