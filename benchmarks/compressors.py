@@ -7,6 +7,9 @@ wire relative to fp32, and relative L2 error ``|x - D(C(x))| / |x|``. Then check
 target: sampled top-k (``dgc:0.01``'s selector) at least 4x faster than exact ``torch.topk``
 (``topk:0.01``) while keeping at least 90% of the exact top-k's L2 mass.
 
+Also prints netsenseml's own top-k (``method="auto"``: the sampled selector while it keeps
+90 % of the exact top-k's L2 mass, checked every 50 calls) and int8 against one memory pass.
+
 Usage: ``python benchmarks/compressors.py [--sizes 1000000 10000000] [--reps 5] [--threads 1]``
 """
 
@@ -53,6 +56,19 @@ def main() -> int:
             t_cd, y = timed(lambda c=c, x=x: c.decompress(c.compress(x)), args.reps)
             err = float((x - y).norm() / x.norm())
             print(f"{spec:<14}{t_cd * 1e3:>12.2f}{t_c * 1e3:>10.2f}{p.nbytes / (4 * n):>13.4f}{err:>12.4f}")
+        for r in (0.01, 0.1):  # netsenseml's top-k: the sampled selector while it keeps 90 %
+            c = compress.TopKCompressor(r, method="auto")
+            t_c, p = timed(lambda c=c, x=x: c.compress(x), args.reps)
+            t_cd, y = timed(lambda c=c, x=x: c.decompress(c.compress(x)), args.reps)
+            err = float((x - y).norm() / x.norm())
+            sel = "sampled" if c._use_sampled else "exact"
+            print(f"{'auto:' + str(r):<14}{t_cd * 1e3:>12.2f}{t_c * 1e3:>10.2f}{p.nbytes / (4 * n):>13.4f}"
+                  f"{err:>12.4f}  ({sel}; mass {c.mass_ratio:.3f} of exact at its last check)")
+        one_pass = timed(lambda x=x: x.mul(1.0), args.reps)[0]
+        q = compress.get("int8")
+        t_q = timed(lambda q=q, x=x: q.decompress(q.compress(x)), args.reps)[0]
+        print(f"one pass over the tensor (x * 1.0): {one_pass * 1e3:.2f} ms; int8 comp+dec "
+              f"{t_q * 1e3:.2f} ms = {t_q / one_pass:.1f} passes")
         # The target, measured in pairs (exact, sampled) so that both see the same load.
         exact, fast = compress.get("topk:0.01"), compress.get("dgc:0.01")
         te, ts, masses = [], [], []

@@ -16,7 +16,13 @@ measurements), so that ranks agree without an extra round trip.
 
 :class:`CommRecorder` counts the bytes of every tensor this rank hands to
 ``torch.distributed`` as input (``all_reduce``'s tensor, ``all_gather``'s input tensor) and
-the time collectives are in flight, and feeds one monitor sample per collective.
+the time collectives are in flight, and feeds one monitor sample per collective: its bytes
+in fp32-allreduce-equivalent units (an all-gather's input x W/2: per byte handed, a W-rank
+ring all-gather moves W/2 times what a ring allreduce moves) and its *service time*, from
+the later of its launch and the previous collective's completion to its completion (a
+group runs its collectives one after the other: a collective queued behind another has
+not started while it waits; and one launched right after a tiny collective starts after
+every rank has arrived, so its time holds no rank skew).
 """
 
 from __future__ import annotations
@@ -55,8 +61,11 @@ class CommRecorder:
     the process group's threads, hence the lock.
     """
 
-    def __init__(self, monitor: SampleSink | None = None) -> None:
+    def __init__(self, monitor: SampleSink | None = None, service_time: bool = True) -> None:
+        # service_time=False: (bytes handed, launch to completion), as the NetSenseML
+        # prototype measured them (``netsenseml.paper_rule``).
         self.monitor = monitor
+        self.service_time = service_time
         self._lock = threading.Lock()
         self.bytes_sent = 0  # cumulative, never reset: users take differences
         self.busy_s = 0.0
@@ -66,8 +75,14 @@ class CommRecorder:
         self._inflight = 0
         self._busy_since = 0.0
 
-    def launch(self, nbytes: int, at: float | None = None) -> tuple[float, int]:
-        """Counts a collective launched now (or at ``at``); returns a token for :meth:`done`."""
+    def launch(self, nbytes: int, at: float | None = None,
+               equiv: float | None = None, rate_ok: bool = True) -> tuple[float, float, float, bool]:
+        """Counts a collective launched now (or at ``at``); returns a token for :meth:`done`.
+
+        ``equiv``: its fp32-allreduce-equivalent bytes for the monitor (default ``nbytes``);
+        ``rate_ok=False``: a sample for the min RTT only (an all-gather's time holds extra
+        rounds and framing that are no part of the path's rate).
+        """
         now = time.perf_counter() if at is None else at
         with self._lock:
             self.bytes_sent += nbytes
@@ -76,18 +91,22 @@ class CommRecorder:
             if self._inflight == 0:
                 self._busy_since = now
             self._inflight += 1
-        return now, nbytes
+        return now, float(nbytes if equiv is None else equiv), float(nbytes), rate_ok
 
-    def done(self, token: tuple[float, int]) -> None:
+    def done(self, token: tuple[float, float, float, bool]) -> None:
         now = time.perf_counter()
-        t0, nbytes = token
+        t0, equiv, nbytes, rate_ok = token
         with self._lock:
             self._inflight -= 1
             if self._inflight == 0:
                 self.busy_s += now - self._busy_since
+            start = max(t0, self.last_done) if self.service_time else t0
             self.last_done = now
             if self.monitor is not None:
-                self.monitor.add(nbytes, now - t0)
+                if self.service_time:
+                    self.monitor.add(equiv, now - start, rate_ok=rate_ok)  # type: ignore[call-arg]
+                else:
+                    self.monitor.add(nbytes, now - start)
 
     def totals(self) -> CommTotals:
         """The cumulative counts and the last completion and launch times, read together."""
@@ -164,7 +183,7 @@ def allgather_bytes(
     if capacity is None:
         size_t = torch.tensor([n], dtype=torch.int64, device=buf.device)
         size_outs = [torch.empty(1, dtype=torch.int64, device=buf.device) for _ in range(world)]
-        token = recorder.launch(_nbytes(size_t))
+        token = recorder.launch(_nbytes(size_t), rate_ok=False)
         dist.all_gather(size_outs, size_t, group=group, async_op=True).wait()
         recorder.done(token)
         sizes = [int(s.item()) for s in size_outs]
@@ -175,7 +194,7 @@ def allgather_bytes(
         sizes, cap = None, capacity
     padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
     outs = [torch.empty(cap, dtype=torch.uint8, device=buf.device) for _ in range(world)]
-    token = recorder.launch(_nbytes(padded))
+    token = recorder.launch(_nbytes(padded), equiv=_nbytes(padded) * max(1.0, world / 2), rate_ok=False)
     work = dist.all_gather(outs, padded, group=group, async_op=True)
 
     def finish(f: torch.futures.Future) -> list[torch.Tensor]:

@@ -26,6 +26,12 @@ bucket the hook
    are in flight, and gives each collective to the network monitor as a sample
    (``netsenseml.sense``).
 
+Error feedback across level switches (``netsenseml``): a dense level (none, fp16/bf16,
+int8) adds the residual that sparse steps left at a bounded rate (at most
+``residual_drain`` x the gradient's norm per step; the rest is carried), so a switch from
+top-k to fp16 does not send many steps' worth of withheld gradient at once, and the cast
+levels keep their own rounding error as residual.
+
 ``netsenseml`` and ``netsenseml-paper`` (the adaptive methods) add a step loop around this.
 Bucket 0 opens a step. At that moment each rank knows the previous step completely: its
 period (time between the two bucket-0 calls), its comm time, its exposed comm time (last
@@ -33,7 +39,8 @@ collective completion minus the last collective's launch, i.e. what the step wai
 after its last bucket was compressed) and so its compute time (period minus exposed comm),
 its codec time, its bytes and collectives, the time from its first to its last launch
 (where communication can hide behind the backward pass), and the prototype rule's verdict
-counts. These ten float32 values (:data:`EXTRAS`) ride on bucket 0's own collective
+counts. These float32 values (:data:`EXTRAS`, with the monitor's rate, min RTT and queueing delay)
+ride on bucket 0's own collective
 (appended to the allreduced buffer pre-divided by the world size, or packed into the
 gathered bytes), so
 every rank receives the same **mean over ranks** without an extra round trip. When that
@@ -69,6 +76,7 @@ several buckets in flight gloo could see them in a different order on different 
 World size 1 works (collectives of one rank): a single-process DDP job runs unchanged.
 """
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -77,7 +85,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from netsenseml import compress, methods
+from netsenseml import compress, convergence, methods
 from netsenseml.comm import CommRecorder, CommTotals, allgather_bytes, allreduce, pack, unpack
 from netsenseml.compress.base import Payload
 from netsenseml.counted_group import counted_group
@@ -88,13 +96,14 @@ from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the 
 from netsenseml.methods import MethodSpec
 from netsenseml.paper_rule import PaperRule
 from netsenseml.policy import Calibration, Decision, NetSensePolicy, Observation
-from netsenseml.sense import NetworkMonitor
+from netsenseml.sense import NetworkMonitor, TcpInfoSensor, rtt_probe_due
 
 # The per-step values piggy-backed on bucket 0 (units chosen to suit fp16 transport).
 EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB",
-          "collectives", "overlap_ms", "congested", "samples")
+          "collectives", "overlap_ms", "congested", "samples", "has_rate", "rate_MBps", "rtt_ms", "queue_ms")
 N_EXTRAS = len(EXTRAS)
-_COMMON_OPTIONS = ("monitor_window_s", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
+_COMMON_OPTIONS = ("monitor_rate_window", "monitor_min_rate_bytes", "rtt_probe_every",
+                   "residual_drain", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
 _PROBE_OPTIONS = ("probe_bytes", "probe_ratio")
 
 
@@ -148,8 +157,12 @@ class NetSenseState:
     * ``collectives`` -- collectives this hook issued (each costs headers and acks on the
       wire however small; the testbed's byte-conservation band needs the count),
     * ``est_*`` -- the network monitor's estimate at the pop, once it has a sample:
-      ``est_rate_mbit`` (windowed max delivery rate of this rank's payload, Mbit/s),
-      ``est_min_rtt_s``, ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
+      ``est_min_rtt_s``, ``est_rate_age`` (samples since its latest rate sample) and, once
+      a rate was sensed, ``est_rate_mbit`` (windowed max delivery rate, fp32-allreduce-
+      equivalent payload, Mbit/s),
+      ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
+    * ``tcp_*`` -- the kernel's view of this rank's peer sockets (``TCP_INFO``):
+      ``tcp_delivery_rate_mbit``, ``tcp_app_limited``, ``tcp_min_rtt_s``, ``tcp_sockets``,
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
       (:meth:`NetSensePolicy.stats`: fixed comm s, bandwidth share Mbit/s, compute s, codec
       s, predicted step s of the decision and of ``none``) and ``probe`` (1 on a probe step).
@@ -162,8 +175,11 @@ class NetSenseState:
         method: MethodSpec,
         process_group: Any = None,
         error_feedback: bool = True,
-        monitor_window_s: float = 5.0,
-        topk_method: str = "sampled",
+        monitor_rate_window: int = 8,
+        monitor_min_rate_bytes: float = 512 * 1024,
+        rtt_probe_every: int = 4,
+        residual_drain: float = 1.0,
+        topk_method: str = "auto",
         dgc_momentum: float = 0.9,
         seed: int = 0,
         policy: NetSensePolicy | PaperRule | None = None,
@@ -176,8 +192,16 @@ class NetSenseState:
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.error_feedback = error_feedback
-        self.monitor = NetworkMonitor(monitor_window_s)
-        self.recorder = CommRecorder(policy if isinstance(policy, PaperRule) else self.monitor)
+        if rtt_probe_every < 1 or residual_drain <= 0:
+            raise ValueError(f"need rtt_probe_every >= 1 and residual_drain > 0, got "
+                             f"{rtt_probe_every}, {residual_drain}")
+        self.monitor = NetworkMonitor(monitor_rate_window, min_rate_bytes=monitor_min_rate_bytes)
+        paper = isinstance(policy, PaperRule)
+        self.recorder = CommRecorder(policy if paper else self.monitor, service_time=not paper)
+        port = os.environ.get("MASTER_PORT", "")
+        self.tcp = TcpInfoSensor(exclude_port=int(port) if port.isdigit() else None)
+        self.rtt_probe_every = rtt_probe_every
+        self.residual_drain = residual_drain
         self.policy = policy
         self.calibration: Calibration | None = None
         self.compressor = compressor
@@ -253,9 +277,16 @@ class NetSenseState:
             }
             est = self.monitor.estimate()
             if est is not None:  # the monitor's view, for the testbed's sensing validation
-                out.update(est_rate_mbit=float(est.max_rate) * 8e-6,
-                           est_min_rtt_s=float(est.min_rtt), est_bdp_bytes=float(est.bdp),
-                           est_queue_delay_s=float(est.queue_delay))
+                out.update(est_min_rtt_s=float(est.min_rtt), est_rate_age=int(est.rate_age))
+                if est.max_rate is not None:
+                    out.update(est_rate_mbit=float(est.max_rate) * 8e-6, est_bdp_bytes=float(est.bdp),
+                               est_queue_delay_s=float(est.queue_delay))
+            tcp = self.tcp.read()
+            if tcp is not None:  # the kernel's view (TCP_INFO of the peer sockets)
+                out.update(tcp_delivery_rate_mbit=tcp.delivery_rate_Bps * 8e-6,
+                           tcp_app_limited=int(tcp.app_limited), tcp_sockets=tcp.sockets)
+                if tcp.min_rtt_s is not None:
+                    out["tcp_min_rtt_s"] = tcp.min_rtt_s
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
                 out["probe"] = int(self.decision.probe)
@@ -308,9 +339,14 @@ class NetSenseState:
         compute = max(period - exposed, 1e-6)
         overlap = max(0.0, totals.last_launch - self._first_launch) if self._first_launch is not None else 0.0
         congested, samples = self.policy.take_counts() if isinstance(self.policy, PaperRule) else (0, 0)
+        est = self.monitor.estimate()
+        rate = est.max_rate if est is not None and est.max_rate is not None else 0.0
+        rtt = est.min_rtt if est is not None else 0.0
+        queue = est.queue_delay if est is not None else 0.0
         return torch.tensor(
             [1.0, comm * 1e3, exposed * 1e3, compute * 1e3, (codec_total - self._codec_at_step_start) * 1e3,
-             (totals.bytes_sent - prev.bytes_sent) / 1e6, collectives, overlap * 1e3, congested, samples],
+             (totals.bytes_sent - prev.bytes_sent) / 1e6, collectives, overlap * 1e3, congested, samples,
+             float(rate > 0), rate / 1e6, rtt * 1e3, queue * 1e3],
             dtype=torch.float32,
         )
 
@@ -332,8 +368,15 @@ class NetSenseState:
             overlap_s=v["overlap_ms"] * 1e-3,
             congested=v["congested"],
             samples=v["samples"],
+            # a rate only where every rank sensed one (the mean of a rate and a 0 is none)
+            rate_Bps=v["rate_MBps"] * 1e6 if v["has_rate"] >= 0.999 else 0.0,
+            min_rtt_s=v["rtt_ms"] * 1e-3,
+            queue_s=v["queue_ms"] * 1e-3,
         )
         self._pending = self.policy.observe(obs)
+        if getattr(self.policy, "new_regime", False):
+            # Every rank restarts its rate window at the same step: the path changed.
+            self.monitor.restart_rate()
 
     def extras_for(self, first: bool) -> torch.Tensor | None:
         """The observation to piggy-back on this bucket (adaptive methods, bucket 0 only)."""
@@ -424,11 +467,20 @@ def _reduce_bucket(
     t0 = time.perf_counter()
     key = state.memory_key(bucket) if state.memory is not None else None
     use_memory = state.memory is not None and (compressor.lossy or key in state.memory.residuals)
-    source = state.memory.compensate(key, buffer) if use_memory else buffer
+    # The adaptive method's dense levels drain a residual at a bounded rate (no dump of
+    # what sparse steps withheld) and keep their own rounding error (fp16/bf16, int8).
+    drain = use_memory and isinstance(state.policy, NetSensePolicy) and getattr(compressor, "ratio", None) is None
+    carry = None
+    if drain:
+        source, carry = state.memory.drain(key, buffer, state.residual_drain)
+    else:
+        source = state.memory.compensate(key, buffer) if use_memory else buffer
     payload = compressor.compress(source, seed=seed)
     if use_memory:
-        if compressor.lossy:
-            state.memory.update(key, source, compressor.decompress(payload).reshape(-1))
+        if compressor.lossy or drain:
+            state.memory.update(key, source, compressor.decompress(payload).reshape(-1), carry=carry)
+            if not compressor.lossy and carry is None and compressor.name == "none":
+                state.memory.reset(key)  # fully drained and nothing rounded
         else:
             state.memory.reset(key)  # lossless: the residual went out with this bucket
     codec = time.perf_counter() - t0
@@ -503,6 +555,12 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
     """The adaptive methods: the level and kept fraction the policy decided for this step."""
     first = state.begin_bucket(bucket)
     decision = state.decision
+    if first and isinstance(state.policy, NetSensePolicy) and rtt_probe_due(
+            state.step, decision.level, state.rtt_probe_every):
+        # A tiny collective for the monitor's min RTT, launched right before the payload
+        # on every rank (same steps: decisions are identical): the payload then starts
+        # after every rank has arrived, so its service time holds no rank skew.
+        allreduce(torch.zeros(1, device=bucket.buffer().device), state.process_group, state.recorder)
     compressor = state.compressors[decision.level]
     if decision.level == "topk":
         compressor.ratio = decision.ratio  # type: ignore[attr-defined]
@@ -555,8 +613,13 @@ def register(
     ``package.module:Name[:ARG]`` (``netsenseml/PLUGINS.md``); a failed import or a class
     that is no compressor is a one-line ValueError before the model is touched.
 
-    Options: ``monitor_window_s`` (5.0), ``seed`` (0, random-k's shared seed),
-    ``dgc_momentum`` (0.9), ``topk_method`` ("sampled"; netsenseml's top-k variant),
+    Options: ``monitor_rate_window`` (8 rate samples), ``monitor_min_rate_bytes`` (512 KiB:
+    shorter transfers are no rate samples), ``rtt_probe_every`` (4: netsenseml's tiny RTT
+    collective every 4 steps, and on every dense step), ``residual_drain`` (1.0: a dense
+    level adds at most this times the gradient's norm of the residual per step),
+    ``seed`` (0, random-k's shared seed), ``dgc_momentum`` (0.9), ``topk_method``
+    ("auto": netsenseml's top-k uses the sampled selector while it keeps 90 % of the exact
+    top-k's L2 mass; "exact", "sampled"),
     ``serialize_buckets`` (True; hooks: a bucket waits for the previous one, see the module
     docstring); for ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy`
     parameter and the probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`);
@@ -580,6 +643,11 @@ def register(
     if spec.name == "netsenseml":
         probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options}
     policy = compressor = None
+    if spec.name == "netsenseml":
+        try:  # a path, a parsed table or {level: steps}; None: the stated default
+            options["prior"] = convergence.load(options.pop("convergence", options.pop("prior", None)))
+        except convergence.ConvergenceError as exc:
+            raise ValueError(f"invalid option convergence for method {method!r}: {exc}") from None
     if target.kind == "adaptive":
         policy = target.build(**options)  # an unknown keyword: a one-line ValueError
     elif options and not (target.kind == "hook" and target.info.state):

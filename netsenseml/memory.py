@@ -39,9 +39,32 @@ class ResidualMemory:
             return grad.clone()
         return grad + res
 
-    def update(self, key: Hashable, compensated: torch.Tensor, sent: torch.Tensor) -> None:
-        """Stores ``compensated - sent`` as the residual of ``key``."""
-        self.residuals[key] = compensated - sent
+    def drain(self, key: Hashable, grad: torch.Tensor, factor: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(grad + s x residual, (1 - s) x residual)`` with ``s`` the largest share in
+        [0, 1] whose norm is at most ``factor`` x the gradient's.
+
+        Why: after many steps of heavy sparsification the residual holds many steps'
+        worth of withheld gradient; a switch to a level that sends everything would add it
+        in one step (an update many times the gradient's norm, amplified by momentum).
+        Drained at a bounded rate, the update stays within ``1 + factor`` times the
+        gradient's norm (triangle inequality) and nothing is lost, only delayed further.
+        The second tensor (None when nothing is held back) is carried to the next step.
+        """
+        res = self.residuals.get(key)
+        if res is None or res.shape != grad.shape:
+            return grad.clone(), None
+        r_norm = float(res.norm())
+        share = 1.0 if r_norm == 0 else min(1.0, factor * float(grad.norm()) / r_norm)
+        if share >= 1.0:
+            return grad + res, None
+        return grad + share * res, (1.0 - share) * res
+
+    def update(self, key: Hashable, compensated: torch.Tensor, sent: torch.Tensor,
+               carry: torch.Tensor | None = None) -> None:
+        """Stores ``compensated - sent`` (+ ``carry``, what :meth:`drain` held back) as the
+        residual of ``key``."""
+        res = compensated - sent
+        self.residuals[key] = res if carry is None else res.add_(carry)
 
     def reset(self, key: Hashable | None = None) -> None:
         if key is None:
@@ -66,7 +89,8 @@ class MomentumCorrectionMemory(ResidualMemory):
         self.velocities[key] = u
         return super().compensate(key, u)
 
-    def update(self, key: Hashable, compensated: torch.Tensor, sent: torch.Tensor) -> None:
-        super().update(key, compensated, sent)
+    def update(self, key: Hashable, compensated: torch.Tensor, sent: torch.Tensor,
+               carry: torch.Tensor | None = None) -> None:
+        super().update(key, compensated, sent, carry)
         # Momentum factor masking: where an element was sent, its velocity restarts.
         self.velocities[key].masked_fill_(sent != 0, 0.0)

@@ -2,230 +2,111 @@
 
 The algorithm, once
 -------------------
-**Objective: time to accuracy.** Time to accuracy is (steps the job needs) x (seconds per
-step). Compression shortens the step where communication holds it back and costs steps
-(how many depends on the workload). Each step the policy picks the representation ``d`` of
-the ladder ``none -> fp16 -> int8 -> topk(r)`` (``r`` on a geometric grid of
-``ratios_per_decade`` points per decade from ``max_ratio`` down to ``floor``) that minimises
-the predicted cost
+**Objective: time to accuracy** = (steps the job needs) x (seconds per step). Each step the
+policy picks the representation ``d`` of the ladder (the method registry's ``ladder``
+levels: ``none -> fp16 -> int8 -> topk(r)``, ``r`` on a geometric grid of
+``ratios_per_decade`` points per decade from ``max_ratio`` down to ``floor``) that
+minimises
 
     J(d) = c(d) x T(d)
 
-``T(d)`` is the predicted seconds of one step that sends ``d`` (all measured, below);
-``levels`` restricts the ladder (e.g. to keep a job off top-k). ``c(d) >= 1`` is the
-policy's one assumption about convergence: how many more steps ``d`` needs than
-uncompressed training, taken from a measured table, ``CONVERGENCE_STEPS`` (steps to 0.95
-accuracy on the ``mixture`` workload, 3 seeds, ``benchmarks/convergence.py --workload
-mixture``): fp16 and int8 need the steps of allreduce, so ``c = 1``
-(``fp16_cost = int8_cost = 0``); top-k's rows fit
-``c(r) = 1 + topk_cost_per_decade x max(0, log10(topk_free_ratio / r))``
-(``fit_topk_cost``; ``python benchmarks/convergence.py --priors`` prints the fit beside the
-table it comes from). Another workload: re-measure, edit the table.
+``c(d) >= 1`` is the convergence prior of the job (``netsenseml.convergence``: a table that
+``netsense calibrate`` measured for this workload, or the stated conservative default) and
+``T(d)`` the predicted seconds of one step that sends ``d`` (:class:`StepModel`).
 
-The table resolves steps to one evaluation interval (20 of 240 steps, 8 %), and the
-model's ``T`` has errors of its own; so the policy does not chase the bare argmin. It
-*prefers* the least compressed level whose ``J`` is within ``fidelity_tolerance`` (8 %) of
-the smallest (within top-k, the ratio of smallest ``J``), and it *leaves* a level for a
-more compressed one only when that gains more than ``compress_margin`` (15 %): a dead band
-between taking a compression and letting it go, which is what keeps a steady link steady.
-On an idle link where the uncompressed exchange is a small part of the step, ``none`` is
-preferred; where it is a third of the step (policy-steps.yaml's MLP at 1 Gbit/s), half
-precision wins and is taken. As the bandwidth share falls, the policy moves
-down the ladder, and within top-k ``r`` follows the share: at the optimum the top-k
-transfer takes about ``topk_cost_per_decade / ln 10`` (16 %) of the step, so ``r`` is
-proportional to the available bandwidth (graded, not a switch to the floor) until it
-reaches ``floor``. Where compressing harder no longer shortens the step (latency, standing
-queues, codec time), it stops.
+**Step model** (:class:`StepModel`). ``T(d) = C + K(d) + E(d)``: compute ``C`` (the step
+period less the exposed communication and the codec time, a low quantile over recent steps:
+stalls outside the hook only ever add), codec ``K(d)`` (the registration probe's timing of
+each level, replaced by the level's own measured minimum once it has been used), and the
+exposed communication ``E(d) = max(comm(d) / n, comm(d) - H)`` (``H``: the time from a
+step's first to its last launch, where DDP's buckets overlap the backward pass). The
+communication is modelled per *collective kind*, because the link treats them differently:
 
-**Step model.** ``T(d) = C + K(d) + E(d)`` with the exposed communication
-``E(d) = max(comm(d) / n, comm(d) - H)`` and ``comm(d) = a + beta x x(d) + G(d)``:
+* the allreduce family (none, fp16/bf16) and the all-gather family (int8, top-k) each have
+  their own fixed cost ``a_k`` (seconds per step that compression cannot remove: latency,
+  standing queue and, for all-gathers, their extra rounds and framing) and slope ``b_k``
+  (seconds per wire byte);
+* where the current regime has measured a kind at two sizes at least ``min_spread`` apart
+  whose comm times differ by more than the noise, ``a_k`` and ``b_k`` are that kind's least
+  squares line through the sizes' medians -- so the marginal cost of the small all-gathers
+  comes from small all-gathers (under drop-tail congestion it is several times the fair
+  share a large transfer gets);
+* otherwise ``b_k`` is the inverse of the **rate the monitor senses** (``netsenseml.sense``:
+  windowed max delivery rate of transfers long enough to mean one, mean over ranks) and
+  ``a_k`` what the kind's measured comm time leaves beyond ``b_k x bytes`` (at least 0);
+  a kind not measured in the regime keeps its last identified ``a_k`` (the registration
+  probe's latency at first);
+* a size the regime *has* measured is predicted by its own median, not the line: a
+  transfer below the shaper's burst leaves at line speed, and no line through fixed cost
+  and rate describes it; the line is only used to extrapolate to sizes not seen.
 
-* ``C`` -- compute: the step period minus the exposed communication minus the codec time,
-  as the ``compute_quantile`` (0.1: the 3rd smallest of 20) quantile of the last ``compute_window`` steps. The hook
-  can only measure it as a remainder, which also holds whatever else the job does between
-  steps (its own small collectives waiting behind a congested queue, data-loading stalls);
-  those only ever add (on the emulated links, most steps under 1-2 competing streams), hence
-  a low quantile, like BBR's min RTT -- but not the minimum: a busy host jitters compute by
-  +-15 % both ways, the minimum sits ~15 % low, and ``c(d)`` multiplies that error
-  differently per level (a top-k step looks cheaper than it is).
-* ``K(d)`` -- codec: seconds per step to compress ``d`` and decode every rank's payload.
-  The registration probe times each level on a gradient-sized tensor; while a level is in
-  use, the minimum of its last ``codec_window`` measured values replaces the probe's. This
-  is where top-k loses at high rates: selecting k of n elements costs time however little
-  the link has to carry.
-* ``x(d)`` -- wire bytes: fp32 gradient bytes x bytes ratio (fp16 0.5, int8 0.25, top-k
-  ``r x topk_bytes_per_element / 4``) x ``world/2`` for the levels that are all-gathered
-  (int8, top-k): per byte handed, a W-rank all-gather moves W/2 times what a ring
-  allreduce moves. (So with 8 workers int8 saves nothing over fp32, and the policy knows.)
-* ``G(d)`` -- the all-gathered levels' extra fixed cost: the registration probe times a
-  one-byte all-gather next to the one-element allreduce; ``comm(d)`` of int8 and top-k
-  carries the difference per collective (on the emulated links an all-gather costs
-  milliseconds more, which a fit shared with allreduce would read as a narrow link).
-* ``a`` and ``beta`` -- the fixed seconds of a step's collectives (latency and standing
-  queue, which compression cannot remove) and the seconds per wire byte (the inverse of
-  the bandwidth share the job gets now). Least squares of comm time on wire bytes over the
-  steps since the last regime change (at most ``fit_window``) and the recent probes, on
-  the median comm time of each size over its latest ``size_memory`` steps (a collective's
-  time has one-sided noise -- a delay only adds -- and a mean would follow every spike; the
-  emulated links show 10x spikes; older steps of a size may predate a change of the share
-  too small to reset the fit). While those steps sent
-  about one size (largest/smallest < ``min_spread``), or sizes whose comm times differ by
-  less than ``noise_mads`` median absolute deviations, the intercept cannot be told from
-  the slope: then the intercept of the last fit that could tell them stands (before any,
-  the first step's: its comm time beyond what the probe's bandwidth explains, at least
-  the probe's latency x the collectives per step) and ``beta`` takes the rest -- so when a
-  standing queue appears, it first reads as less bandwidth (more compression, the safe
-  side), and the steps at the new size then separate the two. ``a`` is kept at or below
-  ``(1 - min_transfer_fraction)`` x the smallest comm time in the fit, so that ``beta``
-  stays positive.
-* ``H`` and ``n`` -- overlap: DDP launches bucket 0's collective while the backward pass
-  still produces the later buckets, so communication can hide in the time from the
-  step's first to its last launch (``H``, the minimum over ``overlap_window`` steps); the
-  last of the ``n`` collectives is always exposed. The measured exposed time itself would
-  not do: at a compressed level everything may hide, which says nothing of how much more
-  could. (One bucket per step, as with small models, hides nothing: ``E = comm``.)
+So there is one rate: the monitor's, logged as ``model_rate_mbit`` beside its source.
 
-**Regime changes.** ``change_confirm`` consecutive steps of one size (within
-``min_spread``) whose comm time is ``change_factor`` above -- or below -- the fit's
-prediction start a new fit from those steps: the old regime's steps would otherwise hold
-the fit back for up to ``fit_window`` steps. One step off is not enough: it is usually a
-spike, and acting on it would cost a needless change (and a release on one fast step a
-slow uncompressed step) -- unless it is slower by more than ``spike_s`` (250 ms) too:
-spikes add a bounded delay (the worst seen on the emulated links, a single 140 ms step, is
-below TCP's 200 ms minimum retransmission timeout) while congestion multiplies a long
-transfer, and each such step costs more than a transient to a harder compression. After a change of size the
-prediction also carries the fit's own error, which the new point corrects, so such a step
-does not count. Smaller changes enter the fit as it slides.
+**Uncertainty.** Every prediction carries a standard error: a measured size's from the
+spread of its samples (1.25 x 1.4826 x MAD / sqrt(n), the standard error of a median), an
+extrapolated one from the kind's relative spread (at least ``min_rel_error``). A move from
+the current decision ``cur`` to a candidate ``d`` needs ``J(cur) - J(d) > U`` with
+``U = confidence x sqrt(se_J(cur)^2 + se_J(d)^2) + min_gain x J`` (what the codec and
+compute estimates, outside the comm errors, may be off by), plus the prior's own
+``resolution`` x J where the two differ in ``c`` (one evaluation interval of the table). Within the band the
+policy stays -- except that it moves to a *less* compressed candidate (lower ``c``) whose
+``J`` is not larger than the current one: of equal costs the more faithful wins, which
+within top-k means the least compressed ratio within tolerance, not the bare argmin of a
+flat ``J(r)`` (which would drift to the floor).
 
-**Decisions.** The first decision comes from the registration probe (latency, bandwidth,
-codec times of every level, all ranks agreeing on their mean) with the compute time
-assumed to be ``initial_compute_s`` (default 0: communication is assumed to dominate until
-the first step has measured compute), so the first step already sends what the link calls
-for -- no blind uncompressed steps; on a fast idle link the cost is two compressed steps
-whose withheld part error feedback delivers later. The first decision after a measured
-step is the preferred level (above). After that the policy moves to it only when it
-predicts a gain worth the move (hysteresis):
+**Regime changes** (:class:`RegimeDetector`). ``change_confirm`` consecutive steps of the
+same size whose comm time is ``change_factor`` above or below the prediction (at once when
+one is slower by more than ``spike_s``: a congested long transfer, not a spike) start a new
+regime: the fits restart from those steps, the monitor's rate window restarts (the hook
+does it on every rank at the same step), and the back-off resets. Nothing else resets it:
+a bandwidth estimate that moves with noise does not.
 
-* to a more compressed level: ``J(current) > (1 + compress_margin) x J(preferred)``; to a
-  less compressed one: as soon as it is preferred (within ``fidelity_tolerance`` of the
-  best). So ``none`` is left where compressing gains more than 15 % and taken back where
-  it costs less than 8 % (defaults);
-* within top-k: the best ratio is ``ratio_hysteresis`` grid steps away (1.78x) *and*
-  ``J`` gains ``ratio_margin``. Near its optimum ``J`` is flat in ``r`` (that is why the
-  grid is fine), so a few percent of measurement noise would otherwise move ``r``;
-* and the move must be called for ``decide_confirm`` observations in a row (in the same
-  direction) -- at once only when the fit has just seen a new regime;
-* back-off: a level change that undoes the previous one (back to the level just left)
-  without a new regime in between is an oscillation -- two levels in a near tie that the
-  noise of the estimates decides. Each such reversal multiplies ``compress_margin`` and
-  the confirmation count by ``backoff_factor`` (4; the count up to ``max_confirm``), like
-  TCP's retransmission back-off; a new regime, or the bandwidth estimate moving by
-  ``backoff_reset`` (2x) from where the back-off grew, resets them.
+**Decisions** (:class:`Hysteresis`). A move must be called for ``decide_confirm``
+observations in a row (at once after a new regime). A level change that undoes the
+previous one within the same regime is an oscillation: it multiplies the confirmation
+count by ``backoff_factor`` (up to ``max_confirm``), like TCP's retransmission back-off
+(the band ``U`` already holds the noise; grown too, it would freeze a wrong level).
 
-A steady link therefore keeps its decision; noise must move ``J`` past a margin, for
-several steps, to cause a change, and a tie costs at most a move and its reversal.
+**Probes** (:class:`Prober`). The all-gather family's slope needs two sizes, and after the
+path got faster the rate sensed at a compressed level is stale. So (like BBR's probing)
+when the fit has seen one size of its kind for ``probe_every`` steps, one step goes at
+``min_spread`` times the bytes (the largest candidate within ``probe_budget`` x a step of
+predicted extra cost); and after a regime change to a faster path while compressing, one
+step goes at the least compressed level the link would call for if it were as fast as the
+fastest rate seen (``Decision.probe``; the decision itself does not change).
 
-**Probes.** At one size the split between ``a`` and ``beta`` rests on the last fit that
-saw two sizes, and at a small payload on a noisy path the transfer is lost in the latency
-noise: after congestion the policy would read the noise as a narrow link and never release.
-So, like BBR's periodic probing for bandwidth, when the fit has seen a single size for
-``probe_every`` steps the policy sends one step at the smallest candidate with
-``min_spread`` times the bytes (``Decision.probe``; the decision itself does not change;
-at ``none``, the largest size, the least compressed one ``min_spread`` times smaller),
-if the model predicts that step to cost at most ``probe_budget`` x a step more. A probe
-whose comm time stays within the noise of the decision's steps says only that the slope
-is small: the next one goes ``min_spread`` times further (like TCP's slow start), its cost
-budgeted by the slope the last one showed at most. Probes stay
-in the fit for ``probe_memory`` steps (unless a regime change, or a probe ``change_factor``
-off the earlier ones of its size, clears them), so the split rests on the median of a few
-probes, not on one noisy step. The model
-over-states that cost exactly when it over-states ``beta``, so a probe is skipped only
-where the bandwidth is plainly seen; the probes cost at most ``probe_budget /
-probe_every`` (2.5 %) of the time.
+**Timing.** Ranks take identical decisions: the policy sees the mean over ranks of each
+step's measurements, piggy-backed on the next step's bucket-0 collective; its decision
+applies from the step after (``netsenseml.hooks``). The first decision comes from the
+registration probe with ``initial_compute_s`` as the compute time.
 
-**Timing.** Ranks must take identical decisions, so the policy sees the mean over ranks of
-each step's measurements, piggy-backed on the next step's bucket-0 collective (no extra
-round trip; ``netsenseml.hooks``). The decision therefore applies one step later than the
-measurement could: a step ``s`` is observed when step ``s+1``'s bucket 0 completes and its
-decision applies from step ``s+2``. Applying it to the remaining buckets of step ``s+1``
-would save a step on multi-bucket models but lets ranks see the decision at different
-buckets (each rank's bucket-0 completion races its next bucket), which the sized
-all-gather of top-k cannot tolerate. The lag matters little: a step is the policy's unit
-of time, a bandwidth change is acted upon ``change_confirm + 1`` steps after it (4 steps at
-the old level; 2 where each is more than ``spike_s`` slower), and the start has no lag at
-all (the probe).
-
-**Bounds** (``tests/netsenseml/test_sense_policy.py`` checks them on synthetic traces, with
-10 % jitter and spikes, and with the host noise of the real runs, 15 % jitter on compute
-and on communication each): the first step sends the probe's decision; a stepwise drop
-of the share gives a monotone stepwise increase of compression (the decision held at the
-end of each level never sends more than at the level before; at most 2 single steps back
-up the ladder per trace); when the share drops by ``change_factor`` or more the policy
-compresses harder from the 5th step of the drop on (``change_confirm + 2``; the 3rd where
-each slow step is more than ``spike_s`` slower); when congestion ends it is back at
-``none`` (where that is preferred) within 7 steps; a steady link makes
-zero level changes from step 10 on (the probe's decision, the first measured one and one
-correction as the fit sees a second size come first), a near tie at most 3.
-
-Pure Python (no torch) and deterministic, so that identical inputs on every rank give
-identical decisions.
+Settings: one frozen, validated :class:`PolicyConfig` (a bad value is a one-line
+ValueError naming the field and what it accepts); the parts are usable and testable alone.
+Pure Python (no torch) and deterministic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from netsenseml import methods
+from netsenseml import convergence, methods
 
-#: The policy's levels, least reduction first (``bf16`` stands in for ``fp16`` through
-#: ``half_level``); each is a ``ladder`` level of the method registry.
-LADDER: tuple[str, ...] = ("none", "fp16", "int8", "topk")
-assert set(LADDER) <= {i.label for i in methods.ladder()}, "policy levels must be registry ladder levels"
-GATHERED = ("int8", "topk")  # levels exchanged by all-gather (per-rank payloads)
-
-#: Steps to 0.95 held-out accuracy on the ``mixture`` workload (MLP width 2048, 2 ranks,
-#: batch 32, evaluated every 20 steps; mean of seeds 0, 1, 2), measured on loopback with
-#: ``benchmarks/convergence.py --workload mixture`` (its convergence table). The
-#: priors ``c(d)`` below come from this table and from nowhere else; re-measure and edit it
-#: for another workload. Keys: registry method names.
-CONVERGENCE_STEPS: dict[str, float] = {
-    "allreduce": 240, "fp16": 240, "int8": 240,
-    "topk:0.1": 273, "topk:0.01": 373, "topk:0.001": 453,
-    "dgc:0.01": 320, "powersgd:4": 347,
-}
+#: The policy's levels, least reduction first: the registry's ladder (``bf16`` stands in
+#: for ``fp16`` through ``half_level``).
+LADDER: tuple[str, ...] = tuple(i.label for i in methods.ladder() if i.label != "bf16")
+#: Levels exchanged by all-gather (per-rank payloads), from the registry.
+GATHERED: tuple[str, ...] = tuple(i.label for i in methods.ladder() if i.reduction == "allgather")
+RATIO_LEVELS: tuple[str, ...] = tuple(i.label for i in methods.ladder() if i.arg == "ratio")
 
 
-def dense_costs(table: Mapping[str, float] = CONVERGENCE_STEPS) -> dict[str, float]:
-    """``c(d) - 1`` of the dense levels: their steps over allreduce's, less one."""
-    base = table["allreduce"]
-    return {lvl: max(0.0, table[lvl] / base - 1.0) for lvl in ("fp16", "int8")}
-
-
-def fit_topk_cost(table: Mapping[str, float] = CONVERGENCE_STEPS) -> tuple[float, float]:
-    """``(per_decade, free_ratio)`` of ``c(r) = 1 + per_decade x max(0, log10(free_ratio / r))``.
-
-    Least squares of ``c(r) - 1`` on ``log10(1/r)`` over the table's top-k rows; the line
-    crosses zero at ``free_ratio``: keeping more than that costs no measurable steps
-    (``python benchmarks/convergence.py --priors`` prints the fit against the table).
-    """
-    base = table["allreduce"]
-    pts = [(math.log10(1.0 / float(k.split(":")[1])), v / base - 1.0) for k, v in table.items() if k.startswith("topk:")]
-    if len(pts) < 2:
-        raise ValueError("fit_topk_cost needs at least two topk:<ratio> rows")
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-    if slope <= 0:
-        raise ValueError("fit_topk_cost: the table's top-k rows do not cost more steps at smaller ratios")
-    zero = mx - my / slope  # log10(1/r) where the line crosses c = 1
-    return slope, min(1.0, 10.0 ** (-zero))
-
-
-DENSE_COSTS = dense_costs()
-TOPK_COST = fit_topk_cost()
+def kind_of(level: str) -> str:
+    """``"allgather"`` or ``"allreduce"``: how the level's payload travels."""
+    return "allgather" if level in GATHERED else "allreduce"
 
 
 @dataclass(frozen=True)
@@ -234,7 +115,7 @@ class Decision:
 
     level: str
     ratio: float = 1.0  # kept fraction for top-k; 1.0 for dense levels
-    probe: bool = False  # a one-step measurement (see NetSensePolicy, "Probes")
+    probe: bool = False  # a one-step measurement (see Prober)
 
 
 @dataclass(frozen=True)
@@ -244,7 +125,8 @@ class Calibration:
     ``dense_bytes``: fp32 bytes of the gradient (all buckets); ``latency_s``: seconds of a
     one-element allreduce; ``s_per_byte``: seconds per byte of a fp32 allreduce beyond its
     latency; ``codec_s``: seconds per step to compress and decode each level (keys: level
-    names); ``topk_bytes_per_element``: value + index bytes of one kept element.
+    names); ``topk_bytes_per_element``: value + index bytes of one kept element;
+    ``gather_latency_s``: a one-element all-gather (None: as ``latency_s``).
     """
 
     dense_bytes: float
@@ -253,7 +135,7 @@ class Calibration:
     s_per_byte: float
     codec_s: Mapping[str, float] = field(default_factory=dict)
     topk_bytes_per_element: float = 8.0
-    gather_latency_s: float | None = None  # a one-element all-gather (None: as latency_s)
+    gather_latency_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -261,12 +143,13 @@ class Observation:
     """One completed step, averaged over ranks.
 
     ``decision``: what the step sent; ``comm_s``: seconds at least one collective was in
-    flight; ``exposed_s``: seconds the step waited for communication after its last bucket
-    was launched; ``compute_s``: period minus ``exposed_s`` (codec included); ``codec_s``:
-    compress + decode seconds; ``bytes_sent``: bytes handed to torch.distributed;
-    ``collectives``: how many; ``overlap_s``: seconds from the first to the last launch
-    (communication can hide there); ``congested`` / ``samples``: the prototype rule's verdict
-    counts (``netsenseml.paper_rule``; unused here).
+    flight; ``exposed_s``: seconds the step waited for communication after its last launch;
+    ``compute_s``: period minus ``exposed_s`` (codec included); ``codec_s``; ``bytes_sent``;
+    ``collectives``; ``overlap_s``: first to last launch; ``rate_Bps``: the monitor's
+    delivery rate (fp32-allreduce-equivalent payload bytes per second; 0: none sensed since
+    its window restarted); ``min_rtt_s``: the monitor's min RTT (0: none); ``queue_s``: its
+queueing delay (what tiny collectives take beyond the min RTT);
+    ``congested`` / ``samples``: the prototype rule's verdict counts (unused here).
     """
 
     decision: Decision
@@ -277,6 +160,9 @@ class Observation:
     bytes_sent: float
     collectives: float = 1.0
     overlap_s: float = 0.0
+    rate_Bps: float = 0.0
+    min_rtt_s: float = 0.0
+    queue_s: float = 0.0
     congested: float = 0.0
     samples: float = 0.0
 
@@ -287,453 +173,635 @@ def bytes_ratio(level: str, ratio: float = 1.0, bytes_per_element: float = 8.0) 
     Dense levels: the registry's ``wire``; top-k: value + index bytes of the job's index
     dtype (``bytes_per_element``) per kept element.
     """
-    if level == "topk":
+    if level in RATIO_LEVELS:
         return ratio * bytes_per_element / 4.0
     return methods.bytes_ratio(level)
 
 
-class NetSensePolicy:
-    """The time-to-accuracy policy of the module docstring; every constant is a parameter."""
+# ----------------------------------------------------------------------------- settings
+def _bad(name: str, accepted: str, got: Any) -> ValueError:
+    return ValueError(f"policy setting {name}: must be {accepted}, got {got!r}")
 
-    def __init__(
-        self,
-        *,
-        levels: tuple[str, ...] = LADDER,
-        half_level: str = "fp16",
-        floor: float = 0.005,
-        max_ratio: float = 0.25,
-        ratios_per_decade: int = 8,
-        fp16_cost: float = DENSE_COSTS["fp16"],
-        int8_cost: float = DENSE_COSTS["int8"],
-        topk_cost_per_decade: float = TOPK_COST[0],
-        topk_free_ratio: float = TOPK_COST[1],
-        fidelity_tolerance: float = 0.08,
-        compress_margin: float = 0.15,
-        ratio_hysteresis: int = 2,
-        ratio_margin: float = 0.01,
-        decide_confirm: int = 3,
-        max_confirm: int = 48,
-        backoff_factor: float = 4.0,
-        backoff_reset: float = 2.0,
-        change_factor: float = 2.0,
-        change_confirm: int = 3,
-        spike_s: float = 0.25,
-        fit_window: int = 20,
-        min_spread: float = 3.0,
-        min_transfer_fraction: float = 0.1,
-        compute_window: int = 20,
-        compute_quantile: float = 0.1,
-        codec_window: int = 5,
-        overlap_window: int = 5,
-        probe_every: int = 20,
-        probe_budget: float = 0.5,
-        probe_memory: int = 20,
-        size_memory: int = 5,
-        noise_mads: float = 4.0,
-        initial_compute_s: float = 0.0,
-    ) -> None:
-        if half_level not in ("fp16", "bf16"):
-            raise ValueError(f"half_level must be 'fp16' or 'bf16', got {half_level!r}")
-        if not levels or any(lvl not in LADDER for lvl in levels):
-            raise ValueError(f"levels must be a non-empty subset of {LADDER}, got {levels!r}")
-        if not 0 < floor <= max_ratio <= 1:
-            raise ValueError(f"need 0 < floor <= max_ratio <= 1, got floor={floor}, max_ratio={max_ratio}")
-        if ratios_per_decade < 1:
-            raise ValueError(f"ratios_per_decade must be >= 1, got {ratios_per_decade}")
-        if min(fp16_cost, int8_cost, topk_cost_per_decade) < 0 or not 0 < topk_free_ratio <= 1:
-            raise ValueError("need fp16_cost, int8_cost, topk_cost_per_decade >= 0 and 0 < topk_free_ratio <= 1")
-        if not 0 <= fidelity_tolerance < compress_margin:
-            # The dead band between taking a compression (a gain above compress_margin) and
-            # letting it go (a gain below fidelity_tolerance) is what keeps a steady link
-            # steady; without it the noise of J alone moves the level.
-            raise ValueError("need 0 <= fidelity_tolerance < compress_margin")
-        if not 1 <= decide_confirm <= max_confirm:
-            raise ValueError("need 1 <= decide_confirm <= max_confirm")
-        if backoff_factor < 1 or backoff_reset <= 1:
-            raise ValueError(f"need backoff_factor >= 1 and backoff_reset > 1, got {backoff_factor}, {backoff_reset}")
-        if ratio_margin < 0:
-            raise ValueError(f"ratio_margin must be >= 0, got {ratio_margin}")
-        if ratio_hysteresis < 1:
-            raise ValueError(f"ratio_hysteresis must be >= 1 grid step, got {ratio_hysteresis}")
-        if change_factor <= 1:
-            raise ValueError(f"change_factor must be > 1, got {change_factor}")
-        if min(change_confirm, fit_window, compute_window, codec_window, overlap_window) < 1:
-            raise ValueError("change_confirm and every *_window must be >= 1")
-        if change_confirm > fit_window:
-            raise ValueError("change_confirm must be <= fit_window")
-        if not 0 <= compute_quantile < 0.5:
-            raise ValueError(f"compute_quantile must be in [0, 0.5), got {compute_quantile}")
-        if min_spread <= 1:
-            raise ValueError(f"min_spread must be > 1, got {min_spread}")
-        if not 0 < min_transfer_fraction < 1:
-            raise ValueError(f"min_transfer_fraction must be in (0, 1), got {min_transfer_fraction}")
-        if spike_s < 0:
-            raise ValueError(f"spike_s must be >= 0, got {spike_s}")
-        if probe_every < 1 or probe_budget < 0 or probe_memory < 1 or size_memory < 1:
-            raise ValueError("need probe_every, probe_memory, size_memory >= 1 and probe_budget >= 0")
-        if initial_compute_s < 0:
-            raise ValueError(f"initial_compute_s must be >= 0, got {initial_compute_s}")
-        self.half_level = half_level
-        self.levels = tuple(half_level if lvl == "fp16" else lvl for lvl in LADDER if lvl in levels)
-        self.floor = floor
-        self.max_ratio = max_ratio
-        self.costs = {"none": 0.0, half_level: fp16_cost, "int8": int8_cost}
-        self.topk_cost_per_decade = topk_cost_per_decade
-        self.topk_free_ratio = topk_free_ratio
-        self.fidelity_tolerance = fidelity_tolerance
-        self.compress_margin = compress_margin
-        self.ratio_hysteresis = ratio_hysteresis
-        self.ratio_margin = ratio_margin
-        self.decide_confirm = decide_confirm
-        self.max_confirm = max_confirm
-        self.backoff_factor = backoff_factor
-        self.backoff_reset = backoff_reset
-        self._band_beta = 0.0  # the bandwidth estimate (s/byte) when the back-off last grew
-        self._confirm = decide_confirm  # grows on reversals (see _decide)
-        self._band = 1.0  # multiplies compress_margin; grows on reversals
-        self._last_move: tuple[str, int] | None = None  # (level left, step) of the last level change
-        self._want_release = False
-        self._want_count = 0
-        self._new_regime = False
-        self.change_factor = change_factor
-        self.change_confirm = change_confirm
-        self.spike_s = spike_s
-        self.min_spread = min_spread
-        self.min_transfer_fraction = min_transfer_fraction
-        self.initial_compute_s = initial_compute_s
-        self.compute_quantile = compute_quantile
-        self.probe_every = probe_every
-        self.probe_budget = probe_budget
-        self.probe_memory = probe_memory
-        self.size_memory = size_memory
-        self.noise_mads = noise_mads
-        self._unprobed = 0  # steps since the last probe or since the window saw two sizes
-        self._probe_points: deque[tuple[float, float, int]] = deque()  # (x, y, step)
-        self._probe_growth = min_spread  # bytes factor of the next probe
-        self._probe_slope: float | None = None  # s/byte the last, inconclusive probe showed
-        self.probes = 0
-        self.ratios = self._grid(max_ratio, floor, ratios_per_decade)
-        self.calibration: Calibration | None = None
-        self.decision = self.candidates()[0]
-        self.steps = 0  # observations so far
-        self.changes = 0  # decision changes so far
-        # The step model (see module docstring); public for tests and benchmarks.
-        self.a = 0.0
-        self.beta = 0.0
-        self._points: deque[tuple[float, float, int]] = deque(maxlen=fit_window)  # (x, y, step)
-        self._off = 0  # consecutive same-size steps off the prediction, signed
-        self._a_fitted: float | None = None
-        self._trust_probe = True  # until the first regime change (see _fit)
-        self._collectives = 1.0
-        self._compute: deque[float] = deque(maxlen=compute_window)
-        self._hidden: deque[float] = deque(maxlen=overlap_window)
-        self._codec: dict[str, deque[float]] = {
-            lvl: deque(maxlen=codec_window) for lvl in ("none", half_level, "int8", "topk")
-        }
 
-    @staticmethod
-    def _grid(top: float, floor: float, per_decade: int) -> tuple[float, ...]:
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Every setting of :class:`NetSensePolicy` (module docstring), validated once.
+
+    A bad value raises a one-line ValueError naming the field and the accepted values.
+    ``dataclasses.replace(config, field=value)`` gives a modified, re-validated copy.
+    """
+
+    levels: tuple[str, ...] = LADDER  # the allowed ladder levels
+    half_level: str = "fp16"  # fp16 or bf16 for the half-precision level
+    floor: float = 0.005  # smallest top-k ratio
+    max_ratio: float = 0.25  # largest top-k ratio
+    ratios_per_decade: int = 8  # grid density of top-k ratios
+    confidence: float = 2.0  # standard errors a J difference must exceed to move
+    min_rel_error: float = 0.03  # least relative standard error of an extrapolated comm time
+    min_gain: float = 0.03  # J differences below this fraction never move the decision
+    decide_confirm: int = 3  # observations in a row that must call for a move
+    max_confirm: int = 48  # the back-off's cap on decide_confirm
+    backoff_factor: float = 4.0  # growth of confirmation and band per reversal
+    change_factor: float = 2.0  # comm time off the prediction by this factor ...
+    change_confirm: int = 3  # ... for this many steps: a new regime
+    spike_s: float = 0.25  # a step this much slower is a new regime at once
+    fit_window: int = 20  # points per collective kind in the current regime
+    min_spread: float = 3.0  # sizes this far apart tell fixed cost from slope
+    size_memory: int = 5  # latest samples per size in a fit
+    noise_mads: float = 4.0  # sizes closer than this many MADs tell nothing apart
+    compute_window: int = 20
+    compute_quantile: float = 0.1
+    codec_window: int = 5
+    overlap_window: int = 5
+    probe_every: int = 20  # steps at one size of a kind before a probe
+    probe_budget: float = 0.5  # a probe's predicted extra cost, in steps
+    initial_compute_s: float = 0.0  # compute assumed before the first measured step
+
+    def __post_init__(self) -> None:
+        levels = tuple(self.levels)
+        object.__setattr__(self, "levels", levels)
+        if not levels or any(lvl not in LADDER for lvl in levels) or len(set(levels)) != len(levels):
+            raise _bad("levels", f"a non-empty subset of {LADDER}", self.levels)
+        if self.half_level not in ("fp16", "bf16"):
+            raise _bad("half_level", "'fp16' or 'bf16'", self.half_level)
+        if not 0 < self.floor <= 1:
+            raise _bad("floor", "in (0, 1]", self.floor)
+        if not self.floor <= self.max_ratio <= 1:
+            raise _bad("max_ratio", f"in [floor={self.floor}, 1]", self.max_ratio)
+        ints = {"ratios_per_decade": 1, "decide_confirm": 1, "change_confirm": 1, "fit_window": 2,
+                "size_memory": 1, "compute_window": 1, "codec_window": 1, "overlap_window": 1,
+                "probe_every": 1}
+        for name, low in ints.items():
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise _bad(name, f"an integer >= {low}", v)
+        if not isinstance(self.max_confirm, int) or self.max_confirm < self.decide_confirm:
+            raise _bad("max_confirm", f"an integer >= decide_confirm={self.decide_confirm}", self.max_confirm)
+        if self.change_confirm > self.fit_window:
+            raise _bad("change_confirm", f"<= fit_window={self.fit_window}", self.change_confirm)
+        positive = {"confidence": (0, False), "min_rel_error": (0, True), "backoff_factor": (1, True), "min_gain": (0, True),
+                    "change_factor": (1, False), "min_spread": (1, False), "noise_mads": (0, False),
+                    "spike_s": (0, True), "probe_budget": (0, True), "initial_compute_s": (0, True)}
+        for name, (low, inclusive) in positive.items():
+            v = getattr(self, name)
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and (
+                v >= low if inclusive else v > low)
+            if not ok:
+                raise _bad(name, f"a finite number {'>=' if inclusive else '>'} {low}", v)
+        if not 0 <= self.compute_quantile < 0.5:
+            raise _bad("compute_quantile", "in [0, 0.5)", self.compute_quantile)
+
+    def ratios(self) -> tuple[float, ...]:
+        """The top-k grid, largest first, ending at ``floor``."""
         out, i = [], 0
-        while (r := top * 10 ** (-i / per_decade)) > floor * (1 + 1e-9):
+        while (r := self.max_ratio * 10 ** (-i / self.ratios_per_decade)) > self.floor * (1 + 1e-9):
             out.append(r)
             i += 1
-        return (*out, floor)
+        return (*out, self.floor)
 
-    # ------------------------------------------------------------------ the model
+    def candidates(self) -> list[Decision]:
+        """The ladder (the allowed ``levels``), least compressed first."""
+        lv = [self.half_level if x == "fp16" else x for x in self.levels]
+        dense = [Decision(x) for x in lv if x not in RATIO_LEVELS]
+        sparse = [Decision(x, r) for x in lv if x in RATIO_LEVELS for r in self.ratios()]
+        return dense + sparse
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(PolicyConfig))
+
+
+# ----------------------------------------------------------------------------- helpers
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def _mad(values: list[float]) -> float:
+    m = _median(values)
+    return _median([abs(x - m) for x in values])
+
+
+def _se_median(values: list[float]) -> float:
+    """Standard error of the median of ``values`` (normal approximation, robust spread)."""
+    if len(values) < 2:
+        return math.inf
+    return 1.25 * 1.4826 * _mad(values) / math.sqrt(len(values))
+
+
+# ----------------------------------------------------------------------------- parts
+class StepModel:
+    """``T(d)`` and its standard error from a job's measured steps (module docstring)."""
+
+    def __init__(self, config: PolicyConfig, cal: Calibration) -> None:
+        if cal.dense_bytes <= 0 or cal.world_size < 1:
+            raise ValueError("calibration needs dense_bytes > 0 and world_size >= 1")
+        self.config, self.cal = config, cal
+        self.collectives = 1.0
+        self._points: dict[str, deque[tuple[float, float, int]]] = {
+            k: deque(maxlen=config.fit_window) for k in ("allreduce", "allgather")}
+        self._fixed = {"allreduce": max(0.0, cal.latency_s),
+                       "allgather": max(0.0, cal.gather_latency_s if cal.gather_latency_s is not None
+                                        else cal.latency_s)}
+        self._fixed_per_collective = True  # until a step measured it
+        self.queue = 0.0  # the monitor's queueing delay now (mean over ranks)
+        self._queue_at = {"allreduce": 0.0, "allgather": 0.0}  # ... when _fixed was identified
+        self.rate = 1.0 / cal.s_per_byte if cal.s_per_byte > 0 else math.inf  # B/s, wire bytes
+        self.rate_fresh = False  # sensed by the monitor since the regime began
+        self.top_rate = self.rate  # the fastest rate seen in the run
+        self._compute: deque[float] = deque(maxlen=config.compute_window)
+        self._hidden: deque[float] = deque(maxlen=config.overlap_window)
+        self._codec: dict[str, deque[float]] = {}
+        self.steps = 0
+
+    # -- inputs
     def wire_bytes(self, d: Decision) -> float:
-        """Bytes ``d`` puts on the wire per step, in fp32-allreduce-equivalent bytes."""
-        cal = self._cal()
-        b = cal.dense_bytes * bytes_ratio(d.level, d.ratio, cal.topk_bytes_per_element)
-        return b * max(1.0, cal.world_size / 2) if d.level in GATHERED else b
+        """fp32-allreduce-equivalent bytes ``d`` puts on the wire per step (a W-rank
+        all-gather moves W/2 times what a ring allreduce of the same bytes moves)."""
+        b = self.cal.dense_bytes * bytes_ratio(d.level, d.ratio, self.cal.topk_bytes_per_element)
+        return b * max(1.0, self.cal.world_size / 2) if d.level in GATHERED else b
+
+    def add(self, obs: Observation) -> None:
+        self.steps += 1
+        self.collectives = max(1.0, float(round(obs.collectives)))
+        self._fixed_per_collective = False
+        self._compute.append(max(obs.compute_s - obs.codec_s, 0.0))
+        self._hidden.append(max(obs.overlap_s, 0.0))
+        self._codec.setdefault(obs.decision.level, deque(maxlen=self.config.codec_window)).append(
+            max(obs.codec_s, 0.0))
+        self.queue = max(0.0, obs.queue_s)
+        if obs.rate_Bps > 0:
+            self.rate, self.rate_fresh = obs.rate_Bps, True
+            self.top_rate = max(self.top_rate, obs.rate_Bps) if math.isfinite(self.top_rate) else obs.rate_Bps
+
+    def restart_rate(self) -> None:
+        """The monitor's window restarted (a new regime): its rate is stale until sensed."""
+        self.rate_fresh = False
+
+    def add_point(self, d: Decision, comm_s: float) -> None:
+        self._points[kind_of(d.level)].append((self.wire_bytes(d), max(comm_s, 0.0), self.steps))
+
+    def _identified(self, kind: str, a: float) -> None:
+        self._fixed[kind] = a
+        self._queue_at[kind] = self.queue
+
+    def new_regime(self, keep: int) -> None:
+        """Restarts the fits from the points of the latest ``keep`` steps. A kind without
+        any there is predicted from its last identified fixed cost, plus the queueing
+        delay the monitor's tiny collectives show beyond what they showed then, plus its
+        bytes at the rate sensed now: a standing queue delays every collective by about
+        the same, a narrower share slows long transfers."""
+        for pts in self._points.values():
+            recent = [p for p in pts if p[2] > self.steps - keep]
+            pts.clear()
+            pts.extend(recent)
+        self.rate_fresh = False
+
+    # -- the model
+    def _live(self, kind: str) -> list[tuple[float, float, int]]:
+        """The kind's points of the regime from the last ``fit_window`` steps: older ones
+        may predate a change of the path too small to start a new regime."""
+        return [p for p in self._points[kind] if p[2] > self.steps - self.config.fit_window]
+
+    def largest(self) -> float:
+        """The largest wire size the current regime measured (any kind; 0: none)."""
+        return max((p[0] for k in self._points for p in self._live(k)), default=0.0)
+
+    def measured(self, kind: str) -> bool:
+        """Whether the current regime has measured ``kind`` recently."""
+        return bool(self._live(kind))
+
+    def groups(self, kind: str) -> dict[float, list[float]]:
+        """Latest ``size_memory`` comm times per size of ``kind`` in the regime."""
+        out: dict[float, list[float]] = {}
+        for x, y, _ in sorted(self._live(kind), key=lambda p: -p[2]):
+            if len(out.setdefault(x, [])) < self.config.size_memory:
+                out[x].append(y)
+        return out
+
+    def slope(self) -> float:
+        """Seconds per wire byte of a long transfer now: the monitor's rate where it sensed
+        one in this regime, else what the regime's dense steps imply beyond their fixed
+        cost, else the last sensed rate."""
+        if not self.rate_fresh:
+            g = self.groups("allreduce")
+            if g:
+                x = max(g)
+                return max(0.0, (_median(g[x]) - self._fixed["allreduce"]) / x)
+        return 1.0 / self.rate if self.rate > 0 and math.isfinite(self.rate) else 0.0
+
+    def spread(self) -> float:
+        """Relative spread (1.4826 x MAD / median) of the regime's comm times, all sizes
+        of both kinds: what an extrapolation is at least as uncertain as."""
+        devs = []
+        for kind in self._points:
+            for ys in self.groups(kind).values():
+                if len(ys) >= 2:
+                    m = _median(ys)
+                    devs.extend(abs(y - m) / m for y in ys if m > 0)
+        return max(self.config.min_rel_error, 1.4826 * _median(devs) if devs else 0.0)
+
+    def fit(self, kind: str) -> tuple[float, float, float, bool]:
+        """``(a_k, b_k s/byte, relative spread, from two sizes)`` of ``kind`` now."""
+        g = self.groups(kind)
+        rel = self.spread()
+        if not g:
+            a = self._fixed[kind] * (self.collectives if self._fixed_per_collective else 1.0)
+            a += max(0.0, self.queue - self._queue_at[kind])
+            return a, self.slope(), rel, False
+        xs = sorted(g)
+        med = {x: _median(g[x]) for x in xs}
+        noise = _median([abs(y - med[x]) for x in xs for y in g[x]])
+        if len(xs) >= 2 and xs[0] > 0 and xs[-1] >= self.config.min_spread * xs[0] and (
+                med[xs[-1]] - med[xs[0]] > self.config.noise_mads * noise):
+            w = {x: len(g[x]) for x in xs}
+            n = sum(w.values())
+            mx = sum(w[x] * x for x in xs) / n
+            my = sum(w[x] * med[x] for x in xs) / n
+            sxx = sum(w[x] * (x - mx) ** 2 for x in xs)
+            slope = max(0.0, sum(w[x] * (x - mx) * (med[x] - my) for x in xs) / sxx)
+            a = max(0.0, my - slope * mx)
+            self._identified(kind, a)
+            return a, slope, rel, True
+        x = xs[-1]
+        if self.rate_fresh:
+            # One size and a sensed rate: the fixed cost is what the time leaves beyond it.
+            b = 1.0 / self.rate if self.rate > 0 and math.isfinite(self.rate) else 0.0
+            a = max(0.0, med[x] - b * x)
+            self._identified(kind, a)
+            return a, b, rel, False
+        # One size, no rate sensed in this regime: the last identified fixed cost stands
+        # and the slope takes the rest (a standing queue first reads as less bandwidth,
+        # the safe side, until a second size or a rate sample separates the two).
+        a = min(self._fixed[kind], med[x])
+        return a, max(0.0, (med[x] - a) / x), rel, False
+
+    def comm(self, d: Decision) -> tuple[float, float]:
+        """Predicted comm seconds of a step that sends ``d`` and its standard error."""
+        kind = kind_of(d.level)
+        x = self.wire_bytes(d)
+        g = self.groups(kind)
+        near = [s for s in g if s > 0 and max(s, x) / min(s, x) < 1.05]
+        if near and len(g[near[0]]) >= 2:
+            # its own median; the error from the regime's pooled spread (a spread of two
+            # or three samples of one size says little)
+            ys = g[near[0]]
+            med = _median(ys)
+            return med, 1.25 * self.spread() * med / math.sqrt(len(ys))
+        a, b, rel, _ = self.fit(kind)
+        value = a + b * x
+        return value, rel * value
 
     def compute_s(self) -> float:
         if not self._compute:
-            return self.initial_compute_s
+            return self.config.initial_compute_s
         v = sorted(self._compute)
-        return v[round(self.compute_quantile * (len(v) - 1))]
+        return v[round(self.config.compute_quantile * (len(v) - 1))]
 
     def codec_s(self, level: str) -> float:
         seen = self._codec.get(level)
         if seen:
             return min(seen)
-        return float(self._cal().codec_s.get(level, 0.0))
+        return float(self.cal.codec_s.get(level, 0.0))
 
-    def gather_extra_s(self, d: Decision) -> float:
-        """Fixed seconds an all-gathered level's collectives take beyond an allreduce's
-        (the probe's one-element all-gather minus its one-element allreduce)."""
-        cal = self._cal()
-        if d.level not in GATHERED or cal.gather_latency_s is None:
-            return 0.0
-        return self._collectives * max(0.0, cal.gather_latency_s - cal.latency_s)
-
-    def step_s(self, d: Decision) -> float:
-        """Predicted seconds of one step that sends ``d``: ``C + K(d) + exposed comm``."""
+    def step_s(self, d: Decision) -> tuple[float, float]:
+        """Predicted seconds of one step that sends ``d``, and its standard error."""
         hidden = min(self._hidden) if self._hidden else 0.0
-        comm = self.a + self.beta * self.wire_bytes(d) + self.gather_extra_s(d)
-        exposed = max(comm / self._collectives, comm - hidden)
-        return self.compute_s() + self.codec_s(d.level) + exposed
+        comm, se = self.comm(d)
+        exposed = max(comm / self.collectives, comm - hidden)
+        frac = exposed / comm if comm > 0 else 1.0
+        return self.compute_s() + self.codec_s(d.level) + exposed, se * frac
 
+    def stats(self) -> dict[str, float]:
+        a_ar, _, _, _ = self.fit("allreduce")
+        a_ag, b_ag, _, two = self.fit("allgather")
+        return {"model_fixed_allreduce_s": a_ar, "model_fixed_allgather_s": a_ag,
+                "model_rate_mbit": 8e-6 * self.rate if math.isfinite(self.rate) else float("inf"),
+                "model_rate_fresh": float(self.rate_fresh),
+                "model_allgather_mbit": (8e-6 / b_ag if b_ag > 0 else float("inf")),
+                "model_allgather_fitted": float(two),
+                "model_compute_s": self.compute_s()}
+
+
+class RegimeDetector:
+    """Tells a new regime from noise: ``change_confirm`` same-size steps ``change_factor``
+    off the prediction, or one slower by more than ``spike_s`` (module docstring)."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self.config = config
+        self._off = 0
+        self._last_x = 0.0
+        self._ratios: list[float] = []  # measured / predicted of the steps off
+        self.direction = 0  # +1: slower, -1: faster (of the last new regime)
+        self.factor = 1.0  # measured / predicted comm time at the last new regime
+
+    def check(self, x: float, y: float, predicted: float) -> int:
+        """0, or the number of latest steps that make a new regime (signed: slower > 0)."""
+        c = self.config
+        same = self._last_x > 0 and max(x, self._last_x) < c.min_spread * min(x, self._last_x)
+        self._last_x = x
+        if same and y > c.change_factor * predicted:
+            self._ratios = self._ratios if self._off > 0 else []
+            self._off = max(self._off, 0) + 1
+        elif same and y * c.change_factor < predicted:
+            self._ratios = self._ratios if self._off < 0 else []
+            self._off = min(self._off, 0) - 1
+        else:
+            self._off, self._ratios = 0, []
+        if self._off:
+            self._ratios.append(y / predicted if predicted > 0 else c.change_factor)
+        at_once = self._off > 0 and y - predicted > c.spike_s
+        if abs(self._off) >= c.change_confirm or at_once:
+            n, self._off = self._off, 0
+            self.direction = 1 if n > 0 else -1
+            self.factor = _median(self._ratios)
+            self._ratios = []
+            return n
+        return 0
+
+
+class Hysteresis:
+    """Confirmation and back-off of moves (module docstring)."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self.config = config
+        self.confirm = config.decide_confirm
+        self.band = 1.0
+        self._dir: bool | None = None  # the direction being confirmed (True: release)
+        self._count = 0
+        self._last_left: str | None = None  # the level the last level change left
+
+    def reset(self) -> None:
+        self.confirm, self.band, self._last_left = self.config.decide_confirm, 1.0, None
+
+    def allow(self, cur: Decision, target: Decision, release: bool, at_once: bool) -> bool:
+        """Counts a call for ``cur -> target`` (``release``: toward less compression);
+        True when the move should happen now."""
+        if target == cur:
+            self._dir, self._count = None, 0
+            return False
+        self._count = self._count + 1 if self._dir == release else 1
+        self._dir = release
+        if not at_once and self._count < self.confirm:
+            return False
+        self._dir, self._count = None, 0
+        if target.level != cur.level:
+            if self._last_left == target.level:  # undoes the previous level change
+                # the band U already holds the noise; what grows is the persistence asked
+                # of the next level change (a band grown too would freeze a wrong level)
+                self.confirm = min(round(self.config.backoff_factor * self.confirm), self.config.max_confirm)
+            self._last_left = cur.level
+        return True
+
+
+class Prober:
+    """One-step probes where the model lacks a measurement (module docstring, "Probes")."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self.config = config
+        self.unprobed = 0
+        self.since_up = 0  # steps since the last probe toward less compression
+        self.count = 0
+        self.after_faster = False  # a probe is due: the path got faster while compressing
+
+    def _up(self, policy: NetSensePolicy) -> Decision | None:
+        """The least compressed level the link would call for at the fastest rate seen,
+        where the regime has not measured it and it is less compressed than now."""
+        m, cur = policy.model, policy.decision
+        target = policy.best_at_rate(m.top_rate)
+        if policy.fidelity(target) >= policy.fidelity(cur):
+            return None
+        if policy.eligible(cur, target):
+            return None  # measured: the decision itself can move there
+        return target
+
+    def next(self, policy: NetSensePolicy) -> Decision | None:
+        c, m, cur = self.config, policy.model, policy.decision
+        self.since_up += 1
+        first = m.steps <= 1
+        if first or self.after_faster or self.since_up >= 4 * c.probe_every:
+            up = self._up(policy)
+            urgent = first or self.after_faster
+            self.after_faster = False
+            if up is not None:
+                # Within the budget of the steps since the last such probe, unless the
+                # regime is new (the first step, a faster path): then at once.
+                extra = m.step_s(up)[0] - m.step_s(cur)[0]
+                if urgent or extra <= c.probe_budget * m.step_s(cur)[0] * self.since_up / 4:
+                    self.since_up = self.unprobed = 0
+                    self.count += 1
+                    return dataclasses.replace(up, probe=True)
+            if not urgent:
+                self.since_up = 0
+        kind = kind_of(cur.level)
+        here = m.wire_bytes(cur)
+        sizes = [x for x in m.groups(kind) if x > 0]
+        spread = len(sizes) >= 2 and max(sizes) >= c.min_spread * min(sizes)
+        self.unprobed = 0 if spread else self.unprobed + 1
+        if self.unprobed < c.probe_every:
+            return None
+        same_kind = [d for d in policy.candidates() if kind_of(d.level) == kind]
+        larger = [d for d in same_kind if m.wire_bytes(d) >= c.min_spread * here]
+        if not larger:
+            smaller = [d for d in same_kind if m.wire_bytes(d) * c.min_spread <= here]
+            if not smaller:
+                return None
+            probe = max(smaller, key=m.wire_bytes)
+        else:
+            step, _ = m.step_s(cur)
+            _, b, _, _ = m.fit(kind)
+            fits = [d for d in larger if b * (m.wire_bytes(d) - here) <= c.probe_budget * step]
+            if not fits:
+                return None
+            probe = min(fits, key=m.wire_bytes)
+        self.unprobed = 0
+        self.count += 1
+        return dataclasses.replace(probe, probe=True)
+
+
+# ----------------------------------------------------------------------------- policy
+class NetSensePolicy:
+    """The time-to-accuracy policy of the module docstring.
+
+    ``NetSensePolicy(config=PolicyConfig(...), prior=...)`` or keyword settings
+    (``NetSensePolicy(floor=0.01)``, what ``hooks.register`` passes through); ``prior``:
+    anything :func:`netsenseml.convergence.load` takes.
+    """
+
+    def __init__(self, config: PolicyConfig | None = None, *,
+                 prior: convergence.Prior | Mapping | str | None = None, **settings: Any) -> None:
+        unknown = sorted(set(settings) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"unknown policy setting {unknown[0]!r}; accepted: {', '.join(FIELDS)}")
+        self.config = dataclasses.replace(config or PolicyConfig(), **settings)
+        self.prior = convergence.load(prior)
+        self.calibration: Calibration | None = None
+        self.model: StepModel | None = None  # type: ignore[assignment]
+        self.regime = RegimeDetector(self.config)
+        self.hysteresis = Hysteresis(self.config)
+        self.prober = Prober(self.config)
+        self._candidates = self.config.candidates()
+        self.decision = self._candidates[0]
+        self.steps = 0
+        self.changes = 0
+        self.new_regime = False  # the last observation started a new regime
+
+    # ------------------------------------------------------------------ convenience
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(d.level for d in self._candidates))
+
+    @property
+    def floor(self) -> float:
+        return self.config.floor
+
+    @property
+    def half_level(self) -> str:
+        return self.config.half_level
+
+    @property
+    def probes(self) -> int:
+        return self.prober.count
+
+    def candidates(self) -> list[Decision]:
+        return list(self._candidates)
+
+    def fidelity(self, d: Decision) -> tuple[int, float]:
+        """Position on the ladder, least compressed first (higher ratio = less compressed)."""
+        return (self.levels.index(d.level), -d.ratio)
+
+    # ------------------------------------------------------------------ the objective
     def steps_factor(self, d: Decision) -> float:
         """``c(d)``: the prior factor on the steps to accuracy."""
-        if d.level == "topk":
-            return 1.0 + self.topk_cost_per_decade * max(0.0, math.log10(self.topk_free_ratio / d.ratio))
-        return 1.0 + self.costs[d.level]
+        return self.prior.factor(d.level, d.ratio)
+
+    def step_s(self, d: Decision) -> float:
+        return self._model().step_s(d)[0]
 
     def cost(self, d: Decision) -> float:
         """``J(d) = c(d) x T(d)``, proportional to the predicted time to accuracy."""
         return self.steps_factor(d) * self.step_s(d)
 
-    def candidates(self) -> list[Decision]:
-        """The ladder (the allowed ``levels``), least compressed first."""
-        dense = [Decision(lvl) for lvl in self.levels if lvl != "topk"]
-        return dense + ([Decision("topk", r) for r in self.ratios] if "topk" in self.levels else [])
+    def cost_se(self, d: Decision) -> tuple[float, float]:
+        t, se = self._model().step_s(d)
+        c = self.steps_factor(d)
+        return c * t, c * se
+
+    def band(self, a: Decision, b: Decision, ja: tuple[float, float], jb: tuple[float, float]) -> float:
+        """``U``: the J difference between ``a`` and ``b`` that the measurements resolve."""
+        u = self.config.confidence * math.hypot(ja[1], jb[1]) + self.config.min_gain * min(ja[0], jb[0])
+        if abs(self.steps_factor(a) - self.steps_factor(b)) > 1e-9:
+            u += self.prior.resolution * min(ja[0], jb[0])
+        return u * self.hysteresis.band
 
     def best(self) -> Decision:
         """The candidate with the smallest ``J`` (ties: the less compressed)."""
-        best, best_j = None, math.inf
-        for d in self.candidates():
-            j = self.cost(d)
-            if j < best_j:
-                best, best_j = d, j
-        assert best is not None
-        return best
+        return min(self._candidates, key=lambda d: (self.cost(d), self.fidelity(d)))
 
     def preferred(self) -> Decision:
-        """The least compressed level whose ``J`` is within ``fidelity_tolerance`` of the
-        smallest (within top-k, the ratio of smallest ``J``): a compression must buy more
-        than the priors' resolution to be used."""
-        per_level: dict[str, tuple[float, Decision]] = {}
-        for d in self.candidates():
-            j = self.cost(d)
-            if d.level not in per_level or j < per_level[d.level][0]:
-                per_level[d.level] = (j, d)
-        bound = (1 + self.fidelity_tolerance) * min(j for j, _ in per_level.values())
-        return next(d for j, d in per_level.values() if j <= bound)
+        """The least compressed candidate whose ``J`` is within ``U`` of the smallest."""
+        js = {d: self.cost_se(d) for d in self._candidates}
+        best = min(self._candidates, key=lambda d: (js[d][0], self.fidelity(d)))
+        return next(d for d in self._candidates
+                    if js[d][0] - js[best][0] <= self.band(d, best, js[d], js[best]))
+
+    def best_at_rate(self, rate: float) -> Decision:
+        """The candidate of smallest ``J`` were the sensed rate ``rate`` (probes)."""
+        m = self._model()
+        saved = (m.rate, m.rate_fresh, {k: deque(v, maxlen=v.maxlen) for k, v in m._points.items()},
+                 dict(m._fixed), dict(m._queue_at))
+        m.rate, m.rate_fresh = rate, True
+        for pts in m._points.values():
+            pts.clear()
+        try:
+            return self.best()
+        finally:
+            m.rate, m.rate_fresh = saved[0], saved[1]
+            m._points.update(saved[2])
+            m._fixed.update(saved[3])
+            m._queue_at.update(saved[4])
 
     def stats(self) -> dict[str, float]:
         """The model behind the current decision, for step logs (units in the names)."""
+        m = self._model()
         d = self.decision
-        return {
-            "model_fixed_s": self.a,
-            "model_bw_mbit": 8e-6 / self.beta if self.beta > 0 else float("inf"),
-            "model_compute_s": self.compute_s(),
-            "model_codec_s": self.codec_s(d.level),
-            "model_step_s": self.step_s(d),
-            "model_none_step_s": self.step_s(Decision("none")),
-        }
+        j, se = self.cost_se(d)
+        return {**m.stats(), "model_codec_s": m.codec_s(d.level),
+                "model_step_s": self.step_s(d),
+                "model_none_step_s": self.step_s(self._candidates[0]),
+                "model_J_se_rel": se / j if j > 0 else 0.0}
 
     # ------------------------------------------------------------------ inputs
-    def _cal(self) -> Calibration:
-        if self.calibration is None:
+    def _model(self) -> StepModel:
+        if self.model is None:
             raise RuntimeError("NetSensePolicy.calibrate() must run before the policy decides")
-        return self.calibration
+        return self.model
 
     def calibrate(self, cal: Calibration) -> Decision:
         """Takes the registration probe's facts; returns the decision for the first step."""
-        if cal.dense_bytes <= 0 or cal.world_size < 1:
-            raise ValueError("calibration needs dense_bytes > 0 and world_size >= 1")
         self.calibration = cal
-        self.a = max(0.0, cal.latency_s)
-        self.beta = max(0.0, cal.s_per_byte)
+        self.model = StepModel(self.config, cal)
         self.decision = self.best()
         return self.decision
 
     def observe(self, obs: Observation) -> Decision:
         """Feeds one step's mean-over-ranks observation; returns the next decision."""
-        self._cal()
+        m = self._model()
         self.steps += 1
-        self._collectives = max(1.0, float(round(obs.collectives)))
-        x = self.wire_bytes(obs.decision)
-        y = max(obs.comm_s - self.gather_extra_s(obs.decision), 0.0)
-        if obs.decision.probe:
-            self._add_probe(x, y)
-        else:
-            self._track_regime(x, y)
-        self._fit()
-        self._compute.append(max(obs.compute_s - obs.codec_s, 0.0))
-        self._hidden.append(max(obs.overlap_s, 0.0))
-        if obs.decision.level in self._codec:
-            self._codec[obs.decision.level].append(max(obs.codec_s, 0.0))
-        self._decide()
-        return self._probe() or self.decision
-
-    def _probe(self) -> Decision | None:
-        """A one-step probe when the fit has seen one size for ``probe_every`` steps."""
-        xs = [p[0] for p in self._points]
-        spread = len(xs) >= 2 and min(xs) > 0 and max(xs) >= self.min_spread * min(xs)
-        self._unprobed = 0 if spread else self._unprobed + 1
-        if self._unprobed < self.probe_every:
-            return None
-        cur = self.decision
-        here = self.wire_bytes(cur)
-        larger = [d for d in self.candidates() if self.wire_bytes(d) > here]
-        if not larger:
-            # At the largest size (``none``) the probe goes down instead: one step at the
-            # least compressed candidate ``min_spread`` times smaller (it costs no time).
-            # Without it a wrong first split -- a registration probe that a token bucket's
-            # burst let through at line rate reads a narrow link's transfer as latency --
-            # would keep the policy from ever seeing what compression gains.
-            smaller = [d for d in self.candidates() if self.wire_bytes(d) * self.min_spread <= here]
-            if not smaller:
-                return None
-            probe = max(smaller, key=self.wire_bytes)
-            self._unprobed = 0
-            self.probes += 1
-            return Decision(probe.level, probe.ratio, probe=True)
-        # Its cost: the slope the last probe showed, where that one was lost in the noise;
-        # the model's otherwise (which over-states it when beta is unknown). The largest
-        # candidate up to the target size that fits the budget.
-        slope = self.beta if self._probe_slope is None else min(self.beta, self._probe_slope)
-        budget = self.probe_budget * self.step_s(cur)
-        need = self._probe_growth * here
-        fits = [d for d in reversed(larger) if slope * (self.wire_bytes(d) - here) <= budget]
-        if not fits:
-            return None
-        probe = ([d for d in fits if self.wire_bytes(d) <= need] or fits[:1])[-1]
-        self._unprobed = 0
-        self.probes += 1
-        return Decision(probe.level, probe.ratio, probe=True)
-
-    def _track_regime(self, x: float, y: float) -> None:
-        # Only a step of the previous step's size tests for a new regime: after a change
-        # of size the prediction also carries the fit's error, which the new point corrects.
-        last = self._points[-1][0] if self._points else 0.0
-        same = last > 0 and max(x, last) < self.min_spread * min(x, last)
-        predicted = self.a + self.beta * x
-        self._new_regime = False
-        if same and y > self.change_factor * predicted:
-            self._off = max(self._off, 0) + 1
-        elif same and y * self.change_factor < predicted:
-            self._off = min(self._off, 0) - 1
-        else:
-            self._off = 0
-        self._points.append((x, y, self.steps))
-        # A delay longer than any spike is congestion already (spikes add a roughly
-        # fixed time; congestion multiplies a long transfer).
-        at_once = self._off > 0 and y - predicted > self.spike_s
-        if abs(self._off) >= self.change_confirm or at_once:
-            self._new_regime = True
-            self._trust_probe = False
-            keep = list(self._points)[-abs(self._off) :]
-            self._points.clear()
-            self._probe_points.clear()
-            self._probe_growth, self._probe_slope = self.min_spread, None
-            self._points.extend(keep)
-            self._off = 0
-
-    def _add_probe(self, x: float, y: float) -> None:
-        same = [q[1] for q in self._probe_points if q[0] == x]
-        if same and not 1 / self.change_factor <= y / _median(same) <= self.change_factor:
-            self._probe_points.clear()  # the path changed since those probes
-        self._probe_points.append((x, y, self.steps))
-        # Lost in the noise? Then the next probe goes min_spread times further (like TCP's
-        # slow start), budgeted by the slope this one showed at most.
-        here = self.wire_bytes(self.decision)
-        ys = [q[1] for q in reversed(self._points) if q[0] == here][: self.size_memory]
-        if not ys or x <= here:
-            return
-        base = _median(ys)
-        noise = self.noise_mads * _median([abs(v - base) for v in ys])
-        if y - base > noise:
-            self._probe_growth, self._probe_slope = self.min_spread, None
-        else:
-            self._probe_growth *= self.min_spread
-            self._probe_slope = max(y - base, noise / self.noise_mads) / (x - here)
-
-    def _fit(self) -> None:
-        # Medians per size: a collective's time has one-sided noise (a delay only adds),
-        # so a mean would follow every spike.
-        # Each size by its latest ``size_memory`` steps: an older step of that size may
-        # belong to a share that has changed since by less than ``change_factor``.
-        while self._probe_points and self._probe_points[0][2] <= self.steps - self.probe_memory:
-            self._probe_points.popleft()
-        groups: dict[float, list[float]] = {}
-        for x, y, _ in sorted((*self._points, *self._probe_points), key=lambda p: -p[2]):
-            if len(groups.setdefault(x, [])) < self.size_memory:
-                groups[x].append(y)
-        xs = sorted(groups)
-        med = {x: _median(groups[x]) for x in xs}
-        w = {x: len(groups[x]) for x in xs}
-        # The sizes tell intercept from slope only where their comm times differ by more
-        # than the noise (``noise_mads`` median absolute deviations within the sizes).
-        noise = _median([abs(y - med[x]) for x in xs for y in groups[x]])
-        if (
-            len(xs) >= 2
-            and xs[0] > 0
-            and xs[-1] >= self.min_spread * xs[0]
-            and med[xs[-1]] - med[xs[0]] > self.noise_mads * noise
-        ):
-            n = sum(w.values())
-            mx = sum(w[x] * x for x in xs) / n
-            my = sum(w[x] * med[x] for x in xs) / n
-            sxx = sum(w[x] * (x - mx) ** 2 for x in xs)
-            sxy = sum(w[x] * (x - mx) * (med[x] - my) for x in xs)
-            a = my - (sxy / sxx) * mx
-            self._a_fitted = max(a, 0.0)
-        elif self._a_fitted is not None:  # one size: the last identified intercept stands
-            a = self._a_fitted
-        elif self._trust_probe:  # the first step: the probe's slope, ``a`` the rest, kept
-            cal = self._cal()
-            a = max(self._collectives * cal.latency_s, min(med[x] - cal.s_per_byte * x for x in xs))
-            self._a_fitted, self._trust_probe = max(a, 0.0), False
-        else:
-            a = self._collectives * self._cal().latency_s
-        self.a = min(max(a, 0.0), (1 - self.min_transfer_fraction) * min(med.values()))
-        sxx0 = sum(w[x] * x * x for x in xs)
-        if sxx0 > 0:
-            self.beta = max(sum(w[x] * (med[x] - self.a) * x for x in xs) / sxx0, 0.0)
-
-    def _grid_index(self, ratio: float) -> int:
-        return min(range(len(self.ratios)), key=lambda i: abs(math.log(self.ratios[i] / ratio)))
+        x = m.wire_bytes(obs.decision)
+        predicted, _ = m.comm(obs.decision)
+        m.add(obs)
+        m.add_point(obs.decision, obs.comm_s)
+        n = 0 if obs.decision.probe else self.regime.check(x, obs.comm_s, predicted)
+        self.new_regime = n != 0
+        if self.new_regime:
+            m.new_regime(abs(n))
+            m.restart_rate()
+            self.hysteresis.reset()
+            if n < 0 and self.fidelity(self.decision) > self.fidelity(self._candidates[0]):
+                self.prober.after_faster = True
+        if not obs.decision.probe:  # a probe is a measurement; it does not vote
+            self._decide()
+        return self.prober.next(self) or self.decision
 
     def _decide(self) -> None:
-        best = self.preferred()
         cur = self.decision
-        release = self._fidelity(best) < self._fidelity(cur)
-        if self.steps > 1 and best != cur:  # the first measured step decides freely
-            if best.level == cur.level == "topk":
-                moved = abs(self._grid_index(best.ratio) - self._grid_index(cur.ratio))
-                if moved < self.ratio_hysteresis or self.cost(cur) <= (1 + self.ratio_margin) * self.cost(best):
-                    best = cur
-            elif not release and self.cost(cur) <= (1 + self._band * self.compress_margin) * self.cost(best):
-                # Leaving a less compressed level needs a gain of compress_margin; coming
-                # back needs only that it is within fidelity_tolerance (``preferred``).
-                best = cur
-        if best == cur:
-            self._want_count = 0
-            return
-        # Persistence: the move must be called for ``decide_confirm`` observations in a row
-        # (in the same direction), unless the fit has just seen a new regime.
-        self._want_count = self._want_count + 1 if self._want_release == release else 1
-        self._want_release = release
-        moved = self._band > 1 and not (
-            self._band_beta / self.backoff_reset <= self.beta <= self._band_beta * self.backoff_reset)
-        if self._new_regime or moved:  # the tie the back-off was for has gone
-            self._confirm, self._band, self._last_move = self.decide_confirm, 1.0, None
-        if self.steps > 1 and not self._new_regime and self._want_count < self._confirm:
-            return
-        self._want_count = 0
-        if best.level != cur.level:
-            # Back-off: a level change that undoes the previous one in the same regime is
-            # an oscillation (the two levels are a near tie that the noise decides); each
-            # one multiplies the confirmation and the compress margin the next level
-            # change needs by backoff_factor, like TCP's retransmission back-off, until a
-            # new regime resets them.
-            last = self._last_move
-            if last is not None and last[0] == best.level:
-                self._confirm = min(round(self.backoff_factor * self._confirm), self.max_confirm)
-                self._band *= self.backoff_factor
-                self._band_beta = self.beta
-            self._last_move = (cur.level, self.steps)
-        self.decision = best
-        self.changes += 1
+        js = {d: self.cost_se(d) for d in self._candidates}
+        target = self._target(cur, js)
+        release = self.fidelity(target) < self.fidelity(cur)
+        # the first measured steps replace the registration probe's guess at once
+        if self.hysteresis.allow(cur, target, release, at_once=self.new_regime or self.steps <= 2):
+            self.decision = target
+            self.changes += 1
 
-    def _fidelity(self, d: Decision) -> tuple[int, float]:
-        """Position on the ladder, least compressed first (higher ratio = less compressed)."""
-        return (self.levels.index(d.level), -d.ratio)
+    def eligible(self, cur: Decision, d: Decision) -> bool:
+        """Whether the decision may move from ``cur`` to ``d`` on the model's word (see
+        :meth:`_target`): always toward more compression; toward less only where the
+        regime measured ``d``'s kind and a size within ``min_spread`` of ``d``'s."""
+        if self.fidelity(d) >= self.fidelity(cur):
+            return True
+        m = self._model()
+        if kind_of(d.level) != kind_of(cur.level) and not m.measured(kind_of(d.level)):
+            return False
+        return m.wire_bytes(d) <= self.config.min_spread * m.largest()
 
-
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    def _target(self, cur: Decision, js: dict[Decision, tuple[float, float]]) -> Decision:
+        """Where the evidence says to go from ``cur`` (``cur`` itself: stay)."""
+        jc = js[cur]
+        # Less compression is only taken on measurements: a collective kind the current
+        # regime has not measured may be predicted too cheap (a congested path slows a
+        # long transfer more than the short ones seen), so going there waits for a probe;
+        # more compression is the safe side and needs no such proof.
+        # Likewise a size more than ``min_spread`` times the largest the regime measured:
+        # below a shaper's burst small transfers leave fast, and their slope says nothing
+        # of a long transfer's (the probes grow the measured size step by step).
+        eligible = [d for d in self._candidates if self.eligible(cur, d)]
+        # A significantly better candidate: the least compressed of those within U of the
+        # best of them.
+        better = [d for d in eligible if jc[0] - js[d][0] > self.band(cur, d, jc, js[d])]
+        if better:
+            best = min(better, key=lambda d: (js[d][0], self.fidelity(d)))
+            return next(d for d in better if js[d][0] - js[best][0] <= self.band(d, best, js[d], js[best]))
+        # Otherwise: a less compressed candidate that costs no more than now.
+        faithful = [d for d in eligible if self.fidelity(d) < self.fidelity(cur) and js[d][0] <= jc[0]]
+        return faithful[0] if faithful else cur

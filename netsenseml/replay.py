@@ -1,37 +1,52 @@
-"""Replays a synthetic link through an adaptive policy, as the DDP hook would drive it.
+"""Replays a link through an adaptive policy, as the DDP hook would drive it.
 
 No torch, no network: a what-if tool for the policies of ``netsenseml.policy`` and
 ``netsenseml.paper_rule`` (the tests and ``benchmarks/policy_response.py`` use it).
 
-The link model of one step: the job sends its gradient in ``buckets`` equal collectives,
-one after another. A collective of ``b`` bytes handed to torch.distributed takes
-``latency + queue + b x g / rate`` seconds, where ``rate`` is the bandwidth share the job
-gets (bytes/s of fp32-allreduce-equivalent traffic), ``queue`` the standing queue that
-competing traffic builds (0 on an idle link), and ``g`` = world/2 for all-gathered levels
-(int8, top-k; see ``netsenseml.policy``). Noise (seeded): ``jitter`` multiplies every
-collective's time by a uniform factor in ``[1 - jitter, 1 + jitter]``, and with
-probability ``spike_prob`` a collective is delayed by ``spike_s`` x U(0.5, 1.5) more (the
-emulated links show such one-sided spikes: CPU contention, a retransmission), and
-``delay_s`` adds U(0, delay_s) to every collective (the scheduling noise of a busy host,
-which hides a small payload's transfer). ``compute_jitter`` multiplies each step's compute
-and codec time by U(1 - compute_jitter, 1 + compute_jitter) (a busy host: the real runs
-show +-15 % on both compute and communication). ``Job.gather_fixed_s`` adds a fixed time to
-every all-gathered collective (on the emulated links an all-gather costs milliseconds more
-than an allreduce of the same bytes; the registration probe sees it, see ``calibration``).
-Communication hides behind the backward pass for up to ``hidden_s`` seconds (the time
-from the first bucket's launch to the last's); the last bucket's collective is always
-exposed. Compute and codec times are the job's, codec per level as given.
+The link model of one collective of ``b`` fp32-allreduce-equivalent bytes (an all-gather's
+payload x W/2, as ``netsenseml.policy`` counts them)::
+
+    seconds = latency + queue + [gather_fixed_s if all-gathered]
+              + min(b, burst) / burst_rate + max(0, b - burst) / rate
+
+``rate`` is the job's share of a long transfer, ``queue`` the standing queue competing
+traffic builds, and ``burst`` the bytes a token-bucket shaper lets out at ``burst_rate``
+before it limits (HTB's burst leaves at the line's speed on an idle link; under drop-tail
+congestion a short transfer still gets several times the fair share a long one gets).
+Every step the job sends its gradient in ``buckets`` equal collectives, and (as the hooks
+do) a 4-byte collective first where ``netsenseml.sense.rtt_probe_due`` says so; that one
+waits for the slowest rank (``skew_s`` x U(0, 1)), the payload after it does not. Noise
+(seeded): ``jitter`` multiplies every collective by U(1 - jitter, 1 + jitter), with
+probability ``spike_prob`` one is delayed by ``spike_s`` x U(0.5, 1.5) more, ``delay_s``
+adds U(0, delay_s) to each, and
+``compute_jitter`` multiplies compute and codec time by U(1 - c, 1 + c).
+
+A :class:`~netsenseml.sense.NetworkMonitor` sees every collective's (bytes, service time),
+as in the hooks, and its rate reaches the policy with the observation; it restarts its
+rate window when the policy reports a new regime.
 
 The step loop is the hook's: a step's observation reaches the policy when the next step's
-bucket 0 completes, and the decision applies from the step after that (two steps of lag);
-the first two steps use the policy's initial decision (the probe's, for NetSensePolicy).
+bucket 0 completes, and the decision applies from the step after that (two steps of lag).
+
+Calibrated from real runs: :func:`fit_runs` reads run folders of an on/off scenario
+(``steps.csv`` and ``events.csv``) and fits, per phase (idle: no cross traffic, congested:
+cross traffic on), the link's fixed costs (allreduce and all-gather apart), rate, burst
+and burst rate, and the noise the runs show (the spread of comm times split into a part
+proportional to the time and a fixed scheduling delay, compute's spread, spikes, rank
+skew); :class:`ReplayModel` holds them and writes/reads them as JSON, so a test can
+replay what the emulated link does without emulating it.
 """
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 import random
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 from netsenseml.paper_rule import PaperRule
 from netsenseml.policy import (
@@ -42,15 +57,23 @@ from netsenseml.policy import (
     Observation,
     bytes_ratio,
 )
+from netsenseml.sense import NetworkMonitor, rtt_probe_due
 
 
 @dataclass(frozen=True)
 class Link:
-    """What the network offers the job during one step."""
+    """What the network offers the job during one step (bytes/s, seconds, bytes)."""
 
-    rate: float  # bytes/s of the job's share
+    rate: float  # the job's share of a long transfer
     latency: float = 2e-4  # seconds per collective
     queue: float = 0.0  # seconds of standing queue per collective
+    burst: float = 0.0  # bytes that leave at burst_rate before the shaper limits
+    burst_rate: float = math.inf
+
+    def seconds(self, b: float, fixed: float = 0.0) -> float:
+        fast = min(b, self.burst)
+        slow = b - fast
+        return self.latency + self.queue + fixed + fast / self.burst_rate + slow / self.rate
 
 
 @dataclass(frozen=True)
@@ -66,7 +89,9 @@ class Job:
         default_factory=lambda: {"none": 0.0, "fp16": 2e-4, "bf16": 2e-4, "int8": 1e-3, "topk": 3e-3}
     )
     topk_bytes_per_element: float = 8.0
-    gather_fixed_s: float = 0.0  # extra seconds per all-gathered collective (see module doc)
+    gather_fixed_s: float = 0.0  # extra seconds per all-gathered collective
+    skew_s: float = 0.0  # how much later the last rank reaches a collective, at most
+    rtt_probe_every: int = 4  # the hooks' tiny collective (netsenseml.sense.rtt_probe_due)
 
 
 @dataclass(frozen=True)
@@ -79,103 +104,112 @@ class Step:
     comm_s: float
     step_s: float
     bytes_sent: float
-    model: tuple[float, float] = (0.0, 0.0)  # NetSensePolicy's (a, beta) after this step
+    rate_Bps: float = 0.0  # the monitor's rate the policy saw with this step
 
 
 def calibration(job: Job, link: Link) -> Calibration:
-    """What the registration probe would measure on ``link`` (no jitter)."""
+    """What the registration probe would measure on ``link`` (no jitter): a one-element
+    allreduce and all-gather, and a 1 MB allreduce for the bandwidth."""
+    probe = min(job.dense_bytes, 1 << 20)
+    t = link.seconds(probe) - link.seconds(0.0)
     return Calibration(
         dense_bytes=job.dense_bytes,
         world_size=job.world_size,
         latency_s=link.latency + link.queue,
-        s_per_byte=1.0 / link.rate,
+        s_per_byte=t / probe,
         codec_s=dict(job.codec_s),
         topk_bytes_per_element=job.topk_bytes_per_element,
         gather_latency_s=link.latency + link.queue + job.gather_fixed_s,
     )
 
 
-def _run_step(
-    policy: NetSensePolicy | PaperRule | None,
-    job: Job,
-    link: Link,
-    decision: Decision,
-    rng: random.Random,
-    clock: float,
-    jitter: float = 0.0,
-    spike_prob: float = 0.0,
-    spike_s: float = 0.0,
-    delay_s: float = 0.0,
-    compute_jitter: float = 0.0,
-) -> tuple[Observation, float]:
+def wire_bytes(job: Job, d: Decision) -> float:
+    b = job.dense_bytes * bytes_ratio(d.level, d.ratio, job.topk_bytes_per_element)
+    return b * max(1.0, job.world_size / 2) if d.level in GATHERED else b
+
+
+def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random.Random,
+              clock: float, step: int, monitor: NetworkMonitor | None, noise: Mapping[str, float]
+              ) -> tuple[Observation, float]:
     """One step of ``decision`` on ``link``: its observation and its period."""
-    handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
-    g = max(1.0, job.world_size / 2) if decision.level in GATHERED else 1.0
-    per_bucket = handed / job.buckets
-    comm = 0.0
-    for _ in range(job.buckets):
-        noise = 1.0 + rng.uniform(-jitter, jitter) if jitter else 1.0
-        fixed = link.latency + link.queue + (job.gather_fixed_s if decision.level in GATHERED else 0.0)
-        seconds = (fixed + per_bucket * g / link.rate) * noise
+    jitter, spike_prob = noise.get("jitter", 0.0), noise.get("spike_prob", 0.0)
+    spike_s, compute_jitter = noise.get("spike_s", 0.0), noise.get("compute_jitter", 0.0)
+    delay_s = noise.get("delay_s", 0.0)
+
+    def noisy(seconds: float) -> float:
+        if jitter:
+            seconds *= 1.0 + rng.uniform(-jitter, jitter)
         if spike_prob and rng.random() < spike_prob:
             seconds += spike_s * rng.uniform(0.5, 1.5)
         if delay_s:
             seconds += rng.uniform(0.0, delay_s)
+        return seconds
+
+    gathered = decision.level in GATHERED
+    per_bucket = wire_bytes(job, decision) / job.buckets
+    handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
+    comm, collectives = 0.0, job.buckets
+    if isinstance(policy, NetSensePolicy) and rtt_probe_due(step, decision.level, job.rtt_probe_every):
+        tiny = noisy(link.seconds(4.0)) + job.skew_s * rng.random()
+        comm += tiny
+        collectives += 1
+        if monitor is not None:
+            monitor.add(4.0, tiny)
+    else:
+        comm += 0.5 * job.skew_s * rng.random()  # the mean rank waits for the last
+    for _ in range(job.buckets):
+        seconds = noisy(link.seconds(per_bucket, job.gather_fixed_s if gathered else 0.0))
         comm += seconds
         if isinstance(policy, PaperRule):
             policy.add(per_bucket, seconds, clock + comm)
+        if monitor is not None:
+            monitor.add(per_bucket, seconds, rate_ok=not gathered)
     codec = job.codec_s.get(decision.level, 0.0)
     compute = job.compute_s
     if compute_jitter:
         compute *= 1.0 + rng.uniform(-compute_jitter, compute_jitter)
         codec *= 1.0 + rng.uniform(-compute_jitter, compute_jitter)
-    exposed = max(comm / job.buckets, comm - job.hidden_s)
+    exposed = max(comm / collectives, comm - job.hidden_s)
     congested, samples = policy.take_counts() if isinstance(policy, PaperRule) else (0, 0)
+    est = monitor.estimate() if monitor is not None else None
     obs = Observation(
-        decision=decision,
-        comm_s=comm,
-        exposed_s=exposed,
-        compute_s=compute + codec,
-        codec_s=codec,
-        bytes_sent=handed,
-        collectives=job.buckets,
+        decision=decision, comm_s=comm, exposed_s=exposed, compute_s=compute + codec,
+        codec_s=codec, bytes_sent=handed, collectives=collectives,
         overlap_s=job.hidden_s if job.buckets > 1 else 0.0,
-        congested=congested,
-        samples=samples,
+        rate_Bps=(est.max_rate or 0.0) if est is not None else 0.0,
+        min_rtt_s=est.min_rtt if est is not None else 0.0,
+        queue_s=est.queue_delay if est is not None else 0.0,
+        congested=congested, samples=samples,
     )
     return obs, compute + codec + exposed
 
 
-def replay(
-    policy: NetSensePolicy | PaperRule,
-    job: Job,
-    links: Iterable[Link],
-    *,
-    jitter: float = 0.0,
-    spike_prob: float = 0.0,
-    spike_s: float = 0.0,
-    delay_s: float = 0.0,
-    compute_jitter: float = 0.0,
-    seed: int = 0,
-) -> list[Step]:
-    """Runs one step per entry of ``links``; calibrates a NetSensePolicy on the first link."""
+def replay(policy: Any, job: Job, links: Iterable[Link], *, seed: int = 0,
+           monitor: NetworkMonitor | None = None, **noise: float) -> list[Step]:
+    """Runs one step per entry of ``links``; calibrates a policy on the first link.
+
+    ``noise``: ``jitter``, ``spike_prob``, ``spike_s``, ``compute_jitter`` (module doc) and
+    ``delay_s`` (U(0, delay_s) more on every collective: a busy host's scheduling).
+    """
+    unknown = set(noise) - {"jitter", "spike_prob", "spike_s", "compute_jitter", "delay_s"}
+    if unknown:
+        raise ValueError(f"unknown noise {sorted(unknown)}")
     links = list(links)
-    if isinstance(policy, NetSensePolicy) and policy.calibration is None:
+    if getattr(policy, "calibration", "") is None:
         policy.calibrate(calibration(job, links[0]))
+    monitor = monitor or NetworkMonitor()
     rng = random.Random(seed)
     decision = policy.decision
     prev: Observation | None = None
     clock = 0.0
     out = []
     for i, link in enumerate(links, 1):
-        # Bucket 0 of this step carries the previous step's observation; the decision
-        # it yields applies from the next step.
         pending = policy.observe(prev) if prev is not None else None
-        prev, period = _run_step(policy, job, link, decision, rng, clock, jitter, spike_prob, spike_s, delay_s,
-                                 compute_jitter)
+        if getattr(policy, "new_regime", False):
+            monitor.restart_rate()
+        prev, period = _run_step(policy, job, link, decision, rng, clock, i, monitor, noise)
         clock += period
-        model = (policy.a, policy.beta) if isinstance(policy, NetSensePolicy) else (0.0, 0.0)
-        out.append(Step(i, decision, link, prev.comm_s, period, prev.bytes_sent, model))
+        out.append(Step(i, decision, link, prev.comm_s, period, prev.bytes_sent, prev.rate_Bps))
         if pending is not None:
             decision = pending
     return out
@@ -183,22 +217,14 @@ def replay(
 
 def step_seconds(job: Job, link: Link, decision: Decision) -> float:
     """Seconds of one noise-free step of ``decision`` on ``link``."""
-    return _run_step(None, job, link, decision, random.Random(0), 0.0)[1]
+    return _run_step(None, job, link, decision, random.Random(0), 0.0, 1, None, {})[1]
 
 
-def informed(job: Job, link: Link, **policy_options: object) -> NetSensePolicy:
-    """A NetSensePolicy that knows ``link`` exactly: shown one noise-free step at each end
-    of the ladder, which its fit solves exactly. Its ``cost`` is then the true ``J``."""
-    policy = NetSensePolicy(**policy_options)  # type: ignore[arg-type]
-    policy.calibrate(calibration(job, link))
-    for d in (Decision("none"), Decision("topk", policy.floor)):
-        policy.observe(_run_step(None, job, link, d, random.Random(0), 0.0)[0])
-    return policy
-
-
-def oracle(job: Job, link: Link, **policy_options: object) -> Decision:
-    """The decision NetSensePolicy's objective takes with the link known exactly."""
-    return informed(job, link, **policy_options).best()
+def oracle(job: Job, link: Link, policy: NetSensePolicy | None = None) -> Decision:
+    """The candidate of smallest true ``J`` (the replay's own step time x the policy's prior)."""
+    policy = policy or NetSensePolicy()
+    return min(policy.candidates(),
+               key=lambda d: (policy.steps_factor(d) * step_seconds(job, link, d), policy.fidelity(d)))
 
 
 def changes(steps: list[Step]) -> int:
@@ -211,3 +237,189 @@ def level_changes(steps: list[Step]) -> int:
     """How many times the level (none / fp16 / int8 / topk) changed (probes left out)."""
     kept = [s for s in steps if not s.decision.probe]
     return sum(1 for a, b in zip(kept, kept[1:], strict=False) if a.decision.level != b.decision.level)
+
+
+def segment_changes(levels: Sequence[str], phases: Sequence[str]) -> list[tuple[str, int]]:
+    """Level changes within each run of equal ``phases`` (e.g. idle / congested), as
+    ``[(phase, changes), ...]``; ``levels`` holds one level per non-probe step."""
+    out: list[tuple[str, int]] = []
+    prev_phase, prev_level, n = None, None, 0
+    for lvl, ph in zip(levels, phases, strict=True):
+        if ph != prev_phase:
+            if prev_phase is not None:
+                out.append((prev_phase, n))
+            prev_phase, n = ph, 0
+        elif lvl != prev_level:
+            n += 1
+        prev_level = lvl
+    if prev_phase is not None:
+        out.append((prev_phase, n))
+    return out
+
+
+# ----------------------------------------------------------------------------- calibration
+@dataclass(frozen=True)
+class ReplayModel:
+    """A replay calibrated from run folders (module docstring); JSON round-trips."""
+
+    job: Job
+    idle: Link
+    congested: Link
+    noise: Mapping[str, float]
+    source: Sequence[str] = ()
+
+    def links(self, schedule: Sequence[tuple[str, int]]) -> list[Link]:
+        """One link per step of ``[(phase, steps), ...]`` (phase: idle or congested)."""
+        return [getattr(self, phase) for phase, n in schedule for _ in range(n)]
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["job"]["codec_s"] = dict(self.job.codec_s)
+        return json.dumps(d, indent=1, default=lambda v: None if v == math.inf else v)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplayModel:
+        d = json.loads(text)
+
+        def link(v: dict) -> Link:
+            return Link(**{k: (math.inf if x is None else x) for k, x in v.items()})
+
+        return cls(Job(**d["job"]), link(d["idle"]), link(d["congested"]), d["noise"],
+                   tuple(d.get("source", ())))
+
+
+def _phase_times(events: Path) -> list[tuple[float, float]]:
+    """(start, stop) of the cross traffic, on the run clock, from events.csv."""
+    starts, spans = {}, []
+    with open(events) as fh:
+        for row in csv.DictReader(fh):
+            t = float(row["t_applied"] or row["t_scheduled"])
+            if row["kind"] == "cross_start":
+                starts[row["target"]] = t
+            elif row["kind"] == "cross_stop" and row["target"] in starts:
+                spans.append((starts.pop(row["target"]), t))
+    return spans
+
+
+def _median(v: list[float]) -> float:
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def _solve(rows: list[list[float]], ys: list[float], ridge: float = 1e-12) -> list[float]:
+    """Least squares by normal equations (small, dense), with a tiny ridge."""
+    n = len(rows[0])
+    a = [[sum(r[i] * r[j] for r in rows) + (ridge if i == j else 0.0) for j in range(n)] for i in range(n)]
+    b = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(n)]
+    for i in range(n):  # Gauss-Jordan with partial pivoting
+        p = max(range(i, n), key=lambda k: abs(a[k][i]))
+        a[i], a[p], b[i], b[p] = a[p], a[i], b[p], b[i]
+        if abs(a[i][i]) < 1e-300:
+            continue
+        for k in range(n):
+            if k != i:
+                f = a[k][i] / a[i][i]
+                a[k] = [x - f * y for x, y in zip(a[k], a[i], strict=True)]
+                b[k] -= f * b[i]
+    return [b[i] / a[i][i] if abs(a[i][i]) > 1e-300 else 0.0 for i in range(n)]
+
+
+def _fit_phase(points: list[tuple[str, float, float]], latency: float) -> tuple[Link, float, float]:
+    """``(link, gather_fixed_s, residual)`` of one phase from ``(kind, bytes, comm_s)``
+    medians: the fixed costs, 1/rate and 1/burst_rate by least squares for each burst on
+    a grid, the burst of least squared error (relative)."""
+    best: tuple[float, Link, float] | None = None
+    for burst in [0.0] + [2 ** (i / 2) * 16e3 for i in range(0, 14)]:
+        rows, ys = [], []
+        for kind, x, y in points:
+            rows.append([1.0, 1.0 if kind == "allgather" else 0.0, min(x, burst), max(0.0, x - burst)])
+            ys.append(y / max(y, 1e-9))
+            rows[-1] = [v / max(y, 1e-9) for v in rows[-1]]
+        fixed, g, inv_fast, inv_slow = _solve(rows, ys)
+        if inv_slow <= 0 or fixed < 0 or g < -fixed:
+            continue
+        inv_fast = max(inv_fast, 0.0)
+        err = sum((r[0] * fixed + r[1] * g + r[2] * inv_fast + r[3] * inv_slow - yy) ** 2
+                  for r, yy in zip(rows, ys, strict=True))
+        link = Link(1.0 / inv_slow, latency=min(latency, fixed), queue=max(0.0, fixed - latency),
+                    burst=burst, burst_rate=1.0 / inv_fast if inv_fast > 0 else math.inf)
+        if best is None or err < best[0] - 1e-12:
+            best = (err, link, g)
+    if best is None:
+        raise ValueError("fit_runs: no physical fit (positive rate, fixed costs >= 0) of the comm times")
+    return best[1], max(0.0, best[2]), best[0]
+
+
+def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
+    """A :class:`ReplayModel` from on/off run folders (rank-mean values per step)."""
+    per: dict[str, dict[tuple[str, float], list[float]]] = {"idle": {}, "congested": {}}
+    compute, rel, spikes, skews, probes = [], [], [], [], []
+    job_facts: dict[str, Any] = {}
+    codec: dict[str, list[float]] = {}
+    for run in map(Path, run_dirs):
+        spans = _phase_times(run / "events.csv")
+        cfg = json.loads((run / "config.json").read_text())
+        world = int(cfg.get("world_size") or 2)
+        steps: dict[int, list[dict[str, str]]] = {}
+        with open(run / "steps.csv") as fh:
+            for row in csv.DictReader(fh):
+                steps.setdefault(int(row["step"]), []).append(row)
+        for rows in steps.values():
+            if len(rows) < world:
+                continue
+            r0 = next(r for r in rows if r["rank"] == "0")
+            t = float(r0["t"])
+            phase = "congested" if any(a + 0.3 <= t <= b for a, b in spans) else (
+                "idle" if all(not (a - 0.3 <= t <= b + 0.6) for a, b in spans) else None)
+            level = r0["level"]
+            comm = [float(r["comm_s"]) for r in rows]
+            dense = float(r0["bytes_dense"])
+            job_facts.setdefault("dense_bytes", dense)
+            job_facts.setdefault("world_size", world)
+            ratio = float(r0.get("ratio") or 1.0)
+            d = Decision(level, ratio if level == "topk" else 1.0)
+            kind = "allgather" if level in GATHERED else "allreduce"
+            x = dense * bytes_ratio(d.level, d.ratio) * (max(1.0, world / 2) if kind == "allgather" else 1.0)
+            if phase is not None:
+                per[phase].setdefault((kind, round(x, -2)), []).append(sum(comm) / len(comm))
+            skews.append(abs(comm[0] - comm[1]) if len(comm) > 1 else 0.0)
+            compute.append(float(r0["compute_s"]) - float(r0.get("codec_s") or 0.0))
+            codec.setdefault(level, []).append(float(r0.get("codec_s") or 0.0))
+            if r0.get("probe") == "1":
+                probes.append(1)
+    if not per["idle"] or not per["congested"]:
+        raise ValueError("fit_runs: need steps in both idle and congested phases")
+    phases = {}
+    for phase, groups in per.items():
+        pts = [(k, x, _median(v)) for (k, x), v in groups.items() if len(v) >= 2]
+        for (_k, _x), v in groups.items():
+            if len(v) >= 4:
+                m = _median(v)
+                rel.extend(abs(y - m) / m for y in v if m > 0)
+                spikes.extend(1.0 if y > 3 * m else 0.0 for y in v)
+        phases[phase] = pts
+    smallest = min(y for pts in phases.values() for _, _, y in pts)
+    idle, g_idle, _ = _fit_phase(phases["idle"], latency=0.5 * smallest)
+    cong, _g_cong, _ = _fit_phase(phases["congested"], latency=idle.latency)
+    c_med = _median(compute)
+    rel_c = _median([abs(c - c_med) / c_med for c in compute]) if c_med > 0 else 0.0
+    # The spread of comm times: idle all-gathers (short, fixed-cost transfers) show the
+    # busy host's scheduling delay, a fixed U(0, d) (MAD d/4); idle allreduces (long
+    # transfers) what grows with the time, U(1 - j, 1 + j) (MAD j/2 x the median).
+    small = [d for (k, _x), v in per["idle"].items() if k == "allgather" and len(v) >= 4
+             for d in [_median([abs(y - _median(v)) for y in v])]]
+    large = [d / m for (k, _x), v in per["idle"].items() if k == "allreduce" and len(v) >= 4
+             for m in [_median(v)] for d in [_median([abs(y - m) for y in v])] if m > 0]
+    beta = _median(small) if small else 0.0
+    alpha = _median(large) if large else _median(rel)
+    noise = {"jitter": round(min(0.5, 2 * alpha), 4), "delay_s": round(4 * beta, 5),
+             "spike_prob": round(sum(spikes) / max(1, len(spikes)), 4),
+             "spike_s": round(5 * idle.latency + 0.002, 5),
+             "compute_jitter": round(min(0.5, 2 * rel_c), 4)}
+    job = Job(dense_bytes=job_facts["dense_bytes"], world_size=job_facts["world_size"],
+              compute_s=round(c_med, 6), gather_fixed_s=round(g_idle, 6),
+              skew_s=round(2 * _median(skews), 6),
+              codec_s={k: round(min(v), 6) if k in ("none",) else round(_median(v), 6)
+                       for k, v in codec.items()} | {"none": 0.0})
+    return ReplayModel(job, idle, cong, noise, tuple(str(p) for p in run_dirs))

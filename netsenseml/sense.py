@@ -1,32 +1,53 @@
-"""BBR-style network monitor fed by the collectives the training job makes anyway.
+"""The network monitor: the base RTT and the available rate of the path the collectives take.
 
 Every collective is a sample ``(bytes, seconds)``: the payload this rank handed to
-``torch.distributed`` and the time from launch to completion. Like BBR (Cardwell et al.
-2016) the monitor keeps two windowed extremes:
+``torch.distributed`` and its *service time* (``netsenseml.comm.CommRecorder``: from the
+later of its launch and the previous collective's completion to its own completion; gloo
+runs a group's collectives one after the other, so a collective queued behind another
+does not start before it ends). Two sensors are kept, like Linux's ``tcp_rate.c`` and
+BBR (Cardwell et al. 2016), and for the same reasons:
 
-* **min RTT** -- the smallest ``seconds`` in the window: the collective least delayed by
-  queues and by its own size (tiny collectives such as the 8-byte size exchange of a
-  sparse all-gather are natural probes), the best available estimate of the base latency.
-* **max delivery rate** -- the largest delivery-rate sample in the window. A collective
-  spends about one base latency before its bytes flow, so a sample is
-  ``bytes / (seconds - min_rtt)`` (as BBR measures delivery between acknowledgements, not
-  including the first round trip), with ``seconds - min_rtt`` floored at
-  ``min_transfer_fraction * seconds`` so that a sample barely above the min RTT cannot
-  claim an absurd rate (the floor caps the over-estimate at 1/fraction).
-  Nothing delivers faster than the bottleneck, so the maximum estimates its bandwidth;
-  the window lets it fall when the link slows.
+* **min RTT** -- the smallest service time over the last ``rtt_window`` samples. It must
+  come from collectives too small to carry any transfer time, so the hooks issue one
+  (a 4-byte allreduce through the recorder) every few steps; a collective that carries a
+  payload is a sample too, but only ever a larger one.
+* **delivery rate** -- ``bytes / (seconds - min_rtt)`` of the allreduces that can mean
+  something (an all-gather's time holds extra rounds and framing: min RTT only), the maximum over the last ``rate_window`` of them (a window counted in
+  samples, i.e. in steps: a rate that falls is seen ``rate_window`` samples later, however
+  long the steps). A sample is **discarded**, not floored, when
 
-Their product is the **BDP** (bytes the path holds without queueing). The **queueing delay**
-estimate of the latest sample is what it took beyond the ideal time at these two
-extremes: ``max(0, seconds - min_rtt - bytes / max_rate)``.
+  - its bytes are below ``min_rate_bytes`` or ``bdp_multiple`` x the current BDP: a
+    shaper's token bucket (HTB lets its burst out at the line's speed) and the first
+    round trip make a short transfer look faster than the path, or
+  - its transfer part ``seconds - min_rtt`` is shorter than one min RTT (``tcp_rate.c``
+    discards a sample whose interval is below the min RTT for the same reason: too short
+    to hold a rate), and in particular when the sample *is* a new min RTT.
 
-Pure Python (no torch) so that it can be unit-tested with synthetic sample streams; pass
+  The min RTT used is the one *before* the sample is added, so a sample never shortens
+  its own transfer time.
+
+Their product is the **BDP**. The **queueing delay** is what the tiny collectives take now
+beyond the min RTT: the median of the latest ``queue_window`` of them less the min RTT (a
+standing queue delays every collective, however small, by about that; one tiny collective
+alone also waits for the last rank, hence the median).
+
+The kernel's view (:class:`TcpInfoSensor`): where the collectives travel over TCP (gloo),
+the kernel measures its own delivery rate and min RTT per socket (``TCP_INFO``:
+``tcpi_delivery_rate``, ``tcpi_delivery_rate_app_limited``, ``tcpi_min_rtt``). The hooks
+read them from the process's own TCP sockets to its peers (``/proc/self/fd``, the
+rendezvous store's socket excluded) and record them beside the monitor's; the policy
+does not use them (a collective's traffic is app-limited between bursts, so most kernel
+samples are), they are a second sensor to check the first against.
+
+Pure Python (no torch), so it can be unit-tested with synthetic sample streams; pass
 ``t`` explicitly in tests, ``time.monotonic()`` is used otherwise.
 """
 
 from __future__ import annotations
 
-import time
+import os
+import socket
+import struct
 from collections import deque
 from dataclasses import dataclass
 
@@ -34,7 +55,8 @@ from dataclasses import dataclass
 class WindowedExtreme:
     """Running max (or min) over a sliding time window, O(1) amortised per sample.
 
-    A monotone deque keeps only candidates that can still become the extreme.
+    A monotone deque keeps only candidates that can still become the extreme (the
+    prototype's rule, ``netsenseml.paper_rule``, windows in seconds).
     """
 
     def __init__(self, window_s: float, mode: str = "max") -> None:
@@ -65,49 +87,250 @@ class WindowedExtreme:
         return self._sign * self._q[0][1] if self._q else None
 
 
+class CountedExtreme:
+    """Running max (or min) over the last ``window`` samples, O(1) amortised per sample.
+
+    The monitor's windows count samples (steps, round trips), not seconds: a window in
+    seconds would span many steps of a fast job and few of a slow one.
+    """
+
+    def __init__(self, window: int, mode: str = "max") -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1 sample, got {window}")
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+        self.window = window
+        self._sign = 1.0 if mode == "max" else -1.0
+        self._q: deque[tuple[int, float]] = deque()  # (index, signed value), values decreasing
+        self._n = 0
+
+    def add(self, value: float) -> None:
+        v = self._sign * value
+        while self._q and self._q[-1][1] <= v:
+            self._q.pop()
+        self._q.append((self._n, v))
+        self._n += 1
+        while self._q[0][0] <= self._n - 1 - self.window:
+            self._q.popleft()
+
+    def value(self) -> float | None:
+        return self._sign * self._q[0][1] if self._q else None
+
+    def clear(self) -> None:
+        self._q.clear()
+
+    @property
+    def count(self) -> int:
+        """Samples added so far."""
+        return self._n
+
+
 @dataclass(frozen=True)
 class NetworkEstimate:
-    """A snapshot of the monitor (units: bytes, seconds, bytes/second)."""
+    """A snapshot of the monitor (units: bytes, seconds, bytes/second).
 
-    max_rate: float
+    ``max_rate`` is None while no sample could mean a rate; ``rate_age`` counts the
+    samples (of any size) since the newest one in the rate window.
+    """
+
+    max_rate: float | None
     min_rtt: float
     bdp: float
     queue_delay: float
     samples: int
+    rate_samples: int
+    rate_age: int
 
 
 class NetworkMonitor:
-    """Windowed max delivery rate, min RTT, BDP and queueing delay (see module docstring)."""
+    """Windowed min RTT and max delivery rate (module docstring)."""
 
-    def __init__(self, window_s: float = 5.0, min_transfer_fraction: float = 0.25) -> None:
-        if not 0 < min_transfer_fraction <= 1:
-            raise ValueError(f"min_transfer_fraction must be in (0, 1], got {min_transfer_fraction}")
-        self.window_s = window_s
-        self.min_transfer_fraction = min_transfer_fraction
-        self._rate = WindowedExtreme(window_s, "max")
-        self._rtt = WindowedExtreme(window_s, "min")
+    def __init__(self, rate_window: int = 8, rtt_window: int = 200,
+                 min_rate_bytes: float = 1 << 19, bdp_multiple: float = 4.0,
+                 queue_window: int = 5, tiny_bytes: float = 64) -> None:
+        if rate_window < 1 or rtt_window < 1:
+            raise ValueError(f"rate_window and rtt_window must be >= 1, got {rate_window}, {rtt_window}")
+        if min_rate_bytes < 0 or bdp_multiple < 0:
+            raise ValueError("min_rate_bytes and bdp_multiple must be >= 0")
+        self.min_rate_bytes = min_rate_bytes
+        self.bdp_multiple = bdp_multiple
+        self._rate = CountedExtreme(rate_window, "max")
+        self._rtt = CountedExtreme(rtt_window, "min")
         self._last: tuple[float, float] | None = None
+        self._last_rate_at = -1
+        self._tiny: deque[float] = deque(maxlen=max(1, queue_window))
+        self.tiny_bytes = tiny_bytes
         self.samples = 0
+        self.discarded = 0
 
-    def add(self, nbytes: float, seconds: float, t: float | None = None) -> None:
-        """Records one collective; samples with no bytes or no duration are ignored."""
+    @property
+    def min_rtt(self) -> float | None:
+        return self._rtt.value()
+
+    @property
+    def max_rate(self) -> float | None:
+        return self._rate.value()
+
+    def restart_rate(self) -> None:
+        """Forgets the rate samples (the path changed: the policy saw a new regime)."""
+        self._rate.clear()
+        self._last_rate_at = -1
+
+    def rate_threshold(self) -> float:
+        """Fewest bytes a sample needs to count as a rate sample now."""
+        rtt, rate = self._rtt.value(), self._rate.value()
+        bdp = rtt * rate if rtt is not None and rate is not None else 0.0
+        return max(self.min_rate_bytes, self.bdp_multiple * bdp)
+
+    def add(self, nbytes: float, seconds: float, t: float | None = None, rate_ok: bool = True) -> bool:
+        """Records one collective; returns True when it became a rate sample.
+
+        Samples with no bytes or no duration are ignored; ``rate_ok=False``: a sample for
+        the min RTT only. ``t`` is accepted for the sample-sink interface (the windows
+        count samples, not seconds).
+        """
+        del t
         if nbytes <= 0 or seconds <= 0:
-            return
-        now = time.monotonic() if t is None else t
-        self._rtt.add(seconds, now)
+            return False
         rtt = self._rtt.value()
-        assert rtt is not None
-        transfer = max(seconds - rtt, self.min_transfer_fraction * seconds)
-        self._rate.add(nbytes / transfer, now)
+        self._rtt.add(seconds)
         self._last = (nbytes, seconds)
         self.samples += 1
+        if nbytes <= self.tiny_bytes:
+            self._tiny.append(seconds)
+        if not rate_ok or rtt is None or nbytes < self.rate_threshold():
+            return False
+        transfer = seconds - rtt
+        if transfer < rtt or transfer <= 0:
+            self.discarded += 1
+            return False
+        self._rate.add(nbytes / transfer)
+        self._last_rate_at = self.samples
+        return True
 
     def estimate(self, now: float | None = None) -> NetworkEstimate | None:
         """Current estimate, or None before the first sample."""
-        rate = self._rate.value(now)
-        rtt = self._rtt.value(now)
-        if rate is None or rtt is None or self._last is None:
+        del now
+        rtt = self._rtt.value()
+        if rtt is None or self._last is None:
             return None
-        nbytes, seconds = self._last
-        queue = max(0.0, seconds - rtt - nbytes / rate)
-        return NetworkEstimate(rate, rtt, rate * rtt, queue, self.samples)
+        rate = self._rate.value()
+        recent = sorted(self._tiny)
+        queue = max(0.0, recent[len(recent) // 2] - rtt) if recent else 0.0
+        age = self.samples - self._last_rate_at if self._last_rate_at >= 0 else self.samples
+        return NetworkEstimate(rate, rtt, (rate or 0.0) * rtt, queue, self.samples,
+                               self._rate.count, age)
+
+
+# ----------------------------------------------------------------------------- TCP_INFO
+# struct tcp_info (include/uapi/linux/tcp.h): the offsets of the fields read here.
+_TCP_INFO_LEN = 232
+_OFF_FLAGS = 7  # tcpi_delivery_rate_app_limited:1, tcpi_fastopen_client_fail:2
+_OFF_BYTES_ACKED = 120  # u64
+_OFF_MIN_RTT = 148  # u32, microseconds
+_OFF_DELIVERY_RATE = 160  # u64, bytes/s
+_TCP_INFO = getattr(socket, "TCP_INFO", 11)
+
+
+@dataclass(frozen=True)
+class TcpView:
+    """The kernel's view over this process's peer sockets (None where not available).
+
+    ``delivery_rate_Bps``: the largest ``tcpi_delivery_rate`` of a socket whose latest
+    sample was not app-limited (else the largest of any, with ``app_limited`` True);
+    ``min_rtt_s``: the smallest ``tcpi_min_rtt``; ``sockets``: how many were read.
+    """
+
+    delivery_rate_Bps: float | None
+    app_limited: bool
+    min_rtt_s: float | None
+    sockets: int
+
+
+def parse_tcp_info(raw: bytes) -> tuple[float, bool, float, int]:
+    """``(delivery_rate B/s, app_limited, min_rtt s, bytes_acked)`` of a TCP_INFO blob."""
+    if len(raw) < _OFF_DELIVERY_RATE + 8:
+        raise ValueError(f"TCP_INFO of {len(raw)} bytes is too short (kernel before 4.9?)")
+    app_limited = bool(raw[_OFF_FLAGS] & 1)
+    (acked,) = struct.unpack_from("<Q", raw, _OFF_BYTES_ACKED)
+    (min_rtt_us,) = struct.unpack_from("<I", raw, _OFF_MIN_RTT)
+    (rate,) = struct.unpack_from("<Q", raw, _OFF_DELIVERY_RATE)
+    return float(rate), app_limited, min_rtt_us * 1e-6, int(acked)
+
+
+class TcpInfoSensor:
+    """``TCP_INFO`` of this process's established TCP sockets to its collective peers.
+
+    The sockets are found once (and again every ``rescan_every`` reads) among
+    ``/proc/self/fd``; a socket whose peer port is ``exclude_port`` (the rendezvous store)
+    is left out. Each read duplicates the descriptor, asks the kernel and closes the
+    duplicate: the library's sockets are never touched.
+    """
+
+    def __init__(self, exclude_port: int | None = None, rescan_every: int = 50) -> None:
+        self.exclude_port = exclude_port
+        self.rescan_every = max(1, rescan_every)
+        self._fds: list[int] = []
+        self._reads = 0
+        self.available = hasattr(socket, "TCP_INFO") or os.path.isdir("/proc/self/fd")
+
+    def _scan(self) -> list[int]:
+        fds = []
+        try:
+            names = os.listdir("/proc/self/fd")
+        except OSError:
+            return []
+        for name in names:
+            try:
+                fd = int(name)
+                if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                    continue
+                s = socket.socket(fileno=os.dup(fd))
+            except (OSError, ValueError):
+                continue
+            try:
+                if s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6):
+                    continue
+                peer = s.getpeername()
+                if self.exclude_port is not None and peer[1] == self.exclude_port:
+                    continue
+                fds.append(fd)
+            except OSError:  # a listening or unconnected socket
+                continue
+            finally:
+                s.close()
+        return fds
+
+    def read(self) -> TcpView | None:
+        """The kernel's view now, or None where no peer socket could be read."""
+        if self._reads % self.rescan_every == 0:
+            self._fds = self._scan()
+        self._reads += 1
+        limited, free, rtts = [], [], []
+        for fd in self._fds:
+            try:
+                s = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            try:
+                rate, app, rtt, acked = parse_tcp_info(s.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_LEN))
+            except (OSError, ValueError):
+                continue
+            finally:
+                s.close()
+            if acked == 0:
+                continue  # never carried data: not a collective's socket
+            (limited if app else free).append(rate)
+            if rtt > 0:
+                rtts.append(rtt)
+        if not limited and not free:
+            return None
+        best = max(free) if free else max(limited)
+        return TcpView(best, not free, min(rtts) if rtts else None, len(limited) + len(free))
+
+
+def rtt_probe_due(step: int, level: str, every: int) -> bool:
+    """Whether the hooks issue the tiny RTT collective at ``step``: on every step that
+    sends a dense allreduce (its payload then becomes a skew-free rate sample), and every
+    ``every`` steps otherwise (the min RTT). Identical on every rank (step and level are)."""
+    return level in ("none", "fp16", "bf16") or step % every == 0

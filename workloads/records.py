@@ -47,6 +47,11 @@ LEGACY_STEP_KEYS: dict[str, tuple[str, float]] = {
     "est_rate_Bps": ("est_rate_mbit", 8e-6),
     "est_bdp_B": ("est_bdp_bytes", 1.0),
     "model_fixed_ms": ("model_fixed_s", 1e-3),
+    "tcp_delivery_rate_Bps": ("tcp_delivery_rate_mbit", 8e-6),
+    "model_rate_MBps": ("model_rate_mbit", 8.0),
+    "model_allgather_MBps": ("model_allgather_mbit", 8.0),
+    "model_fixed_allreduce_ms": ("model_fixed_allreduce_s", 1e-3),
+    "model_fixed_allgather_ms": ("model_fixed_allgather_s", 1e-3),
     "model_bw_MBps": ("model_bw_mbit", 8.0),
     "model_compute_ms": ("model_compute_s", 1e-3),
     "model_codec_ms": ("model_codec_s", 1e-3),
@@ -114,6 +119,7 @@ class StartRecord(Record):
     """What the rank runs and what its set-up cost (module doc)."""
 
     KIND: ClassVar[str] = "start"
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("convergence",)
 
     rank: int | None = None
     world_size: int | None = None
@@ -140,6 +146,8 @@ class StartRecord(Record):
     context: int | None = None
     eval_samples: int | None = None
     error_feedback: bool | None = None
+    #: the convergence prior the policy uses (netsenseml only): source, resolution, factors
+    convergence: dict[str, Any] | None = None
 
 
 #: Step-record fields the worker owns; a hook stat of the same name is logged as hook_<name>.

@@ -10,6 +10,12 @@
   them to ``k``; when the sample was unlucky and far fewer than ``k`` were selected it falls
   back to the exact method. The count can thus differ between ranks (the communicator
   handles that without truncating).
+* **Auto** (the adaptive policy's top-k): the sampled selector while it keeps at least
+  ``min_mass`` (90 %) of the exact top-k's squared L2 mass, checked on the first call and
+  every ``check_every`` calls after (one exact top-k next to it); the exact one where it
+  does not. The sampled threshold costs a pass and a small top-k where the exact selection
+  of k among millions costs several passes -- at high rates the codec, not the link,
+  would otherwise decide the level.
 * **Random-k** keeps ``k`` uniformly drawn positions. The positions come from a seed that
   every rank derives the same way, so the values of all ranks line up position by position
   and can be summed with an allreduce; only the values go on the wire (``4k`` bytes).
@@ -56,12 +62,21 @@ class TopKCompressor(_SparseBase):
         min_samples: int = 16384,
         oversample: float = 1.1,
         exact_above_ratio: float = 0.2,
+        min_mass: float = 0.9,
+        check_every: int = 50,
     ) -> None:
         super().__init__(ratio)
-        if method not in ("exact", "sampled"):
-            raise ValueError(f"top-k method must be 'exact' or 'sampled', got {method!r}")
+        if method not in ("exact", "sampled", "auto"):
+            raise ValueError(f"top-k method must be 'exact', 'sampled' or 'auto', got {method!r}")
+        if not 0 < min_mass <= 1 or check_every < 1:
+            raise ValueError(f"need 0 < min_mass <= 1 and check_every >= 1, got {min_mass}, {check_every}")
         self.method = method
-        self.name = "topk" if method == "exact" else "topk-sampled"
+        self.name = "topk" if method == "exact" else f"topk-{method}"
+        self.min_mass = min_mass
+        self.check_every = check_every
+        self.mass_ratio: float | None = None  # auto: the last check's sampled / exact mass
+        self._use_sampled = True
+        self._calls = 0
         self.sample_fraction = sample_fraction
         self.min_samples = min_samples
         self.oversample = oversample
@@ -72,8 +87,23 @@ class TopKCompressor(_SparseBase):
 
     def select(self, flat: torch.Tensor, k: int) -> torch.Tensor:
         """Indices (int64) of about ``k`` largest magnitudes of the 1-D tensor ``flat``."""
+        if self.method != "auto":
+            return self._select(flat, k, self.method)
+        check = self._calls % self.check_every == 0
+        self._calls += 1
+        if not check:
+            return self._select(flat, k, "sampled" if self._use_sampled else "exact")
+        exact = self._select(flat, k, "exact")
+        sampled = self._select(flat, k, "sampled")
+        m_exact = float(flat[exact].double().pow(2).sum())
+        m_sampled = float(flat[sampled].double().pow(2).sum())
+        self.mass_ratio = m_sampled / m_exact if m_exact > 0 else 1.0
+        self._use_sampled = self.mass_ratio >= self.min_mass
+        return sampled if self._use_sampled else exact
+
+    def _select(self, flat: torch.Tensor, k: int, method: str) -> torch.Tensor:
         n = flat.numel()
-        if self.method == "sampled" and n > 4 * self.min_samples:
+        if method == "sampled" and n > 4 * self.min_samples:
             # Reused work buffers: on CPUs a fresh 40 MB tensor costs more page faults than
             # the arithmetic on it, which would eat the sampled method's advantage.
             buf = self._abs_buf
@@ -84,7 +114,7 @@ class TopKCompressor(_SparseBase):
         else:
             absx = flat.abs()
         if (
-            self.method == "exact"
+            method == "exact"
             or k >= n * self.exact_above_ratio
             or n <= 4 * self.min_samples
         ):

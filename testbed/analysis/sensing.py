@@ -16,10 +16,19 @@ What is compared, and why so:
   without them, what its sources sent (the egress of each cross source's own access link;
   an upper bound: it includes what the bottleneck dropped); floored at 0, smoothed over
   ``SMOOTH_S`` (a 10 Hz rate of a bursty flow swings).
-* **The monitor's rate on the link.** The monitor measures one rank's *payload* per second
-  of its collectives; a ring all-reduce puts ``2(W-1)/W`` of it on each link, a ring
-  all-gather (top-k and the other sparse levels) ``W-1`` times: the estimate is multiplied
-  by the factor of the step's level, so that both sides are link Mbit/s.
+* **The monitor's rate on the link.** The monitor measures one rank's payload per second
+  of its collectives' service time, in fp32-allreduce-equivalent bytes (an all-gather's
+  input counts W/2 times: ``netsenseml.comm``); a ring all-reduce puts ``2(W-1)/W`` of
+  them on each link, so the estimate is multiplied by that, and both sides are link
+  Mbit/s. Steps without an estimate (no rate sample since the policy's last regime change)
+  are left out of the errors and counted (``coverage``).
+* **Phases.** A step is *congested* where the cross traffic delivers more than 5 % of the
+  configured rate, *idle* otherwise; the summary gives the median absolute error relative
+  to the available rate per phase (``rate_medae_rel_idle`` / ``_congested``).
+* **Min RTT.** The monitor's min RTT (from its tiny collectives) against the kernel's own
+  ``tcpi_min_rtt`` of the same ranks' sockets (``tcp_min_rtt_s`` in steps.csv, the
+  hooks' second sensor): the path's base RTT as TCP sees it, without gloo's software
+  time; ``min_rtt_ratio`` is their ratio (medians over the run).
 * **The training traffic's share** = what the bottleneck end delivered - the cross traffic.
 * **Queueing delay**: truth = backlog bytes / configured rate; the monitor's
   ``est_queue_delay_s`` is its latest sample's delay beyond the ideal at its extremes.
@@ -46,7 +55,8 @@ SMOOTH_S = 0.5
 SPARSE_LEVELS = ("topk", "randomk", "dgc")
 COLUMNS = ["t", "step", "level", "est_rate_mbit", "est_link_mbit", "configured_mbit",
            "cross_mbit", "available_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
-           "backlog_bytes", "drops_per_s", "est_min_rtt_ms", "est_bdp_kB"]
+           "backlog_bytes", "drops_per_s", "est_min_rtt_ms", "est_bdp_kB", "tcp_min_rtt_ms",
+           "tcp_rate_mbit", "phase"]
 
 
 class SensingError(ValueError):
@@ -82,7 +92,9 @@ def bottleneck_end(truth: pd.DataFrame, config: dict[str, Any]) -> tuple[str, st
     ends = truth.groupby(["link", "toward"])["sent_bytes"].agg(lambda s: s.max() - s.min())
     workers = {t for t in truth["toward"].unique() if str(t).startswith("w")}
     for _src, dst in _cross_pairs(config):
-        if (dst, dst) in ends.index:
+        # a cross flow *to a worker* shares that worker's access link with the training;
+        # one to a cross host (a dumbbell's x1) shares only the bottleneck, below
+        if dst in workers and (dst, dst) in ends.index:
             return dst, dst
     if "bottleneck" in ends.index.get_level_values(0):
         sub = ends.loc["bottleneck"]
@@ -158,8 +170,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate")
     t = r0["t"].to_numpy(float)
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
-    factor = np.where(levels.isin(SPARSE_LEVELS), max(world - 1, 1),
-                      2 * (world - 1) / world if world > 1 else 1.0)
+    factor = np.full(len(levels), 2 * (world - 1) / world if world > 1 else 1.0)
     est_mbit = r0["est_rate_mbit"].to_numpy(float)
     table = pd.DataFrame({
         "t": t, "step": r0["step"].to_numpy(), "level": levels.to_numpy(),
@@ -174,10 +185,27 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "est_min_rtt_ms": (r0["est_min_rtt_s"].to_numpy(float) * 1e3).round(3),
         "est_bdp_kB": (r0["est_bdp_bytes"].to_numpy(float) / 1e3).round(3),
     })
+    table["tcp_min_rtt_ms"] = ((r0["tcp_min_rtt_s"].to_numpy(float) * 1e3).round(4)
+                               if "tcp_min_rtt_s" in r0 else np.nan)
+    table["tcp_rate_mbit"] = (r0["tcp_delivery_rate_mbit"].to_numpy(float).round(3)
+                              if "tcp_delivery_rate_mbit" in r0 else np.nan)
+    table["phase"] = np.where(table["cross_mbit"] > 0.05 * table["configured_mbit"], "congested", "idle")
     table["error_mbit"] = (table["est_link_mbit"] - table["available_mbit"]).round(3)
+    all_r0 = steps[steps["rank"] == 0]
     table = table[COLUMNS]
     mae = float(table["error_mbit"].abs().mean())
     mean_avail = float(table["available_mbit"].mean())
+    phases: dict[str, Any] = {}
+    for ph in ("idle", "congested"):
+        sub = table[table["phase"] == ph]
+        ok = sub[sub["available_mbit"] > 0]
+        rel = (ok["error_mbit"].abs() / ok["available_mbit"]) if len(ok) else pd.Series(dtype=float)
+        phases[f"rate_medae_rel_{ph}"] = round(float(rel.median()), 4) if len(rel) else None
+        phases[f"rate_bias_rel_{ph}"] = (round(float((ok["error_mbit"] / ok["available_mbit"]).median()), 4)
+                                         if len(ok) else None)
+        phases[f"steps_{ph}"] = int(len(sub))
+    rtt = float(table["est_min_rtt_ms"].median())
+    tcp_rtt = float(pd.to_numeric(table["tcp_min_rtt_ms"], errors="coerce").median())
     summary = {
         "run_dir": str(run_dir), "bottleneck": {"link": link, "toward": toward},
         "world_size": world, "steps_compared": int(len(table)),
@@ -189,6 +217,11 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "queue_mae_ms": round(float((table["est_queue_ms"] - table["truth_queue_ms"])
                                     .abs().mean()), 3),
         "max_truth_queue_ms": round(float(queue_ms.max()), 3),
+        **phases,
+        "coverage": round(len(table) / max(1, len(all_r0)), 4),
+        "est_min_rtt_ms": round(rtt, 4),
+        "tcp_min_rtt_ms": round(tcp_rtt, 4) if np.isfinite(tcp_rtt) else None,
+        "min_rtt_ratio": round(rtt / tcp_rtt, 3) if np.isfinite(tcp_rtt) and tcp_rtt > 0 else None,
     }
     return table, summary
 
@@ -205,7 +238,10 @@ def figure(table: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
     ax[0].plot(table["t"], table["available_mbit"], "g-", lw=1.5,
                label="available (configured - cross traffic)")
     ax[0].plot(table["t"], table["est_link_mbit"], "b.", ms=3,
-               label="monitor max delivery rate (link Mbit/s)")
+               label="monitor: max delivery rate (link Mbit/s; what the policy uses)")
+    if table["tcp_rate_mbit"].notna().any():
+        ax[0].plot(table["t"], table["tcp_rate_mbit"], "c.", ms=2, alpha=0.5,
+                   label="kernel: tcpi_delivery_rate of the peer sockets")
     ax[0].set_ylabel("Mbit/s (log)")
     ax[0].set_yscale("log")  # an estimate 10x off must not flatten the truth into the axis
     ax[0].legend(fontsize=7, loc="upper right")

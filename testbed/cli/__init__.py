@@ -1,4 +1,4 @@
-"""The ``netsense`` command (typer): run, show, list, schema, doctor, clean, sweep, plot, report,
+"""The ``netsense`` command (typer): run, show, list, schema, doctor, clean, calibrate, sweep, plot, report,
 compare, export, sensing."""
 
 from testbed.cli.app import app, main

@@ -265,6 +265,62 @@ def _netsenseml_default_runs(rank, world):
     assert all(torch.isfinite(p).all() for p in ddp.parameters())
 
 
+def _convergence_table_loaded_and_used(rank, world):
+    """A table that makes every compression cost 10x the steps keeps netsenseml at none;
+    the policy's factors are the table's."""
+    from netsenseml import hooks
+    from netsenseml.policy import Decision
+
+    costly = {"none": 100, "fp16": 1000, "int8": 1000, "topk:0.1": 1000, "topk:0.001": 2000}
+    ddp = DDP(_model())
+    state = hooks.register(ddp, "netsenseml", convergence=costly)
+    assert state.policy.prior.factor("topk", 0.1) == 10.0
+    assert state.policy.steps_factor(Decision("topk", 0.01)) == pytest.approx(15.0)
+    for step in range(STEPS):
+        _backward(ddp, rank, step)
+        assert state.pop_step_stats()["level"] == "none"
+    with pytest.raises(ValueError, match="convergence.*'none'"):
+        hooks.register(DDP(_model()), "netsenseml", convergence={"fp16": 100})
+
+
+def _switch_drains_the_residual(rank, world):
+    """After 100 top-k 0.005 steps, a switch to fp16 does not dump the residual: the first
+    fp16 update is at most 2x the true mean gradient's norm (the drain's bound), and the
+    residual then shrinks step by step to fp16's own rounding. The policy is held at the
+    levels given (its decisions replaced); the hook and its memory are the real ones."""
+    from netsenseml import hooks
+    from netsenseml.policy import Decision
+
+    torch.manual_seed(0)
+    ddp = DDP(_model())
+    plain = _model()
+    state = hooks.register(ddp, "netsenseml")
+    state.policy.observe = lambda obs: None  # hold what the test sets
+    params = list(ddp.module.parameters())
+
+    def step(k, decision):
+        state.decision = decision
+        plain.load_state_dict(ddp.module.state_dict())
+        _backward(plain, rank, k)
+        _backward(ddp, rank, k)
+        true = torch.cat([q.grad.reshape(-1) for q in plain.parameters()])
+        dist.all_reduce(true)
+        true /= world
+        sent = torch.cat([p.grad.reshape(-1) for p in params])
+        res = torch.cat([r.reshape(-1) for r in state.residual_by_param().values()] or [torch.zeros(1)])
+        return float(sent.norm()), float(true.norm()), float(res.norm())
+
+    for k in range(100):
+        step(k, Decision("topk", 0.005))
+    sent, true, res0 = step(100, Decision("fp16"))
+    assert res0 > 0 and sent <= 2.0 * true * 1.001, (sent, true)
+    norms = [step(101 + k, Decision("fp16"))[2] for k in range(40)]
+    assert norms[0] < res0 and norms[-1] < 1e-3 * res0, (res0, norms[:5], norms[-3:])
+    if rank == 0:
+        print(f"switch test: first fp16 update {sent:.4g} = {sent / true:.2f} x the mean gradient "
+              f"{true:.4g}; residual {res0:.4g} -> {norms[-1]:.3g} in 40 steps")
+
+
 SCENARIOS = {
     "allreduce": _allreduce_equals_no_hook,
     "fp16": _fp16_bit_identical_to_torch,
@@ -273,6 +329,8 @@ SCENARIOS = {
     "variable_k": _variable_k_gather_without_truncation,
     "netsenseml": _netsenseml_default_runs,
     "paper": _paper_rule_runs_agreed_and_averages,
+    "convergence": _convergence_table_loaded_and_used,
+    "switch": _switch_drains_the_residual,
 }
 
 

@@ -110,11 +110,21 @@ def read_bottleneck(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame({"t": df["t"], "queue": df["queue"], "label": label})
 
 
-def estimate_mbit(s: pd.DataFrame) -> pd.Series | None:
-    """The monitor's bandwidth estimate (Mbit/s) from the step records, when logged."""
-    for col, factor in (("monitor_bw_mbit", 1.0), ("est_bw_mbit", 1.0), ("model_bw_mbit", 1.0)):
+#: What the timeline's estimate series can be, in order of preference, and its label: the
+#: rate the policy decides from is the monitor's (``model_rate_mbit``, netsenseml's step
+#: records); runs of other methods carry the monitor's own ``est_rate_mbit``; older runs'
+#: ``model_bw_mbit`` was the policy's fitted bandwidth, not the monitor's. Old unit names are
+#: converted on loading (``workloads.records.LEGACY_STEP_KEYS``).
+ESTIMATES = (("model_rate_mbit", "the policy's rate (the monitor's; payload)"),
+             ("est_rate_mbit", "the monitor's delivery rate (payload)"),
+             ("model_bw_mbit", "the policy's fitted bandwidth (older runs)"))
+
+
+def estimate_mbit(s: pd.DataFrame) -> tuple[pd.Series, str] | None:
+    """The rate estimate (Mbit/s) from the step records and its label, when logged."""
+    for col, label in ESTIMATES:
         if col in s.columns and pd.to_numeric(s[col], errors="coerce").notna().any():
-            return pd.to_numeric(s[col], errors="coerce") * factor
+            return pd.to_numeric(s[col], errors="coerce"), label
     return None
 
 

@@ -101,8 +101,8 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
     a.step(rate["t"], rate["rate_mbit"], where="post", color="k", lw=1.4,
            label="configured rate (training path's lowest)")
     if est is not None:
-        a.plot(ref_steps["t"] - t0, est, ls="none", marker=".", ms=3, color=color, alpha=0.7,
-               label=f"{ref['method']}'s bandwidth estimate")
+        a.plot(ref_steps["t"] - t0, est[0], ls="none", marker=".", ms=3, color=color,
+               alpha=0.7, label=f"{ref['method']}: {est[1]}")
     top = float(np.nanmax(rate["rate_mbit"])) if rate["rate_mbit"].notna().any() else None
     if top:  # an estimate measured over a tiny window must not squash the configured rate
         a.set_ylim(0, top * 1.5)
