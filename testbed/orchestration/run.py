@@ -62,8 +62,18 @@ POLL_S = 0.1
 #: tighter (``testbed.emulation.network``); this catches anything else that blocks.
 TEARDOWN_STEP_S = {"cross-traffic": 10.0, "workers": 10.0, "emulation": 15.0, "zygote": 5.0}
 #: After SIGINT/SIGTERM during teardown, how long it may still take before the process
-#: writes its record and leaves (``netsense clean`` then finishes what is left).
+#: writes its record and leaves (``netsense clean`` then finishes what is left);
+#: $NETSENSE_TEARDOWN_GRACE_S overrides it.
 SIGNAL_GRACE_S = 8.0
+
+
+def _signal_grace() -> float:
+    try:
+        return max(0.1, float(os.environ.get("NETSENSE_TEARDOWN_GRACE_S", SIGNAL_GRACE_S)))
+    except ValueError:
+        return SIGNAL_GRACE_S
+#: Free space below which a failed run's cause is taken to be the full disk.
+LOW_SPACE_BYTES = 64 * 1024
 #: A worker stopped (SIGSTOP, a debugger) this long fails the run at once: its peers
 #: would otherwise wait for it until the collective timeout.
 STOPPED_RANK_S = 2.0
@@ -599,10 +609,11 @@ class _Run:
         workers and writers report it in their own words (errno 28 ...)."""
         if reason.startswith(("no space left", "read-only filesystem", "disk quota")):
             return None
-        if not any(m in reason for m in ("No space left", "Errno 28", "Disk quota",
-                                          "Errno 122", "Read-only file system", "Errno 30")):
-            return None
         free = files.free_bytes(self.folder.path)
+        said = any(m in reason for m in ("No space left", "Errno 28", "Disk quota",
+                                         "Errno 122", "Read-only file system", "Errno 30"))
+        if not said and (free is None or free >= LOW_SPACE_BYTES):
+            return None  # (a worker whose log is on the full disk cannot say it)
         shown = "unknown" if free is None else files.human_bytes(free)
         return f"no space left on {self.folder.path} ({shown} free): {reason}"
 
@@ -632,7 +643,7 @@ class _Run:
     def _arm_overdue(self, signum: int) -> None:
         """A signal during teardown: give it ``SIGNAL_GRACE_S``, then leave (``_overdue``)."""
         if self._overdue_timer is None:
-            self._overdue_timer = threading.Timer(SIGNAL_GRACE_S, self._overdue, (signum,))
+            self._overdue_timer = threading.Timer(_signal_grace(), self._overdue, (signum,))
             self._overdue_timer.daemon = True
             self._overdue_timer.start()
 
@@ -642,11 +653,12 @@ class _Run:
         `netsense clean` removes it."""
         step = self._teardown_step or "collecting results"
         why = (f"interrupted by {signal.Signals(signum).name}; teardown did not finish "
-               f"within {SIGNAL_GRACE_S:.0f} s (at: {step}); `netsense clean` removes what "
+               f"within {_signal_grace():g} s (at: {step}); `netsense clean` removes what "
                "is left")
         if self.emu is not None and hasattr(self.emu, "abandon"):
             self.emu.abandon(why)
         summary = dict(self.summary, status="failed", reason=why,
+                       prefix=getattr(self.emu, "prefix", None),
                        finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         if self._write_final(summary):
             leftovers.unregister_run(self._registration)
