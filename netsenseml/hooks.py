@@ -488,11 +488,18 @@ def _reduce_bucket(
     state.count(payload.kept, n, n * 4, codec)
 
     if compressor.reduction == "allreduce":
+        dense = getattr(compressor, "dense", False)
+        if not dense and _shares_memory(payload.tensors[0], buffer, source):
+            # The bucket is zeroed before the sum is decoded into it: a wire tensor that
+            # is a view of it (the obvious identity codec) would be zeroed too, and every
+            # gradient with it. Copy it (once per bucket; a codec that copies anyway
+            # never pays this).
+            payload = Payload((payload.tensors[0].clone(), *payload.tensors[1:]),
+                              payload.shape, payload.dtype, payload.kept, payload.meta)
         wire = payload.tensors[0]
         wire.div_(world)  # before the sum, as torch's hooks do (no fp16 overflow)
         if extras is not None:
             wire = torch.cat([wire, (extras / world).to(device=wire.device, dtype=wire.dtype)])
-        dense = getattr(compressor, "dense", False)
         k = payload.tensors[0].numel()
 
         def finish_allreduce(fut: torch.futures.Future) -> torch.Tensor:
@@ -540,6 +547,15 @@ def _reduce_bucket(
         return buffer
 
     return allgather_bytes(buf, group, state.recorder, capacity).then(finish_gather)
+
+
+def _shares_memory(t: torch.Tensor, *others: torch.Tensor) -> bool:
+    """Does ``t`` live in the storage of any of ``others`` (a view of it, or itself)?"""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+        return any(o is not None and o.untyped_storage().data_ptr() == ptr for o in others)
+    except (RuntimeError, AttributeError):  # a tensor without storage (meta, sparse)
+        return False
 
 
 def compression_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

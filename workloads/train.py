@@ -43,6 +43,17 @@ Why the choices below:
   exits 1. A watchdog thread is the last resort: if no step or eval batch completes for
   ``2 * pg_timeout + 10`` s, it writes the same failure summary and exits 1, so a worker never
   hangs. Long steps on slow links need a ``--pg-timeout`` above the longest expected step.
+  With ``--time-limit`` the watchdog also ends a worker that is still inside a step
+  ``max(LIMIT_GRACE_S, 3 x the longest step so far)`` after the limit (a link that died or
+  became far slower than before): the run ends seconds after its time limit, not a
+  collective timeout later.
+- **Health.** After each backward the reduced gradient's norm is checked (one reduction
+  over the gradients): a NaN/inf loss or gradient ends the worker with ``diverged at step
+  N`` (every rank sees the same reduced gradient, so all stop at the same step), and a
+  gradient that is exactly zero for the first ``ZERO_GRAD_STEPS`` steps with ``not
+  learning`` (nothing can move the model: a codec whose payload aliases its input, a hook
+  that returns zeros). A failed record write (disk full) still ends the worker with its
+  reason on stderr.
 - **Exit.** A finished worker (summary written, ``ok`` or ``failed``) leaves with
   ``os._exit`` after ``destroy_process_group``, skipping interpreter finalization. Why: gloo's
   worker threads (``ProcessGroupGloo::runLoop``) drop their reference to a finished work item
@@ -325,26 +336,63 @@ class RecordLog:
             self.fh.close()
 
 
+#: Least time a worker may stay inside a step past its time limit (module doc, Failure).
+LIMIT_GRACE_S = 8.0
+#: Steps with an exactly zero reduced gradient after which a run cannot be learning.
+ZERO_GRAD_STEPS = 3
+
+
+class TrainingFault(RuntimeError):
+    """The training itself broke (diverged, cannot learn); ``str()`` is the reason."""
+
+
 class Watchdog(threading.Thread):
     """Last-resort exit if training stops making progress (see module docstring)."""
 
-    def __init__(self, limit_s: float, on_stall: Any) -> None:
+    def __init__(self, limit_s: float, on_stall: Any, time_limit_s: float | None = None
+                 ) -> None:
         super().__init__(daemon=True, name="watchdog")
         self.limit_s, self.on_stall = limit_s, on_stall
         self.last = time.monotonic()
         self._stopped = threading.Event()
+        self.limit_at = None if time_limit_s is None else time.monotonic() + time_limit_s
+        self.longest_step = 0.0
+        self.step = 0
 
     def beat(self) -> None:
         self.last = time.monotonic()
+
+    def stepped(self, step: int, step_s: float) -> None:
+        self.step, self.longest_step = step, max(self.longest_step, step_s)
+        self.beat()
+
+    def extend(self, seconds: float) -> None:
+        """Evaluations do not count against the time limit's grace."""
+        if self.limit_at is not None:
+            self.limit_at += seconds
+
+    def overdue(self) -> str | None:
+        if self.limit_at is None:
+            return None
+        grace = max(LIMIT_GRACE_S, 3 * self.longest_step)
+        late = time.monotonic() - self.limit_at
+        if late <= grace:
+            return None
+        return (f"time limit passed {late:.0f} s ago while step {self.step + 1} was still in "
+                f"its collectives (longest step so far {self.longest_step:.2f} s): a link "
+                "dead or far slower than before?")
 
     def stop(self) -> None:
         """Once the summary is written a stall must not append a second, failed one."""
         self._stopped.set()
 
     def run(self) -> None:
-        while not self._stopped.wait(min(1.0, self.limit_s / 4)):
+        while not self._stopped.wait(min(0.5, self.limit_s / 4)):
             if time.monotonic() - self.last > self.limit_s:
                 self.on_stall(f"no progress for {self.limit_s:.0f} s (watchdog)")
+            late = self.overdue()
+            if late:
+                self.on_stall(late)
 
 
 # --------------------------------------------------------------------------- training
@@ -542,6 +590,12 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
 
     def do_eval(step: int) -> None:
         t_eval = time.perf_counter()
+        try:
+            _do_eval(step, t_eval)
+        finally:
+            watchdog.extend(time.perf_counter() - t_eval)
+
+    def _do_eval(step: int, t_eval: float) -> None:
         acc, loss = evaluate(s.ddp.module, s.data, args.eval_samples, args.batch_size, s.rank,
                              s.world, s.device, watchdog.beat)
         reached = None if args.target_accuracy is None else acc >= args.target_accuracy
@@ -558,6 +612,7 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
     step = 0
     elapsed_max = torch.zeros(1, device=s.device)
     next_check: int | None = 1
+    zero_steps = 0
     while args.steps is None or step < args.steps:
         t0 = time.perf_counter()
         x, y = next(batches)
@@ -565,9 +620,10 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
         s.opt.zero_grad(set_to_none=True)
         loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
         loss.backward()
+        loss_v = loss.item()
+        zero_steps = check_health(s.ddp, loss_v, step + 1, zero_steps)
         s.opt.step()
         stats = dict(s.state.pop_step_stats())
-        loss_v = loss.item()
         step_s = time.perf_counter() - t0
         step += 1
         out.steps = step
@@ -578,7 +634,7 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
                              bytes_sent=stats.pop("bytes_sent", 0),
                              kept_ratio=stats.pop("kept_ratio", 1.0),
                              level=stats.pop("level", "none"), loss=loss_v, stats=stats))
-        watchdog.beat()
+        watchdog.stepped(step, step_s)
         if args.eval_every and step % args.eval_every == 0:
             do_eval(step)
             if args.stop_at_target and out.target_t is not None:
@@ -596,6 +652,24 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
         out.final_eval_s = time.perf_counter() - t
 
 
+def check_health(model: nn.Module, loss: float, step: int, zero_steps: int) -> int:
+    """Raise TrainingFault for a diverged or frozen run (module doc, Health); returns the
+    count of leading steps whose reduced gradient was exactly zero."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = float(torch.stack(torch._foreach_norm(grads)).sum()) if grads else 0.0
+    if not (math.isfinite(loss) and math.isfinite(norm)):
+        what = [f"{name} {v}" for name, v in (("loss", loss), ("gradient norm", norm))
+                if not math.isfinite(v)]
+        raise TrainingFault(f"diverged at step {step}: {', '.join(what)}")
+    if norm == 0.0 and zero_steps == step - 1:
+        zero_steps += 1
+        if zero_steps >= ZERO_GRAD_STEPS:
+            raise TrainingFault(
+                f"not learning: the reduced gradient is exactly zero at steps 1-{step} (a "
+                "codec whose payload aliases its input, or a hook returning zeros?)")
+    return zero_steps
+
+
 def run(args: argparse.Namespace) -> int:
     """Set up, train, write the summary; returns the exit code (the caller leaves with it)."""
     t_launch = time.perf_counter()
@@ -605,13 +679,16 @@ def run(args: argparse.Namespace) -> int:
     out = Outcome()
 
     def fail(reason: str) -> NoReturn:
-        log.write(SummaryRecord(steps=out.steps, samples=out.samples, status="failed",
-                                train_time_s=time.perf_counter() - origin, error=reason))
-        log.close()
+        try:  # the record may not fit (a full disk): the reason still goes to stderr
+            log.write(SummaryRecord(steps=out.steps, samples=out.samples, status="failed",
+                                    train_time_s=time.perf_counter() - origin, error=reason))
+            log.close()
+        except OSError as exc:
+            reason = f"{reason} (record not written: {exc.strerror or exc})"
         print(f"rank {s.rank}: FAILED: {reason}", file=sys.stderr, flush=True)
         os._exit(1)  # a broken process group can hang in teardown; leave now
 
-    watchdog = Watchdog(2 * args.pg_timeout + 10, fail)
+    watchdog = Watchdog(2 * args.pg_timeout + 10, fail, args.time_limit)
     watchdog.start()
 
     log.write(StartRecord(
@@ -633,6 +710,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         train(args, s, log, watchdog, origin, out)
+    except TrainingFault as e:
+        fail(str(e))
     except Exception as e:  # a dead peer or timed-out collective surfaces here
         fail(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     watchdog.stop()

@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.common import bounded
+from testbed.common import bounded, files
 from testbed.orchestration.rundir import stale_reason
 from workloads.records import LEGACY_STEP_KEYS
 
@@ -135,12 +135,23 @@ def upgrade_step_columns(steps: pd.DataFrame) -> pd.DataFrame:
         if new not in steps.columns:
             steps[new] = values
     return steps
+RUN_FILES = ("summary.json", "config.json", "sweep.json", "steps.csv", "events.csv",
+             "link.csv", "bottleneck.csv")
+
+
+def _refuse_outside(d: Path, root: Path) -> None:
+    """Damaged when the folder or one of its files is a link leading outside ``root``: a
+    results tree is read, and its figures and report shared, as what it holds itself."""
+    for path in (d, *(d / name for name in RUN_FILES)):
+        if path.is_symlink() and not files.inside(root, path):
+            raise Damaged(f"{path.name} is a symbolic link out of the results folder; not read")
 
 
 def load_folder(d: Path, root: Path) -> RunData | Excluded:
     """Validate and read one run folder (module doc)."""
     rel = str(Path(d).relative_to(root))
     try:
+        _refuse_outside(d, root)
         summary = read_json_file(d / "summary.json", required=True)
         config = read_json_file(d / "config.json", required=True)
         meta = read_json_file(d / "sweep.json", required=False)

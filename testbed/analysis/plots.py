@@ -59,6 +59,7 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
     """
     root = Path(root)
     out = Path(out) if out else root / "figures"
+    files.no_links_below(root, out, "--figures")  # never write through a link in the tree
     runs, steps = tables.load_runs(root)
     excluded = loading.excluded_of(runs)
     for e in excluded:  # damaged folders: named, never silently dropped

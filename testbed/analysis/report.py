@@ -29,6 +29,7 @@ from markupsafe import Markup, escape
 
 from testbed.analysis import loading, plots, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
+from testbed.common import bounded, files, names
 from testbed.common.files import atomic_write_text
 from testbed.config.sweep import SWEEPS_DIR
 from testbed.orchestration.rundir import git_commit
@@ -174,6 +175,30 @@ def _title(root: Path, runs: pd.DataFrame) -> str:
     return f"NetSense results: {shown}" if shown else f"NetSense results ({root.name})"
 
 
+def _sweep_names(runs: pd.DataFrame) -> list[str]:
+    """The sweep names the run folders' sweep.json give, only those that are names.
+
+    Why checked: the name is joined into a path below the sweeps folder and that file's
+    text goes into a page meant to be shared; a crafted sweep.json (``"sweep":
+    "/etc/x"`` or ``"../../y"``) must not put any readable YAML file on it."""
+    return sorted({str(s) for s in runs.get("sweep", pd.Series(dtype=str))
+                   if s and names.is_name(str(s))})
+
+
+def _sweep_files(sweeps: list[str]) -> list[dict[str, str]]:
+    """The committed sweep files of ``sweeps`` (real files inside the sweeps folder)."""
+    out = []
+    for s in sweeps:
+        path = SWEEPS_DIR / f"{s}.yaml"
+        if path.is_file() and not path.is_symlink() and files.inside(SWEEPS_DIR, path):
+            try:
+                text = bounded.read_text(path, bounded.MAX_YAML_BYTES, path.name)
+            except bounded.BoundError:
+                continue
+            out.append({"path": f"testbed/sweeps/{s}.yaml", "text": text})
+    return out
+
+
 def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
            missing: dict[str, str], steps: pd.DataFrame | None = None) -> str:
     """The page's HTML from the loaded runs and the drawn figures."""
@@ -247,7 +272,7 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
                             pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]),
                             [Col("run", "run folder", "run"), Col("reason", "reason")])})
     head = headline(sp)
-    sweeps = sorted({s for s in runs.get("sweep", pd.Series(dtype=str)) if s})
+    sweeps = _sweep_names(runs)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
@@ -263,9 +288,7 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
             Col("tta_lo", "TTA speedup, lowest", "x"),
             Col("tta_hi", "TTA speedup, highest", "x")]) if not head.empty else None,
         figures=figures, tables=tabs, tta_note=tta_note, scenarios=_scenarios(root, runs),
-        sweep_files=[{"path": f"testbed/sweeps/{s}.yaml",
-                      "text": (SWEEPS_DIR / f"{s}.yaml").read_text()}
-                     for s in sweeps if (SWEEPS_DIR / f"{s}.yaml").is_file()],
+        sweep_files=_sweep_files(sweeps),
         versions=html_table(_versions(root, runs), [Col("fact", "fact", "run"),
                                                     Col("value", "value"),
                                                     Col("runs", "runs", "int")]),
@@ -285,6 +308,7 @@ def build_report(root: Path, out: Path | None = None, figures_dir: Path | None =
             missing[name] = why
         log(msg)
 
+    files.no_links_below(root, out, "--html")
     figs = plots.make_figures(root, figures_dir, log=note)
     runs, steps = tables.load_runs(root)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -149,6 +149,7 @@ def run(
     if scn.topology.kind != "hosts":  # real hosts: nothing is emulated on this machine
         preflight()
 
+    from testbed.common.files import NoSpace
     from testbed.orchestration import launcher
     from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario
 
@@ -170,6 +171,10 @@ def run(
         _print_table(scn.name, outcomes)
         typer.echo("interrupted between runs; every run folder is final", err=True)
         raise typer.Exit(130) from None
+    except NoSpace as exc:  # before a run (the free-space check) or its first record
+        _drop_if_empty(run_dir)
+        _print_table(scn.name, outcomes)
+        fail(str(exc), 1)
     _print_table(scn.name, outcomes)
     if any(o.status != "ok" for o in outcomes):
         raise typer.Exit(1)
@@ -397,9 +402,10 @@ def clean(
     from testbed.orchestration.rundir import repair_dead_runs
 
     report = leftovers.clean(force=force)
-    report["records_repaired"] = repair_dead_runs()
+    report["records_repaired"] = repair_dead_runs(refused=report["refused"])
+    report["refused"] = list(dict.fromkeys(report["refused"]))
     for key in ("interfaces_removed", "pids_killed", "registries_removed", "records_repaired",
-                "skipped_active", "failed"):
+                "skipped_active", "refused", "failed"):
         items = report.get(key) or []
         typer.echo(f"{key.replace('_', ' ')}: {len(items)}"
                    + (f" ({', '.join(map(str, items[:10]))})" if items else ""))
@@ -488,8 +494,21 @@ def main(argv: list[str] | None = None) -> int:
     block and ``Error: ...``; here they become the same ``error: ...`` line, naming the
     command's help, as the commands' own refusals.
     """
+    from testbed.common import files
+
     try:
         rc = app(args=argv, prog_name="netsense", standalone_mode=False)
+    except files.LinkRefused as exc:  # a link in a results tree: never written through
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    except OSError as exc:
+        if not files.is_no_space(exc):
+            raise
+        if not isinstance(exc, files.NoSpace):  # a writer that is not ours: name its folder
+            where = Path(exc.filename).parent if exc.filename else Path.cwd()
+            exc = files.NoSpace(where, exc)
+        typer.echo(f"error: {exc}", err=True)
+        return 1
     except typer.Abort:
         typer.echo("interrupted", err=True)
         return 130

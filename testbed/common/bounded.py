@@ -74,6 +74,20 @@ def read_text(path: Path, max_bytes: int, label: str | None = None) -> str:
         raise BoundError(f"{label}: not UTF-8 text (binary?)") from None
 
 
+def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    """A key given twice in one mapping: YAML's loader silently keeps the last one, so a
+    scenario would run with a value its author may have overlooked; refuse it instead,
+    naming both lines. (``<<`` merge keys may repeat; merged keys may be overridden.)"""
+    seen: dict[str, int] = {}
+    for k, _ in node.value:
+        if not isinstance(k, yaml.ScalarNode) or k.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = k.start_mark.line + 1
+        if k.value in seen:
+            raise BoundError(f"duplicate key {k.value!r} at lines {seen[k.value]} and {line}")
+        seen[k.value] = line
+
+
 def _expanded_nodes(root: yaml.Node, limit: int, depth_limit: int) -> int:
     """Nodes of the graph with every alias expanded; stops counting past ``limit``.
 
@@ -98,6 +112,7 @@ def _expanded_nodes(root: yaml.Node, limit: int, depth_limit: int) -> int:
                 if total > limit:
                     break
         elif isinstance(node, yaml.MappingNode):
+            _refuse_duplicate_keys(node)
             for k, v in node.value:
                 total += walk(k, depth + 1) + walk(v, depth + 1)
                 if total > limit:

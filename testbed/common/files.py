@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import math
@@ -19,22 +20,110 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+#: errno values that mean "this filesystem takes no more data" rather than a bug.
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and os.replace (atomic on POSIX)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+class NoSpace(OSError):
+    """A write refused by a full disk, an exhausted quota or a read-only filesystem."""
+
+    def __init__(self, folder: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.folder = Path(folder)
+        self.free = free_bytes(self.folder)
+
+    def __str__(self) -> str:
+        what = {errno.EROFS: "read-only filesystem", errno.EDQUOT: "disk quota exceeded"}.get(
+            self.errno or 0, "no space left")
+        free = "unknown" if self.free is None else human_bytes(self.free)
+        return f"{what} on {self.folder} ({free} free)"
+
+
+class NotEnoughSpace(NoSpace):
+    """Less free space than a run (or the next run of a sweep) is expected to need."""
+
+    def __init__(self, folder: Path, need: int) -> None:
+        super().__init__(folder, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        self.need = need
+
+    def __str__(self) -> str:
+        free = "unknown" if self.free is None else human_bytes(self.free)
+        return (f"not enough space on {self.folder}: {free} free, a run needs about "
+                f"{human_bytes(self.need)}")
+
+
+def is_no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Bytes an unprivileged writer may still put on the filesystem holding ``folder``
+    (its nearest existing parent); None when that cannot be asked."""
+    p = Path(os.path.abspath(folder))
+    while not p.exists() and p != p.parent:
+        p = p.parent
     try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _umask() -> int:
+    """The process umask: from /proc (setting it to read it would race other threads)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _as_open_would(fd: int) -> None:
+    """Give a mkstemp file the mode ``open()`` would have given it (module doc)."""
+    os.fchmod(fd, 0o666 & ~_umask())
+
+
+def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
+    """Write via a temp file in the same directory and os.replace (atomic on POSIX).
+
+    ``mode``: the file's mode (default: as ``open()`` would, module doc). Raises
+    :class:`NoSpace` when the filesystem is full or read-only (nothing is left behind: the
+    temporary file is removed)."""
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if mode is None:
+                _as_open_would(fh.fileno())
+            else:
+                os.fchmod(fh.fileno(), mode)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if is_no_space(exc) and not isinstance(exc, NoSpace):
+            raise NoSpace(path.parent, exc) from exc  # type: ignore[arg-type]
         raise
 
 
@@ -43,16 +132,59 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` for a writer that wants a file name (matplotlib,
     pandas); renamed over ``path`` when the block succeeds, removed when it fails."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.",
+                                    suffix=path.suffix)
+        _as_open_would(fd)
+        os.close(fd)
+    except OSError as exc:
+        if is_no_space(exc):
+            raise NoSpace(path.parent, exc) from exc
+        raise
     tmp = Path(name)
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if is_no_space(exc) and not isinstance(exc, NoSpace):
+            raise NoSpace(path.parent, exc) from exc  # type: ignore[arg-type]
         raise
+
+
+class LinkRefused(OSError):
+    """A path inside a results tree that is a symbolic link: never written through, never
+    read when it leads outside the tree; ``str()`` is one line."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "symbolic link refused"
+
+
+def no_links_below(root: Path, path: Path, what: str = "") -> None:
+    """Raise :class:`LinkRefused` when ``path`` or a folder between ``root`` and it is a
+    symbolic link (``root`` itself may be one: the user named it)."""
+    root, path = Path(os.path.abspath(root)), Path(os.path.abspath(path))
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return  # not below root: the caller's own choice of place
+    cur = root
+    for part in rel.parts:
+        cur = cur / part
+        if cur.is_symlink():
+            label = f"{what} " if what else ""
+            raise LinkRefused(f"{label}{cur} is a symbolic link; not followed (remove it or "
+                              "give a real folder)")
+
+
+def inside(root: Path, path: Path) -> bool:
+    """Does ``path``, links resolved, lie inside ``root`` (links resolved)?"""
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+    except (ValueError, OSError, RuntimeError):
+        return False
+    return True
 
 
 def json_safe(value: Any) -> Any:

@@ -59,6 +59,14 @@ class ProbePrefix:
             pass
         return self
 
+    def note(self, *names: str) -> None:
+        """Record interfaces before creating them: `netsense clean` deletes only recorded
+        ones, so a probe killed halfway leaves nothing it cannot find."""
+        try:
+            self._registry.note_interfaces(list(names))
+        except OSError:
+            pass
+
     def __exit__(self, *exc: object) -> None:
         self._leftovers.remove_prefixed(self.prefix, wait_s=1.0)
         self._registry.remove_file()
@@ -75,6 +83,7 @@ class ThrowawayVeth(ProbePrefix):
 
     def __enter__(self) -> ThrowawayVeth:
         super().__enter__()
+        self.note(self.dev, self.peer)
         res = _run(["ip", "link", "add", self.dev, "type", "veth", "peer", "name", self.peer])
         if res.returncode != 0:
             self.error = res.stderr.strip() or "ip link add failed"

@@ -51,6 +51,10 @@ def ensure_own_dir(path: Path) -> None:
     if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
         raise PermissionError(f"state dir {path} is not a folder of uid {os.geteuid()}; "
                               "remove it or set NETSENSE_STATE_DIR")
+    if st.st_mode & 0o022:
+        raise PermissionError(f"state dir {path} is writable by others (mode "
+                              f"{stat.S_IMODE(st.st_mode):04o}); chmod go-w it or set "
+                              "NETSENSE_STATE_DIR")
 
 
 def proc_starttime(pid: int) -> int | None:
@@ -74,15 +78,85 @@ def proc_cmdline(pid: int) -> list[str]:
     return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
 
 
+CMDLINE_KEPT = 6
+
+
 def is_same_process(entry: dict) -> bool:
-    """Is the registered process still alive, and the same one (not a reused PID)?"""
-    start = proc_starttime(int(entry["pid"]))
-    return start is not None and start == entry.get("starttime")
+    """Is the registered process still alive, and the same one (not a reused PID)?
+
+    Same PID, same start time *and* a command line the record knows: the one seen when it
+    was registered, or the command it was started to run (``mnexec -a PID argv`` becomes
+    ``argv`` when it execs). A record that names neither is matched by PID and start time.
+    """
+    try:
+        pid = int(entry["pid"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    start = proc_starttime(pid)
+    if start is None or start != entry.get("starttime"):
+        return False
+    known = [list(c)[:CMDLINE_KEPT] for c in (entry.get("cmdline"), entry.get("argv"))
+             if isinstance(c, list) and c]
+    return not known or proc_cmdline(pid)[:CMDLINE_KEPT] in known
 
 
-def process_entry(pid: int, role: str) -> dict:
-    return {"pid": pid, "starttime": proc_starttime(pid), "role": role,
-            "cmdline": proc_cmdline(pid)[:6]}
+def process_entry(pid: int, role: str, argv: list[str] | None = None) -> dict:
+    entry = {"pid": pid, "starttime": proc_starttime(pid), "role": role,
+             "cmdline": proc_cmdline(pid)[:CMDLINE_KEPT]}
+    if argv:
+        entry["argv"] = [str(a) for a in argv[:CMDLINE_KEPT]]
+    return entry
+
+
+def check_own_file(path: Path) -> str | None:
+    """Why a state file must not be trusted (another user's, writable by others, a link or
+    not a regular file), or None. `netsense clean` kills what such a file names."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: unreadable ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        return f"{path}: not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"{path}: owned by uid {st.st_uid}, not {os.geteuid()}"
+    if st.st_mode & 0o022:
+        return f"{path}: writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def check_own_dir(path: Path) -> str | None:
+    """Why the state folder must not be trusted, or None (see ``ensure_own_dir``)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: unreadable ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"state dir {path} is not a folder (a link?)"
+    if st.st_uid != os.geteuid():
+        return f"state dir {path} is owned by uid {st.st_uid}, not {os.geteuid()}"
+    if st.st_mode & 0o022:
+        return f"state dir {path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def trusted_records(d: Path, pattern: str, refused: list[str] | None = None) -> list[Path]:
+    """The state files matching ``pattern`` in ``d`` that may be acted on; the others'
+    reasons go to ``refused``. None at all when the folder itself is not ours."""
+    refused = refused if refused is not None else []
+    if not d.is_dir():
+        return []
+    why = check_own_dir(d)
+    if why:
+        refused.append(why)
+        return []
+    out = []
+    for path in sorted(d.glob(pattern)):
+        why = check_own_file(path)
+        if why:
+            refused.append(why)
+        else:
+            out.append(path)
+    return out
 
 
 class Registry:
@@ -93,18 +167,37 @@ class Registry:
         self.dir = Path(state_dir) if state_dir else default_state_dir()
         self.path = self.dir / f"{prefix}.json"
         self.processes: list[dict] = []
+        self.interfaces: list[str] = []
+        self.abandoned: str | None = None
         self.owner = process_entry(os.getpid(), "owner")
         # A rootless run's interfaces die with its namespaces: clean only kills processes.
         self.rootless = rootless.in_namespace()
+        self.created = time.time()
 
     def save(self) -> None:
         ensure_own_dir(self.dir)
-        files.atomic_write_text(self.path, json.dumps(
-            {"prefix": self.prefix, "owner": self.owner, "rootless": self.rootless,
-             "created": time.time(), "processes": self.processes}, indent=1))
+        data = {"prefix": self.prefix, "owner": self.owner, "rootless": self.rootless,
+                "created": self.created, "processes": self.processes,
+                "interfaces": self.interfaces}
+        if self.abandoned:
+            data["abandoned"] = self.abandoned
+        files.atomic_write_text(self.path, json.dumps(data, indent=1), mode=0o600)
 
-    def add(self, pid: int, role: str) -> None:
-        self.processes.append(process_entry(pid, role))
+    def add(self, pid: int, role: str, argv: list[str] | None = None) -> None:
+        self.processes.append(process_entry(pid, role, argv))
+        self.save()
+
+    def note_interfaces(self, names: list[str]) -> None:
+        """Record interfaces this run creates (before creating them, where it can)."""
+        new = [n for n in names if n.startswith(self.prefix) and n not in self.interfaces]
+        if new:
+            self.interfaces += new
+            self.save()
+
+    def abandon(self, why: str) -> None:
+        """The owner gave up on its teardown: `netsense clean` may finish it although the
+        owner (a sweep going on) is still alive."""
+        self.abandoned = why
         self.save()
 
     def remove_file(self) -> None:
@@ -116,8 +209,11 @@ class Registry:
 
 def list_interfaces() -> list[str]:
     """Names of all interfaces in the root namespace (`ip -br link`, '@peer' stripped)."""
-    out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True,
-                         check=False).stdout
+    try:
+        out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True,
+                             check=False, timeout=10).stdout
+    except subprocess.TimeoutExpired:
+        return []
     return [line.split()[0].split("@")[0] for line in out.splitlines() if line.strip()]
 
 
@@ -129,15 +225,21 @@ def delete_interfaces(names: list[str]) -> list[str]:
     """Delete the named interfaces; returns those that could not be deleted."""
     failed = []
     for name in names:
-        res = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True,
-                             check=False)
+        try:
+            res = subprocess.run(["ip", "link", "del", name], capture_output=True, text=True,
+                                 check=False, timeout=5)
+        except subprocess.TimeoutExpired:
+            failed.append(name)
+            continue
         if res.returncode != 0 and name in list_interfaces():
             failed.append(name)
     return failed
 
 
-def remove_prefixed(prefix: str, wait_s: float = 3.0) -> tuple[list[str], list[str]]:
-    """Delete every interface starting with prefix; returns (removed, still_there).
+def remove_prefixed(prefix: str, wait_s: float = 3.0, only: list[str] | None = None
+                    ) -> tuple[list[str], list[str]]:
+    """Delete every interface starting with prefix (and named in ``only``, when given);
+    returns (removed, still_there).
 
     Interfaces whose namespace is being destroyed vanish asynchronously, so this polls
     for up to wait_s until none is listed.
@@ -145,7 +247,7 @@ def remove_prefixed(prefix: str, wait_s: float = 3.0) -> tuple[list[str], list[s
     removed: list[str] = []
     deadline = time.monotonic() + wait_s
     while True:
-        found = interfaces_with_prefix(prefix)
+        found = [n for n in interfaces_with_prefix(prefix) if only is None or n in only]
         if not found:
             return removed, []
         failed = delete_interfaces(found)
@@ -191,48 +293,60 @@ def _signal(pid: int, sig: int) -> None:
 def find(state_dir: Path | None = None, prefix: str | None = None) -> dict:
     """What is left: interfaces matching ^nst[0-9a-z]{4} (or `prefix`) and live registered PIDs.
 
-    Returns {"interfaces": [...], "pids": [...], "registries": [...]}.
+    Returns {"interfaces": [...], "pids": [...], "registries": [...], "refused": [...]}
+    (registries not trusted: another user's, writable by others, or in such a folder).
     """
     d = Path(state_dir) if state_dir else default_state_dir()
     intfs = [n for n in list_interfaces()
              if (n.startswith(prefix) if prefix else names.has_prefix_form(n))]
-    pids, regs = [], []
-    for path in sorted(d.glob("nst*.json")) if d.is_dir() else []:
+    pids, regs, refused = [], [], []
+    for path in trusted_records(d, "nst*.json", refused):
         data = files.read_json(path)
         if not data or (prefix and data.get("prefix") != prefix):
             continue
         regs.append(str(path))
-        pids += [int(e["pid"]) for e in data.get("processes", []) if is_same_process(e)]
-    return {"interfaces": intfs, "pids": pids, "registries": regs}
+        pids += [int(e["pid"]) for e in data.get("processes", [])
+                 if isinstance(e, dict) and is_same_process(e)]
+    return {"interfaces": intfs, "pids": pids, "registries": regs, "refused": refused}
 
 
 def clean(state_dir: Path | None = None, force: bool = False) -> dict:
     """Remove leftovers of runs named by a registry; only their prefixes and PIDs.
 
+    Only registries this user owns, in a folder this user owns, neither writable by others,
+    are acted on (the rest are listed as ``refused``); a process is killed only when its
+    PID, start time and command line match its record; an interface is deleted only when
+    it carries the run's prefix *and* the registry recorded its creation.
+
     A registry whose owner process is still alive belongs to a run in progress and is
-    skipped unless force=True.  A rootless run's registry (in the user's state dir) names
-    only processes: killing them removes its namespaces and every interface in them.  Returns a report: {"interfaces_removed", "pids_killed",
-    "registries_removed", "skipped_active", "failed"}.
+    skipped unless force=True, or unless the owner gave up on it (``abandoned``: its
+    teardown ran past its deadline).  A rootless run's registry (in the user's state dir)
+    names only processes: killing them removes its namespaces and every interface in them.
+    Returns a report: {"interfaces_removed", "pids_killed", "registries_removed",
+    "skipped_active", "failed", "refused"}.
     """
     d = Path(state_dir) if state_dir else default_state_dir()
     report: dict = {"interfaces_removed": [], "pids_killed": [], "registries_removed": [],
-                    "skipped_active": [], "failed": []}
-    for path in sorted(d.glob("nst*.json")) if d.is_dir() else []:
+                    "skipped_active": [], "failed": [], "refused": []}
+    for path in trusted_records(d, "nst*.json", report["refused"]):
         data = files.read_json(path)
         if not data or not names.is_prefix(str(data.get("prefix", ""))):
             continue
         prefix = data["prefix"]
         owner = data.get("owner")
-        if owner and not force and is_same_process(owner):
+        if (owner and not force and not data.get("abandoned")
+                and isinstance(owner, dict) and is_same_process(owner)):
             report["skipped_active"].append(prefix)
             continue
-        entries = data.get("processes", [])
+        entries = [e for e in data.get("processes", []) if isinstance(e, dict)]
         report["pids_killed"] += kill_entries(entries)
         failed = [f"pid {e['pid']}" for e in entries if is_same_process(e)]
         if not data.get("rootless"):
             # A rootless run's interfaces were in its own namespaces, gone with their last
             # process; the same prefix here would be someone else's.
-            removed, failed_intfs = remove_prefixed(prefix)
+            recorded = [str(n) for n in data.get("interfaces") or []
+                        if isinstance(n, str) and n.startswith(prefix)]
+            removed, failed_intfs = remove_prefixed(prefix, only=recorded)
             report["interfaces_removed"] += removed
             failed += failed_intfs
         report["failed"] += failed
@@ -259,9 +373,8 @@ def register_run(run_dir: Path, state_dir: Path | None = None) -> Path:
     ensure_own_dir(d)
     owner = process_entry(os.getpid(), "orchestrator")
     path = d / f"run-{owner['pid']}-{owner['starttime']}.json"
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"run_dir": str(Path(run_dir).resolve()), "owner": owner}))
-    os.replace(tmp, path)
+    files.atomic_write_text(path, json.dumps({"run_dir": str(Path(run_dir).resolve()),
+                                              "owner": owner}), mode=0o600)
     return path
 
 
@@ -270,11 +383,13 @@ def unregister_run(path: Path | None) -> None:
         Path(path).unlink(missing_ok=True)
 
 
-def dead_run_records(state_dir: Path | None = None) -> list[tuple[Path, dict]]:
-    """(record path, record) of registered runs whose orchestrator is gone."""
+def dead_run_records(state_dir: Path | None = None, refused: list[str] | None = None
+                     ) -> list[tuple[Path, dict]]:
+    """(record path, record) of registered runs whose orchestrator is gone (only records
+    this user owns, see ``trusted_records``; the others' reasons go to ``refused``)."""
     d = Path(state_dir) if state_dir else default_state_dir()
     out = []
-    for path in sorted(d.glob(RUN_GLOB)) if d.is_dir() else []:
+    for path in trusted_records(d, RUN_GLOB, refused):
         data = files.read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("owner"), dict):
             continue

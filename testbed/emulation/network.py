@@ -18,6 +18,17 @@ Life cycle (what the orchestrator relies on):
   carries this run's prefix.  Only when nothing is left is the registry removed, so
   ``netsense clean`` can finish the job after a crash.
 
+Teardown has a deadline at every step. Mininet talks to each node through its shell's
+terminal and reads the answer with no timeout; a shell that died (kill -9, the OOM killer,
+`netsense clean --force`) never answers, and our process still holds the terminal's other
+end, so the read would wait for ever. So: a network with a dead shell is not stopped through
+Mininet at all (every shell is killed by PID, the namespaces go with their last process, the
+root namespace's ends and bridges are deleted by name); a live one gets ``NET_STOP_S`` for
+Mininet's stop, after which its shells are killed and their terminals closed, which makes a
+blocked read fail at once. The registry is written in the constructor, before the
+topology's ``build()`` runs, and names every interface the run will create before it is
+created (``planned_interfaces``), then what was found after the build.
+
 Name resolution: the hosts share the machine's /etc/resolv.conf, but no name server is
 reachable from inside the emulated network. Where the server's address falls inside an
 emulated subnet (here 10.255.255.53 inside the hosts' 10.0.0.0/8) every lookup ARPs for it on
@@ -111,12 +122,22 @@ class Emulation:
         self.params = params
         self.state_dir = Path(state_dir) if state_dir else leftovers.default_state_dir()
         self.prefix = prefix or new_prefix(self.state_dir)
-        self.topo = cls(prefix=self.prefix, **params)
+        # The registry exists before the topology's build() runs: a plug-in's build() may
+        # create interfaces itself, and whatever carries the prefix must be findable.
+        self._registry: leftovers.Registry | None = leftovers.Registry(self.prefix,
+                                                                       self.state_dir)
+        self._registry.save()
+        try:
+            self.topo = cls(prefix=self.prefix, **params)
+        except BaseException:
+            leftovers.remove_prefixed(self.prefix, wait_s=0.5)
+            self._registry.remove_file()
+            raise
+        self._registry.note_interfaces(leftovers.interfaces_with_prefix(self.prefix))
         self.worker_hosts: list[str] = list(self.topo.worker_hosts)
         self.cross_hosts: list[str] = list(self.topo.cross_hosts)
         self._rates = {n: li.rate_mbit for n, li in self.topo.named_links.items()}
         self._net = None
-        self._registry: leftovers.Registry | None = None
         self._procs: list[subprocess.Popen] = []
         self._lock = threading.RLock()
         self._link_ends: dict[str, list[tuple[str, int | None]]] = {}
@@ -124,6 +145,8 @@ class Emulation:
         self.started = False
         self.stopped = False
         self.leftovers: list[str] = []
+        self.dead_shells: list[str] = []
+        self.stop_timed_out = False
         self.timings: dict[str, float] = {}
 
     # ---- life cycle -------------------------------------------------------------------
@@ -133,8 +156,10 @@ class Emulation:
             raise EmulationError("an Emulation can be started once")
         self.started = True
         t0 = time.monotonic()
-        self._registry = leftovers.Registry(self.prefix, self.state_dir)
-        self._registry.save()
+        assert self._registry is not None
+        # Every name this build will create, recorded before it is created: `netsense clean`
+        # deletes only interfaces a registry says the run made.
+        self._registry.note_interfaces(planned_interfaces(self.topo))
         try:
             if any(self.params.get(k) is not None for k in IMPAIRMENT_FIELDS):
                 kernel.require_netem()
@@ -164,6 +189,7 @@ class Emulation:
                                        link=ShapedLink, build=False)
             self._net.build()
             self._net.start()
+            self._registry.note_interfaces(leftovers.interfaces_with_prefix(self.prefix))
             self._index_links()
             self._isolate_resolver()
             self._after_build()
@@ -189,7 +215,13 @@ class Emulation:
         """Hook run after the network is up (tests use it to inject a late failure)."""
 
     def stop(self) -> None:
-        """Kill tracked processes, stop Mininet, remove every interface with our prefix."""
+        """Kill tracked processes, stop Mininet, remove every interface with our prefix.
+
+        Every step has a deadline (module doc, "Teardown"): a host shell that died (kill,
+        OOM killer, `netsense clean --force`) would otherwise block Mininet's next read of
+        it for ever. Such a host's namespace goes with the processes holding it, which are
+        killed by their recorded PIDs, not through its shell.
+        """
         with self._lock:
             t0 = time.monotonic()
             first = not self.stopped
@@ -197,18 +229,32 @@ class Emulation:
             self._kill_all()
             net, self._net = self._net, None
             if net is not None:
-                try:
-                    net.stop()
-                except Exception as exc:  # keep going: the checks below finish the job
-                    log.warning("mininet stop of %s failed: %s", self.prefix, exc)
-                for node in list(net.hosts) + list(net.switches):
+                nodes = list(net.hosts) + list(net.switches)
+                dead = [n.name for n in nodes if _shell_dead(n)]
+                if dead:
+                    self.dead_shells = sorted(set(self.dead_shells) | set(dead))
+                    log.warning("emulation %s: shell of %s died; stopping without Mininet",
+                                self.prefix, ", ".join(dead))
+                    for node in nodes:  # their peers' shells go too: kill, not ask
+                        if not _shell_dead(node) and getattr(node, "shell", None) is not None:
+                            _killpg(node.shell.pid, signal.SIGKILL)
+                else:
+                    self._stop_mininet(net, nodes)
+                deadline = time.monotonic() + SHELL_EXIT_S
+                for node in nodes:
                     shell = getattr(node, "shell", None)
-                    if shell is not None:
+                    if shell is None:
+                        continue
+                    try:
+                        shell.wait(timeout=max(0.05, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        _killpg(shell.pid, signal.SIGKILL)
                         try:
-                            shell.wait(timeout=2)
+                            shell.wait(timeout=1)
                         except subprocess.TimeoutExpired:
-                            os.killpg(shell.pid, signal.SIGKILL)
-                            shell.wait(timeout=2)
+                            log.warning("shell %d of %s survived SIGKILL", shell.pid, node.name)
+                if not self.stop_timed_out:  # our ends of the terminals: no fd left behind
+                    _unblock(nodes)
             if self._registry is not None:
                 leftovers.kill_entries(self._registry.processes, grace_s=0.5)
             self.leftovers = self._remove_interfaces()
@@ -219,6 +265,56 @@ class Emulation:
                             self.prefix, ", ".join(self.leftovers))
             if first:
                 self.timings["stop_s"] = time.monotonic() - t0
+
+    def abandon(self, why: str) -> None:
+        """Mark the registry as given up by its owner (teardown past its deadline), so that
+        `netsense clean` finishes the job even while this process lives on."""
+        reg = self._registry
+        if reg is not None and reg.path.exists():
+            try:
+                reg.abandon(why)
+            except OSError as exc:
+                log.warning("emulation %s: could not mark the registry: %s", self.prefix, exc)
+
+    def _stop_mininet(self, net, nodes) -> None:
+        """``net.stop()`` with a deadline: past it, the shells' terminals are closed (which
+        makes a blocked read fail at once) and the shells killed; the rest of ``stop``
+        finishes the job."""
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                net.stop()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        th = threading.Thread(target=target, name=f"mininet-stop-{self.prefix}", daemon=True)
+        th.start()
+        th.join(NET_STOP_S)
+        if th.is_alive():
+            self.stop_timed_out = True
+            log.warning("emulation %s: mininet stop did not finish in %.0f s; killing the "
+                        "shells", self.prefix, NET_STOP_S)
+            for node in nodes:
+                shell = getattr(node, "shell", None)
+                if shell is not None:
+                    _killpg(shell.pid, signal.SIGKILL)
+            _unblock(nodes, release=False)
+            th.join(1.0)
+        elif errors:
+            log.warning("mininet stop of %s failed: %s", self.prefix, errors[0])
+
+    def dead_hosts(self) -> list[str]:
+        """Logical names of the nodes whose shell has exited while the network runs (the
+        emulated host is gone: its namespace lives on only in the processes inside)."""
+        net = self._net
+        if net is None:
+            return []
+        out = []
+        for node in list(net.hosts) + list(net.switches):
+            if _shell_dead(node):
+                out.append(node.name[len(self.prefix):])
+        return out
 
     def _remove_interfaces(self) -> list[str]:
         return leftovers.remove_prefixed(self.prefix)[1]
@@ -357,7 +453,7 @@ class Emulation:
                                     stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd,
                                     start_new_session=True)
             self._procs.append(proc)
-            self._registry.add(proc.pid, f"proc:{host}:{Path(argv[0]).name}")
+            self._registry.add(proc.pid, f"proc:{host}:{Path(argv[0]).name}", argv=argv)
         return proc
 
     def adopt(self, proc, host: str, label: str) -> None:
@@ -469,6 +565,52 @@ def _host_class():
     return UnshareNetHost
 
 
+#: Deadlines of teardown (seconds): Mininet's own stop, the shells' exit after it.
+NET_STOP_S = 4.0
+SHELL_EXIT_S = 2.0
+
+
+def planned_interfaces(topo) -> list[str]:
+    """Names the build of ``topo`` will create in this namespace: its switches (Linux
+    bridges) and both ends of each link (``<node>-eth<port>``, or the names it gives)."""
+    out = list(topo.switches())
+    for n1, n2, info in topo.links(withInfo=True):
+        for node, port, given in ((n1, info.get("port1"), info.get("intfName1")),
+                                  (n2, info.get("port2"), info.get("intfName2"))):
+            out.append(given or f"{node}-eth{port}")
+    return out
+
+
+def _shell_dead(node) -> bool:
+    shell = getattr(node, "shell", None)
+    return shell is not None and shell.poll() is not None
+
+
+def _unblock(nodes, release: bool = True) -> None:
+    """Close our end of each dead (or killed) shell's terminal: a read of a shell whose
+    terminal nobody else holds fails at once (EIO) instead of waiting for ever.
+
+    ``release``: also close the reading end and forget the shell, so that Mininet never
+    touches the node again (not while Mininet's own stop may still be reading it).
+    """
+    for node in nodes:
+        if not _shell_dead(node):
+            continue
+        fd = getattr(node, "slave", None)
+        if isinstance(fd, int) and fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            node.slave = -1
+        if release:
+            try:
+                node.stdin.close()
+            except (OSError, AttributeError):
+                pass
+            node.shell = None
+
+
 def _kill_groups(procs: list[subprocess.Popen], grace_s: float) -> None:
     live = [p for p in procs if p.poll() is None]
     for p in live:
@@ -479,12 +621,25 @@ def _kill_groups(procs: list[subprocess.Popen], grace_s: float) -> None:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
+    deadline = time.monotonic() + 5.0
     for p in procs:
-        _killpg(p.pid, signal.SIGKILL)  # also reaps stragglers of finished leaders' groups
+        _kill_straggler_group(p)
         try:
-            p.wait(timeout=5)
+            p.wait(timeout=max(0.05, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             log.warning("process %d did not die after SIGKILL", p.pid)
+
+
+def _kill_straggler_group(p) -> None:
+    """SIGKILL ``p``'s process group, for the stragglers of a leader that already exited.
+
+    Never a group whose leader's PID now names another process: once we reaped the leader
+    its PID may be reused, and the kernel reuses a PID only when no group still carries it
+    as its id, so a live process at that PID means the group is not ours any more.
+    """
+    if p.poll() is not None and os.path.exists(f"/proc/{p.pid}"):
+        return
+    _killpg(p.pid, signal.SIGKILL)
 
 
 def _killpg(pgid: int, sig: int) -> None:

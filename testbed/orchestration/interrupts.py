@@ -6,12 +6,17 @@ so a sweep stops and the CLI exits 128 + signum. A signal during teardown is rem
 re-raised after it: teardown must finish, or the machine keeps our interfaces and processes.
 SIGHUP (the terminal closed) is handled like SIGTERM: its default action would kill the
 orchestrator mid-run with no teardown and a run folder saying "running".
+
+Remembered, not ignored: a signal during teardown calls ``on_late`` (the run arms a timer
+there), so a teardown that does not finish within a bounded wait still ends the process
+with a true record, rather than holding the user's Ctrl-C for ever.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -33,11 +38,15 @@ class SignalGuard:
     def __init__(self) -> None:
         self.protected = False
         self.pending: int | None = None
+        self.on_late: Callable[[int], None] | None = None
         self._old: dict[int, Any] = {}
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self.protected or self.pending is not None:
+            first = self.pending is None
             self.pending = self.pending or signum
+            if first and self.protected and self.on_late is not None:
+                self.on_late(signum)  # teardown goes on, under a deadline
             return  # never interrupt teardown
         self.pending = signum
         raise RunInterrupted(signum)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -48,7 +49,7 @@ from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
 from testbed.emulation import Emulation, bottleneck, capture, counters, leftovers
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import gpus, launcher, records
+from testbed.orchestration import gpus, health, launcher, records
 from testbed.orchestration.hosts import run_on_hosts
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
@@ -63,6 +64,25 @@ from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expa
 from testbed.orchestration.workers import WorkerGroup, worker_argv
 
 POLL_S = 0.1
+#: Deadline of each teardown step (seconds): the emulation's own steps are bounded
+#: tighter (``testbed.emulation.network``); this catches anything else that blocks.
+TEARDOWN_STEP_S = {"cross-traffic": 10.0, "workers": 10.0, "emulation": 15.0, "zygote": 5.0}
+#: After SIGINT/SIGTERM during teardown, how long it may still take before the process
+#: writes its record and leaves (``netsense clean`` then finishes what is left);
+#: $NETSENSE_TEARDOWN_GRACE_S overrides it.
+SIGNAL_GRACE_S = 8.0
+
+
+def _signal_grace() -> float:
+    try:
+        return max(0.1, float(os.environ.get("NETSENSE_TEARDOWN_GRACE_S", SIGNAL_GRACE_S)))
+    except ValueError:
+        return SIGNAL_GRACE_S
+#: Free space below which a failed run's cause is taken to be the full disk.
+LOW_SPACE_BYTES = 64 * 1024
+#: A worker stopped (SIGSTOP, a debugger) this long fails the run at once: its peers
+#: would otherwise wait for it until the collective timeout.
+STOPPED_RANK_S = 2.0
 
 
 class _RunFailed(Exception):
@@ -115,6 +135,11 @@ class _Run:
         self.summary: dict[str, Any] = {}
         self.meta = meta
         self._registration: Path | None = None
+        self._teardown_step: str | None = None
+        self._final = threading.Lock()  # the final summary is written once, by one thread
+        self._final_written = False
+        self._overdue_timer: threading.Timer | None = None
+        self._stopped_since: dict[int, float] = {}
 
     def _write_pids(self) -> None:
         self.folder.write_pids({
@@ -246,6 +271,7 @@ class _Run:
                 return
             if self.timeline.error:
                 raise _RunFailed(f"timeline event failed: {self.timeline.error}")
+            self._check_health()
             if time.monotonic() > deadline:
                 raise _RunFailed(f"timeout: workers still running after "
                                  f"{self.scn.deadline_s():.0f} s")
@@ -254,6 +280,25 @@ class _Run:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
             self.progress.update(self._status_text(rec))
             time.sleep(POLL_S)
+
+    def _check_health(self) -> None:
+        """Faults the workers cannot report themselves, found within a poll or two: an
+        emulated host whose shell died, a worker stopped by a signal."""
+        dead = self.emu.dead_hosts() if hasattr(self.emu, "dead_hosts") else []
+        if dead:
+            raise _RunFailed(f"emulated host {', '.join(dead)} is gone: its shell died "
+                             "during the run (killed, or the OOM killer)")
+        assert self.workers is not None
+        now = time.monotonic()
+        for rank, state in self.workers.states().items():
+            if state not in ("T", "t"):
+                self._stopped_since.pop(rank, None)
+                continue
+            since = self._stopped_since.setdefault(rank, now)
+            if now - since >= STOPPED_RANK_S:
+                raise _RunFailed(f"rank {rank} is stuck: its process is stopped (state "
+                                 f"{state}, e.g. SIGSTOP) for {now - since:.0f} s; its peers "
+                                 "wait for it in their collectives")
 
     def _status_text(self, rec: dict[str, Any] | None) -> str:
         now = time.time()
@@ -382,13 +427,23 @@ class _Run:
             ("emulation", lambda: self.emu and self.emu.stop()),
             ("zygote", lambda: self._own_zygote and self._own_zygote.close()),
         ):
-            try:
-                fn()
-            except Exception as exc:  # noqa: BLE001 - every teardown step must get its turn
-                errors.append(f"{step}: {type(exc).__name__}: {exc}")
+            self._teardown_step = step
+            error = _bounded(fn, TEARDOWN_STEP_S[step])
+            if error:
+                errors.append(f"{step}: {error}")
+        self._teardown_step = None
         if self.workers is not None:
             self.workers.close_logs()
         self.timing["teardown_s"] = round(time.monotonic() - t, 3)
+        incomplete = [e for e in errors if "did not finish" in e]
+        if self.emu is not None and getattr(self.emu, "leftovers", None):
+            incomplete.append(f"left {', '.join(self.emu.leftovers)}")
+        if incomplete:
+            self.summary["teardown_incomplete"] = incomplete
+            if hasattr(self.emu, "abandon"):
+                self.emu.abandon("; ".join(incomplete))
+        if self.emu is not None and getattr(self.emu, "dead_shells", None):
+            self.summary["dead_host_shells"] = list(self.emu.dead_shells)
         if errors:
             self.summary["teardown_errors"] = errors
 
@@ -455,12 +510,17 @@ class _Run:
     def _begin(self) -> None:
         """The folder with config.json, the ``running`` summary naming this process,
         sweep.json (the caller's metadata) and the live-run registration; signals are held
-        off meanwhile so that a folder never exists without its summary."""
+        off meanwhile so that a folder never exists without its summary. A full disk here
+        leaves no folder content at all (files.NoSpace is raised to the caller)."""
         self.folder.prepare()
-        self.folder.write_config(self.config)
-        if self.meta is not None:
-            files.write_json(self.folder.path / "sweep.json", self.meta)
-        self.folder.write_summary(self.summary)
+        try:
+            self.folder.write_config(self.config)
+            if self.meta is not None:
+                files.write_json(self.folder.path / "sweep.json", self.meta)
+            self.folder.write_summary(self.summary)
+        except files.NoSpace:
+            self.folder.discard()
+            raise
         try:
             self._registration = leftovers.register_run(self.folder.path)
         except OSError as exc:  # the record still names its pid: analysis can tell
@@ -495,6 +555,14 @@ class _Run:
             status, reason = "failed", "no step records"
         if status == "ok" and (short := self._timeline_shortfall()):
             status, reason = "failed", short
+        if status == "ok" and (why := self._learning_verdict()):
+            status, reason = "failed", why
+        if self.summary.get("teardown_incomplete"):
+            left = "; ".join(self.summary["teardown_incomplete"])
+            note = f"teardown incomplete ({left}); `netsense clean` removes the rest"
+            status, reason = "failed", f"{reason}; {note}" if reason else note
+        if reason and status != "ok" and (full := self._no_space_text(reason)):
+            reason = full
         self.summary.update(
             status=status,
             reason=reason,
@@ -512,8 +580,83 @@ class _Run:
             self.summary["warnings"] = self.warnings
         if self.summary.get("reason") is None:
             self.summary.pop("reason")
-        self.folder.write_summary(self.summary)
-        leftovers.unregister_run(self._registration)
+        if self._write_final(self.summary):
+            leftovers.unregister_run(self._registration)
+
+    def _learning_verdict(self) -> str | None:
+        """``summary.learning`` (``testbed.orchestration.health``); the reason to fail a
+        run that did not learn, or None."""
+        try:
+            recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+        except Exception:  # noqa: BLE001 - a verdict needs records; without them, none
+            return None
+        verdict = health.learning(recs)
+        if verdict is not None:
+            self.summary["learning"] = verdict
+            if not verdict["ok"]:
+                return f"not learning: {verdict['why']}"
+        return None
+
+    def _no_space_text(self, reason: str) -> str | None:
+        """A failure caused by a full (or read-only) results filesystem, cause first:
+        workers and writers report it in their own words (errno 28 ...)."""
+        if reason.startswith(("no space left", "read-only filesystem", "disk quota")):
+            return None
+        free = files.free_bytes(self.folder.path)
+        said = any(m in reason for m in ("No space left", "Errno 28", "Disk quota",
+                                         "Errno 122", "Read-only file system", "Errno 30"))
+        if not said and (free is None or free >= LOW_SPACE_BYTES):
+            return None  # (a worker whose log is on the full disk cannot say it)
+        shown = "unknown" if free is None else files.human_bytes(free)
+        return f"no space left on {self.folder.path} ({shown} free): {reason}"
+
+    def _write_final(self, summary: dict[str, Any]) -> bool:
+        """The final summary, however full the disk: the whole record, else its essentials,
+        else the essentials in the place of the ``running`` record (whose blocks that
+        frees). True when a final record is on disk; False leaves the registration for
+        `netsense clean` to repair."""
+        with self._final:
+            if self._final_written:
+                return True
+            essentials = {k: summary.get(k) for k in (
+                "scenario", "method", "seed", "run_id", "status", "reason", "started_at",
+                "finished_at", "orchestrator", "prefix")}
+            path = self.folder.path / "summary.json"
+            for attempt in range(3):
+                try:
+                    if attempt == 2:
+                        path.unlink(missing_ok=True)
+                    self.folder.write_summary(summary if attempt == 0 else essentials)
+                    self._final_written = True
+                    return True
+                except OSError:
+                    continue
+            return False
+
+    def _arm_overdue(self, signum: int) -> None:
+        """A signal during teardown: give it ``SIGNAL_GRACE_S``, then leave (``_overdue``)."""
+        if self._overdue_timer is None:
+            self._overdue_timer = threading.Timer(_signal_grace(), self._overdue, (signum,))
+            self._overdue_timer.daemon = True
+            self._overdue_timer.start()
+
+    def _overdue(self, signum: int) -> None:
+        """Teardown outlived the signal's grace: write the true record and end the process
+        (exit 128 + signum). What is left stays registered, marked abandoned, so
+        `netsense clean` removes it."""
+        step = self._teardown_step or "collecting results"
+        why = (f"interrupted by {signal.Signals(signum).name}; teardown did not finish "
+               f"within {_signal_grace():g} s (at: {step}); `netsense clean` removes what "
+               "is left")
+        if self.emu is not None and hasattr(self.emu, "abandon"):
+            self.emu.abandon(why)
+        summary = dict(self.summary, status="failed", reason=why,
+                       prefix=getattr(self.emu, "prefix", None),
+                       finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        if self._write_final(summary):
+            leftovers.unregister_run(self._registration)
+        self.progress.close(f"failed: {why}")
+        os._exit(128 + signum)
 
     def _record_phases(self) -> None:
         """``phases_s`` and ``overhead_s`` (records.phase_breakdown); never fails the run."""
@@ -549,14 +692,25 @@ class _Run:
             interrupted, reason = RunInterrupted(signal.SIGINT), "interrupted by SIGINT"
         except _RunFailed as exc:
             reason = str(exc)
+        except files.NoSpace as exc:
+            reason = str(exc)
         except Exception as exc:  # noqa: BLE001 - recorded, the run is failed, the sweep goes on
             reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
-            (self.folder.path / "orchestrator-error.txt").write_text(traceback.format_exc())
+            try:
+                (self.folder.path / "orchestrator-error.txt").write_text(traceback.format_exc())
+            except OSError:
+                pass  # the reason is in the summary; the traceback is a bonus
         finally:
             self.signals.protect()  # from here on signals are remembered, never raised
+            self.signals.on_late = self._arm_overdue
+            if self.signals.pending is not None:  # the interruption that ends the work
+                self._arm_overdue(self.signals.pending)
             try:
                 self._finish(status, reason, t_start)
             finally:
+                if self._overdue_timer is not None:
+                    self._overdue_timer.cancel()
+                self.signals.on_late = None
                 self.signals.restore()
                 self.progress.close(_final_line(self.summary))
         if interrupted is None and self.signals.pending is not None:
@@ -564,6 +718,28 @@ class _Run:
         if interrupted is not None:
             raise interrupted
         return RunOutcome(self.folder.path, self.summary["status"], self.summary)
+
+
+def _bounded(fn: Callable[[], Any], timeout_s: float) -> str | None:
+    """Run a teardown step with a deadline; its error (or that it did not finish) as text.
+
+    The step runs in a daemon thread: one that blocks past its deadline is left behind (it
+    can hold nothing the next steps need) and the teardown goes on.
+    """
+    errors: list[str] = []
+
+    def target() -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - every teardown step must get its turn
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    th = threading.Thread(target=target, name="teardown-step", daemon=True)
+    th.start()
+    th.join(timeout_s)
+    if th.is_alive():
+        return f"did not finish in {timeout_s:.0f} s"
+    return errors[0] if errors else None
 
 
 #: How each primitive action of ``testbed.config.events.ACTION_KINDS`` is applied.
@@ -603,6 +779,7 @@ def run_scenario(
         return run_on_hosts(scenario, method, seed, Path(run_dir).absolute())
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())
+    health.check_space(Path(run_dir), scenario)  # files.NotEnoughSpace: nothing is written
     # absolute: workers (forked by the zygote, which works elsewhere) open files under it
     return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta,
                 plan).execute()

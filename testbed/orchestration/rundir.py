@@ -111,11 +111,13 @@ def repair_record(run_dir: Path) -> str | None:
     return reason
 
 
-def repair_dead_runs(state_dir: Path | None = None) -> list[str]:
+def repair_dead_runs(state_dir: Path | None = None, refused: list[str] | None = None
+                     ) -> list[str]:
     """Repair the record of every registered run whose orchestrator is dead; returns the
-    run folders repaired (their registrations are removed either way)."""
+    run folders repaired (their registrations are removed either way). Registrations
+    another user could have written are not acted on (their reasons go to ``refused``)."""
     repaired = []
-    for reg, data in leftovers.dead_run_records(state_dir):
+    for reg, data in leftovers.dead_run_records(state_dir, refused):
         run_dir = Path(str(data.get("run_dir", "")))
         try:
             if run_dir.is_dir() and repair_record(run_dir) is not None:
@@ -155,9 +157,17 @@ class RunFolder:
             owner = old.get("orchestrator") or {}
             raise ValueError(f"{self.path} is being written by a live run (pid "
                              f"{owner.get('pid')}); not overwriting")
+        if self.path.is_symlink():  # never write (or delete) through a link
+            raise ValueError(f"{self.path} is a symbolic link; not followed (remove it to "
+                             "run here)")
         if self.path.exists():
             shutil.rmtree(self.path)  # an earlier failed attempt of this same run
         self.workers.mkdir(parents=True)
+
+    def discard(self) -> None:
+        """Remove what this run wrote into its folder (a run that could not even write its
+        first record must leave nothing behind)."""
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def write_config(self, config: dict[str, Any]) -> None:
         files.write_json(self.path / "config.json", config)

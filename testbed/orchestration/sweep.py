@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.common.files import read_json, write_json
+from testbed.common.files import NoSpace, is_no_space, read_json, write_json
 from testbed.config.sweep import RunSpec, estimate_run_s, param_slug
 from testbed.orchestration.executors import Finished, LocalExecutor, sweep_meta
 
@@ -44,7 +44,8 @@ def run_status(run_dir: Path) -> str | None:
 
 
 def is_done(run_dir: Path) -> bool:
-    return run_status(run_dir) == "ok"
+    """A finished run; never a folder that is a link (its run is refused, not skipped)."""
+    return not run_dir.is_symlink() and run_status(run_dir) == "ok"
 
 
 @dataclass
@@ -76,8 +77,13 @@ class SweepLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise NoSpace(self.path.parent, exc) from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -86,8 +92,13 @@ class SweepLock:
             raise SweepLocked(f"results folder {self.path.parent} is in use by another "
                               f"sweep (pid {holder}); wait for it to finish or use another "
                               "--results") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # the lock is held; only the holder's pid is not on record
+            if not is_no_space(exc):
+                os.close(fd)
+                raise
         self._fd = fd
 
     def release(self) -> None:

@@ -90,13 +90,40 @@ def transport_env(intf: str, rank: int, run_prefix: str,
     return env
 
 
+#: Log lines that never explain a failure: c10d's notes on an unresolvable hostname
+#: (every emulated host), Python warnings and their source lines.
+NOISE = ("hostname cannot be retrieved", "Warning:", "warnings.warn(", "[W socket",
+         "[W ProcessGroup", "[W Utils", "FutureWarning", "UserWarning", "DeprecationWarning")
+
+
+def _noise(line: str) -> bool:
+    return any(n in line for n in NOISE) or line.startswith("  warnings.warn")
+
+
 def tail(path: Path, n: int = 3) -> str:
-    """The last ``n`` non-empty lines of a log, joined on one line (for a failure reason)."""
+    """The last ``n`` informative lines of a log, joined on one line (for a failure
+    reason): noise (``NOISE``) left out, the worker's own ``FAILED`` line first."""
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        text = path.read_text(errors="replace")[-64_000:]
     except OSError:
         return ""
-    return " | ".join(ln.strip()[:200] for ln in lines[-n:])
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not _noise(ln)]
+    failed = [ln for ln in lines if "FAILED" in ln]
+    keep = failed[-1:] + [ln for ln in lines[-n:] if ln not in failed[-1:]]
+    return " | ".join(ln[:300] for ln in keep[:n])
+
+
+def own_error(jsonl: Path) -> str | None:
+    """The reason a worker wrote in its own failed summary record, if it wrote one."""
+    summ = records.last_summary(jsonl)
+    if summ is None or summ.get("status") != "failed" or not summ.get("error"):
+        return None
+    return str(summ["error"])
+
+
+def _is_wait(cause: str) -> bool:
+    return any(m in cause for m in ("Timed out", "timed out", "Timeout", "no progress",
+                                    "time limit passed"))
 
 
 class WorkerGroup:
@@ -154,6 +181,19 @@ class WorkerGroup:
         """The interface the collectives must use: the host's emulated (shaped) one."""
         return self.emu.intf(host)
 
+    def states(self) -> dict[int, str]:
+        """rank -> the scheduler state letter of each live worker (R, S, D, T stopped ...)."""
+        out = {}
+        for rank, p in enumerate(self.procs):
+            if p.poll() is not None:
+                continue
+            try:
+                data = Path(f"/proc/{p.pid}/stat").read_text()
+                out[rank] = data[data.rindex(")") + 2:].split()[0]
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
     def exit_codes(self) -> list[int | None]:
         return [p.poll() for p in self.procs]
 
@@ -167,11 +207,25 @@ class WorkerGroup:
                   if c not in (None, 0) and not self._finished_ok(r, c)]
         if not failed:
             return None
-        rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0]))
+        rank, code = min(failed, key=lambda rc: (rc[1] >= 0, self._collateral(rc[0]), rc[0]))
         others = ", ".join(f"rank {r}: {c}" for r, c in failed if r != rank)
-        return (f"worker rank {rank} exited with code {code}"
-                + (f" (also {others})" if others else "")
-                + f": {tail(self.workers_dir / f'rank{rank}.log')}")
+        own = own_error(self.workers_dir / f"rank{rank}.jsonl")
+        cause = own or tail(self.workers_dir / f"rank{rank}.log")
+        alive = [r for r, c in enumerate(codes) if c is None]
+        stuck = ""
+        if alive and _is_wait(cause):
+            stuck = (f"rank {', '.join(map(str, alive))} stopped answering (still running "
+                     f"after rank {rank} gave up waiting); ")
+        also = f"; also {others}" if others else ""
+        if own:  # the worker's own words are the cause; the exit code follows
+            return f"{stuck}rank {rank}: {own} (exit code {code}{also})"
+        return f"{stuck}worker rank {rank} exited with code {code}{also}: {cause}"
+
+    def _collateral(self, rank: int) -> bool:
+        """A rank whose own error is a peer's disappearance, not a cause of its own."""
+        err = own_error(self.workers_dir / f"rank{rank}.jsonl") or ""
+        return any(m in err for m in ("Connection reset", "Connection closed", "peer",
+                                      "Broken pipe"))
 
     def _finished_ok(self, rank: int, code: int) -> bool:
         """A rank that exited non-zero *after* writing an ``ok`` summary finished its run.

@@ -170,6 +170,7 @@ def test_killed_doctor_probe_is_seen_and_removed_by_clean(tmp_path):
     code = ("import subprocess, time\n"
             "from testbed.emulation import kernel\n"
             "with kernel.ProbePrefix() as p:\n"
+            "    p.note(p.prefix + 'b')\n"
             "    subprocess.run(['ip', 'link', 'add', p.prefix + 'b', 'type', 'bridge'],"
             " check=True)\n"
             "    print(p.prefix, flush=True)\n"
