@@ -77,7 +77,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from netsenseml import compress, methods
+from netsenseml import compress, convergence, methods
 from netsenseml.comm import CommRecorder, allgather_bytes, allreduce, pack, unpack
 from netsenseml.compress.base import Payload
 from netsenseml.counted_group import counted_group
@@ -570,6 +570,11 @@ def register(
     if spec.name == "netsenseml":
         probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options}
     policy = compressor = None
+    if spec.name == "netsenseml":
+        try:  # a path, a parsed table or {level: steps}; None: the stated default
+            options["prior"] = convergence.load(options.pop("convergence", options.pop("prior", None)))
+        except convergence.ConvergenceError as exc:
+            raise ValueError(f"invalid option convergence for method {method!r}: {exc}") from None
     if target.kind == "adaptive":
         policy = target.build(**options)  # an unknown keyword: a one-line ValueError
     elif options and not (target.kind == "hook" and target.info.state):

@@ -178,56 +178,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from netsenseml import methods
+from netsenseml import convergence, methods
 
 #: The policy's levels, least reduction first (``bf16`` stands in for ``fp16`` through
 #: ``half_level``); each is a ``ladder`` level of the method registry.
 LADDER: tuple[str, ...] = ("none", "fp16", "int8", "topk")
 assert set(LADDER) <= {i.label for i in methods.ladder()}, "policy levels must be registry ladder levels"
 GATHERED = ("int8", "topk")  # levels exchanged by all-gather (per-rank payloads)
-
-#: Steps to 0.95 held-out accuracy on the ``mixture`` workload (MLP width 2048, 2 ranks,
-#: batch 32, evaluated every 20 steps; mean of seeds 0, 1, 2), measured on loopback with
-#: ``benchmarks/convergence.py --workload mixture`` (issue 10's convergence table). The
-#: priors ``c(d)`` below come from this table and from nowhere else; re-measure and edit it
-#: for another workload. Keys: registry method names.
-CONVERGENCE_STEPS: dict[str, float] = {
-    "allreduce": 240, "fp16": 240, "int8": 240,
-    "topk:0.1": 273, "topk:0.01": 373, "topk:0.001": 453,
-    "dgc:0.01": 320, "powersgd:4": 347,
-}
-
-
-def dense_costs(table: Mapping[str, float] = CONVERGENCE_STEPS) -> dict[str, float]:
-    """``c(d) - 1`` of the dense levels: their steps over allreduce's, less one."""
-    base = table["allreduce"]
-    return {lvl: max(0.0, table[lvl] / base - 1.0) for lvl in ("fp16", "int8")}
-
-
-def fit_topk_cost(table: Mapping[str, float] = CONVERGENCE_STEPS) -> tuple[float, float]:
-    """``(per_decade, free_ratio)`` of ``c(r) = 1 + per_decade x max(0, log10(free_ratio / r))``.
-
-    Least squares of ``c(r) - 1`` on ``log10(1/r)`` over the table's top-k rows; the line
-    crosses zero at ``free_ratio``: keeping more than that costs no measurable steps (on
-    ``mixture``: 0.375 per decade, free above r = 0.26; it reproduces 1.14 / 1.56 / 1.89 at
-    r = 0.1 / 0.01 / 0.001 as 1.16 / 1.53 / 1.91).
-    """
-    base = table["allreduce"]
-    pts = [(math.log10(1.0 / float(k.split(":")[1])), v / base - 1.0) for k, v in table.items() if k.startswith("topk:")]
-    if len(pts) < 2:
-        raise ValueError("fit_topk_cost needs at least two topk:<ratio> rows")
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-    if slope <= 0:
-        raise ValueError("fit_topk_cost: the table's top-k rows do not cost more steps at smaller ratios")
-    zero = mx - my / slope  # log10(1/r) where the line crosses c = 1
-    return slope, min(1.0, 10.0 ** (-zero))
-
-
-DENSE_COSTS = dense_costs()
-TOPK_COST = fit_topk_cost()
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -304,10 +261,7 @@ class NetSensePolicy:
         floor: float = 0.005,
         max_ratio: float = 0.25,
         ratios_per_decade: int = 8,
-        fp16_cost: float = DENSE_COSTS["fp16"],
-        int8_cost: float = DENSE_COSTS["int8"],
-        topk_cost_per_decade: float = TOPK_COST[0],
-        topk_free_ratio: float = TOPK_COST[1],
+        prior: convergence.Prior | Mapping | str | None = None,
         fidelity_tolerance: float = 0.08,
         compress_margin: float = 0.15,
         ratio_hysteresis: int = 2,
@@ -341,8 +295,6 @@ class NetSensePolicy:
             raise ValueError(f"need 0 < floor <= max_ratio <= 1, got floor={floor}, max_ratio={max_ratio}")
         if ratios_per_decade < 1:
             raise ValueError(f"ratios_per_decade must be >= 1, got {ratios_per_decade}")
-        if min(fp16_cost, int8_cost, topk_cost_per_decade) < 0 or not 0 < topk_free_ratio <= 1:
-            raise ValueError("need fp16_cost, int8_cost, topk_cost_per_decade >= 0 and 0 < topk_free_ratio <= 1")
         if not 0 <= fidelity_tolerance < compress_margin:
             # The dead band between taking a compression (a gain above compress_margin) and
             # letting it go (a gain below fidelity_tolerance) is what keeps a steady link
@@ -378,9 +330,7 @@ class NetSensePolicy:
         self.levels = tuple(half_level if lvl == "fp16" else lvl for lvl in LADDER if lvl in levels)
         self.floor = floor
         self.max_ratio = max_ratio
-        self.costs = {"none": 0.0, half_level: fp16_cost, "int8": int8_cost}
-        self.topk_cost_per_decade = topk_cost_per_decade
-        self.topk_free_ratio = topk_free_ratio
+        self.prior = convergence.load(prior)
         self.fidelity_tolerance = fidelity_tolerance
         self.compress_margin = compress_margin
         self.ratio_hysteresis = ratio_hysteresis
@@ -476,9 +426,7 @@ class NetSensePolicy:
 
     def steps_factor(self, d: Decision) -> float:
         """``c(d)``: the prior factor on the steps to accuracy."""
-        if d.level == "topk":
-            return 1.0 + self.topk_cost_per_decade * max(0.0, math.log10(self.topk_free_ratio / d.ratio))
-        return 1.0 + self.costs[d.level]
+        return self.prior.factor(d.level, d.ratio)
 
     def cost(self, d: Decision) -> float:
         """``J(d) = c(d) x T(d)``, proportional to the predicted time to accuracy."""

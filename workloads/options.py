@@ -28,6 +28,7 @@ ORCHESTRATOR: dict[str, str] = {
     "target-accuracy": "workload.target_accuracy", "data-dir": "workload.data_dir",
     "lr": "workload.lr", "pg-timeout": "workload.pg_timeout_s",
     "backend": "workload.backend", "device": "workload.device",
+    "convergence": "convergence",
 }
 
 #: Options ``workload.args`` may set, and the kind of value each takes.

@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disable the error-feedback residual of lossy methods")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="torch.distributed backend (auto: nccl on CUDA, else gloo)")
+    p.add_argument("--convergence", metavar="PATH",
+                   help="netsenseml: the convergence table of this job (netsense calibrate); "
+                        "default: netsenseml.convergence's stated conservative prior")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where the model trains (auto: cuda when available); the GPU is "
                         "LOCAL_RANK's (default 0)")
@@ -282,6 +285,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
     if args.eval_samples is None:
         args.eval_samples = registry.dataset_entry(args.dataset).eval_samples
+    if args.convergence is not None:
+        from netsenseml import convergence
+
+        if methods.parse(args.method).name != "netsenseml":
+            bad_args("argument --convergence: only the netsenseml method reads a convergence table")
+        try:
+            convergence.load(args.convergence)
+        except convergence.ConvergenceError as e:
+            bad_args(f"argument --convergence: {e}")
     return args
 
 
@@ -512,8 +524,9 @@ def setup(args: argparse.Namespace) -> Setup:
 
     t = time.perf_counter()
     ddp = DDP(model, device_ids=[device.index] if cuda else None)
+    extra = {"convergence": args.convergence} if args.convergence else {}
     state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback,
-                           seed=args.seed)  # random-k draws its shared indices from it
+                           seed=args.seed, **extra)  # random-k draws its shared indices from seed
     lr = args.lr or entry.lr
     momentum = sgd_momentum(entry, args.method, not args.no_error_feedback)
     opt = make_optimizer(ddp, entry, lr, momentum)
@@ -627,7 +640,9 @@ def run(args: argparse.Namespace) -> int:
               pg_timeout_s=args.pg_timeout, setup_s=origin - t_launch, proc_wall=PROC_WALL,
               imports_s=t_launch - PROC_T0, phases=s.phases, knobs=s.knobs,
               context=args.context, eval_samples=args.eval_samples,
-              error_feedback=not args.no_error_feedback)
+              error_feedback=not args.no_error_feedback,
+              convergence=(s.state.policy.prior.summary()
+                           if hasattr(s.state.policy, "prior") else None))
     say(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
         f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "
         f"dataset={args.dataset} method={args.method} backend={s.backend}")

@@ -368,6 +368,70 @@ def clean(
     if report.get("failed"):
         raise typer.Exit(1)
 
+@app.command()
+def calibrate(
+    scenario: Annotated[str, typer.Argument(
+        help="scenario name (netsense list) or path to a YAML file", metavar="SCENARIO")],
+    seeds: Annotated[str, typer.Option(
+        "--seeds", metavar="N,N,...", help="seeds of each level's runs")] = "0,1,2",
+    levels: Annotated[str | None, typer.Option(
+        "--levels", metavar="L,L,...",
+        help="ladder levels to measure (default none,fp16,int8,topk:0.1,topk:0.01,topk:0.001)")] = None,
+    max_steps: Annotated[int, typer.Option(
+        "--max-steps", min=1, max=1_000_000, help="step cap of a run (not reached: null)")] = 1500,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", metavar="FILE",
+        help="the table (default RESULTS/calibrate/<scenario>/convergence.json)")] = None,
+    results: ResultsOption = DEFAULT_RESULTS,
+    set_: SetOption = None,
+) -> None:
+    """Measure steps to the scenario's target per ladder level on loopback (real gloo
+    ranks, several seeds) and write the convergence table netsenseml loads (the scenario's
+    `convergence:` field, or hooks.register(..., convergence=FILE)).
+
+    Finished runs under RESULTS/calibrate/<scenario>/runs are reused, so it resumes.
+    """
+    from testbed.common.outputs import OutputError, check_dir
+    from testbed.orchestration import calibrate as cal
+
+    scn = _load(scenario, set_)
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        fail(f"--seeds: {seeds!r} is not a comma-separated list of integers")
+    from testbed.config.scenario import MAX_SEED
+
+    if not seed_list or any(not 0 <= s <= MAX_SEED for s in seed_list):
+        fail(f"--seeds: need one or more integers in [0, {MAX_SEED}], got {seeds!r}")
+    level_list = [x.strip() for x in levels.split(",") if x.strip()] if levels else None
+    root = results / "calibrate" / scn.name
+    target = out or root / "convergence.json"
+    try:
+        check_dir(target.parent, "--out", shown=target)
+        check_dir(root / "runs", "--results")
+    except OutputError as exc:
+        fail(str(exc))
+    try:
+        cal.check(scn, seed_list, level_list, max_steps)
+    except cal.CalibrateError as exc:
+        fail(str(exc))
+    typer.echo(f"calibrating {scn.name}: {scn.workload.model} on {scn.workload.dataset}, "
+               f"{scn.world_size} ranks on loopback, target {scn.workload.target_accuracy}, "
+               f"seeds {seed_list}")
+    import signal
+
+    # SIGTERM as an exception, so that the runs' ranks are killed by PID on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        table = cal.calibrate(scn, out=target, work=root / "runs", seeds=seed_list,
+                              levels=level_list, max_steps=max_steps,
+                              say=lambda line: typer.echo(line))
+    except cal.RunFailed as exc:
+        fail(str(exc), code=1)
+    typer.echo(cal.markdown(table))
+    typer.echo(f"wrote {target}; use it with `convergence: {target.resolve()}` in a scenario")
+
+
 def _register_analysis() -> None:
     """Add sweep/plot/report when the analysis module is present.
 

@@ -13,7 +13,7 @@ netem fields (delay, jitter, loss) are refused when the running kernel has no sc
 Overrides (used by sweeps and ``netsense run --set``) address fields by dotted path and
 re-validate the whole scenario. Paths (``N`` is a list index)::
 
-    name, description, timeline_origin, probe_links, probe_s, timeout_s, capture
+    name, description, timeline_origin, probe_links, probe_s, timeout_s, capture, convergence
     topology.kind     a name in topologies.registry (star | dumbbell | leafspine), or
                       package.module:Class for a user's topology (topologies/PLUGINS.md)
     topology.<field>  the kind's own fields, from its Params model, e.g.
@@ -263,6 +263,27 @@ class Scenario(StrictModel):
     capture: bool = Field(False, description="headers-only packet capture at the bottleneck "
                           "(capture.pcap, capture.csv); off by default, see "
                           "benchmarks/capture_overhead.py for its cost")
+    convergence: str | None = Field(
+        None, min_length=1, max_length=4096,
+        description="netsenseml's convergence prior: a table written by `netsense calibrate` "
+        "(path relative to the scenario file); none: the stated conservative default "
+        "(netsenseml.convergence)")
+
+    @field_validator("convergence")
+    @classmethod
+    def _convergence(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        from netsenseml import convergence
+
+        base = (info.context or {}).get("base_dir") or Path.cwd()
+        path = Path(v).expanduser()
+        if not path.is_absolute():
+            path = Path(base) / path
+        try:
+            return str(convergence.check_file(path))
+        except convergence.ConvergenceError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("name")
     @classmethod

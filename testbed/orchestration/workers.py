@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from netsenseml import methods
 from testbed.config.scenario import Scenario
 from testbed.orchestration import records
 
@@ -52,6 +53,8 @@ def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
     ):
         if value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if scenario.convergence is not None and methods.parse(method).name == "netsenseml":
+        argv += ["--convergence", scenario.convergence]
     for key, value in wl.args.items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):

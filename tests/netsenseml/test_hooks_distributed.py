@@ -265,6 +265,24 @@ def _netsenseml_default_runs(rank, world):
     assert all(torch.isfinite(p).all() for p in ddp.parameters())
 
 
+def _convergence_table_loaded_and_used(rank, world):
+    """A table that makes every compression cost 10x the steps keeps netsenseml at none;
+    the policy's factors are the table's."""
+    from netsenseml import hooks
+    from netsenseml.policy import Decision
+
+    costly = {"none": 100, "fp16": 1000, "int8": 1000, "topk:0.1": 1000, "topk:0.001": 2000}
+    ddp = DDP(_model())
+    state = hooks.register(ddp, "netsenseml", convergence=costly)
+    assert state.policy.prior.factor("topk", 0.1) == 10.0
+    assert state.policy.steps_factor(Decision("topk", 0.01)) == pytest.approx(15.0)
+    for step in range(STEPS):
+        _backward(ddp, rank, step)
+        assert state.pop_step_stats()["level"] == "none"
+    with pytest.raises(ValueError, match="convergence.*'none'"):
+        hooks.register(DDP(_model()), "netsenseml", convergence={"fp16": 100})
+
+
 SCENARIOS = {
     "allreduce": _allreduce_equals_no_hook,
     "fp16": _fp16_bit_identical_to_torch,
@@ -273,6 +291,7 @@ SCENARIOS = {
     "variable_k": _variable_k_gather_without_truncation,
     "netsenseml": _netsenseml_default_runs,
     "paper": _paper_rule_runs_agreed_and_averages,
+    "convergence": _convergence_table_loaded_and_used,
 }
 
 
