@@ -49,7 +49,8 @@ from testbed.analysis import loading, tables, timelines  # noqa: E402
 from testbed.common import files  # noqa: E402
 from topologies import registry as topology_registry  # noqa: E402
 
-FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup")
+FIGURES = ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup",
+           "crossover")
 
 
 class NoData(RuntimeError):
@@ -603,6 +604,68 @@ def plot_speedup(sp: pd.DataFrame, out: Path, runs: pd.DataFrame | None = None) 
     return _save(fig, out, "speedup")
 
 
+# ------------------------------------------------------------------ crossover
+
+
+def crossover_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame
+                     ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The crossover table of every static (throughput) experiment, each with the steps to
+    target its sweep's convergence gives (``ideal.steps_for``); rows carry ``steps_source``."""
+    from testbed.analysis import ideal
+
+    r = tables.ok_runs(runs)
+    if r.empty:
+        return tables.crossover_table(r, {})
+    measured = ideal.sweep_steps(runs, steps)
+    parts, crossings = [], []
+    for exp, g in r[r["kind"] == "throughput"].groupby("experiment", sort=True):
+        n_steps, source = ideal.steps_for(root, r, g, measured)
+        if not n_steps:
+            continue
+        t, c = tables.crossover_table(r, n_steps, experiment=exp)
+        parts.append(t.assign(steps_source=source))
+        crossings += c
+    if not parts:
+        return tables.crossover_table(r.iloc[0:0], {})
+    return pd.concat(parts, ignore_index=True), crossings
+
+
+def plot_crossover(table: pd.DataFrame, crossings: list[dict[str, Any]], out: Path
+                   ) -> list[Path]:
+    """Time to target (step time x the level's steps to target) per fixed level against the
+    rate, per static experiment; the best level per rate ringed, crossovers as lines."""
+    if table.empty:
+        raise NoData("no static (throughput) experiment with a convergence table or with "
+                     "fixed runs of its sweep that reached the target")
+    exps = list(dict.fromkeys(table["experiment"]))
+    fig, axes = plt.subplots(1, len(exps), figsize=(6.5 * len(exps), 4.2), squeeze=False,
+                             layout="constrained")
+    colors = _colors(list(table["method"].unique()))
+    for ax, exp in zip(axes[0], exps, strict=True):
+        e = table[table["experiment"] == exp]
+        for method, g in e.groupby("method", sort=False):
+            g = g.sort_values("rate_mbit")
+            ax.plot(g["rate_mbit"], g["time_to_target_s"], marker="o", ms=4,
+                    color=colors.get(method), label=method)
+        b = e[e["best"]]
+        ax.scatter(b["rate_mbit"], b["time_to_target_s"], s=110, facecolors="none",
+                   edgecolors="black", linewidths=1.2, label="best at that rate", zorder=5)
+        for c in crossings:
+            if c["experiment"] == exp and np.isfinite(c["crossover_mbit"]):
+                ax.axvline(c["crossover_mbit"], color="grey", ls="--", lw=1)
+                ax.text(c["crossover_mbit"], 0.98,
+                        f" {c['below']} | {c['above']}\n ~{c['crossover_mbit']:.0f} Mbit/s",
+                        transform=ax.get_xaxis_transform(), fontsize=7, va="top")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(_rate_label(e))
+        ax.set_ylabel("time to target (s) = step time x steps to target")
+        ax.set_title(f"{exp}: best fixed level per rate "
+                     f"({e['steps_source'].iloc[0] if 'steps_source' in e else ''})", fontsize=9)
+        ax.legend(fontsize=7)
+    return _save(fig, out, "crossover")
+
+
 # ------------------------------------------------------------------ all
 
 
@@ -635,19 +698,33 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
     out.mkdir(parents=True, exist_ok=True)
     _NOTE["text"] = loading.exclusion_note(excluded)
     written: dict[str, list[Path]] = {}
-    sp = tables.speedup_table(runs)
+    from testbed.analysis import ideal
+
+    ideal_runs = ideal.ideal_table(root, runs, steps)
+    sp = tables.speedup_table(runs, ideal_runs)
+    for where, why in sp.attrs.get("left_out", {}).items():
+        log(f"not in speedup.csv: {where}: {why}")
+    xt, crossings = crossover_tables(root, runs, steps)
+    for c in crossings:
+        log(f"crossover {c['experiment']}: {c['below']} below ~{c['crossover_mbit']:.0f} "
+            f"Mbit/s, {c['above']} above (best changes between {c['between'][0]:g} and "
+            f"{c['between'][1]:g} Mbit/s)")
     written["tables"] = [
         write_csv(runs, out / "runs.csv"),
         write_csv(tables.throughput_table(runs), out / "throughput.csv"),
         write_csv(tables.tta_table(runs), out / "tta.csv"),
         write_csv(sp, out / "speedup.csv"),
         write_csv(timelines.timeline_table(root, runs, steps), out / "timeline.csv"),
+        write_csv(ideal_runs, out / "ideal.csv"),
+        write_csv(xt, out / "crossover.csv"),
+        write_csv(tables.ideal_vs_fixed(sp), out / "ideal_vs_fixed.csv"),
     ]
     jobs = {
         "throughput_vs_rate": lambda: plot_throughput(runs, out, steps, root),
         "accuracy_vs_time": lambda: plot_accuracy(runs, steps, out),
         "adaptation_timeline": lambda: plot_timeline(runs, steps, root, out),
         "speedup": lambda: plot_speedup(sp, out, runs),
+        "crossover": lambda: plot_crossover(xt, crossings, out),
     }
     try:
         for name, job in jobs.items():

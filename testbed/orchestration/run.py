@@ -47,7 +47,7 @@ from typing import Any
 from testbed.common import files
 from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
-from testbed.emulation import bottleneck, counters, leftovers
+from testbed.emulation import bottleneck, counters, faithful, leftovers
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import gpus, launcher, records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
@@ -453,6 +453,9 @@ class _Run:
             "started_at": started,
             "orchestrator_pid": os.getpid(),
         }
+        above = faithful.warning(self.config["scenario"])
+        if above:  # stated in summary.json and the report; the run still runs
+            self.warnings.append(above)
         self.summary = {
             "scenario": self.scn.name, "method": self.method, "seed": self.seed,
             "run_id": self.folder.path.name, "status": "running", "started_at": started,
