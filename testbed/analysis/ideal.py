@@ -172,7 +172,7 @@ def sweep_steps(runs: pd.DataFrame, steps: pd.DataFrame) -> dict[tuple[str, int]
     out: dict[tuple[str, int], dict[str, float]] = {}
     if r.empty:
         return out
-    r = r[(r["kind"] == "timeline") & [is_ladder(m) for m in r["method"]]]
+    r = r[(r["kind"] == "timeline") & r["method"].map(is_ladder)]
     for (sweep, workers, method), g in r.groupby(["sweep", "workers", "method"], sort=True):
         hits = [steps_to_target(steps[steps["run"] == run], tgt)
                 for run, tgt in zip(g["run"], g["target_accuracy"], strict=True)]
@@ -229,7 +229,7 @@ def ideal_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataF
     if r.empty:
         return pd.DataFrame(columns=COLUMNS)
     measured = sweep_steps(runs, steps)
-    r = r[(r["kind"] == "timeline") & [is_ladder(m) for m in r["method"]]]
+    r = r[(r["kind"] == "timeline") & r["method"].map(is_ladder)]
     out = []
     for exp, g in r.groupby("experiment", sort=True):
         n_steps, source = steps_for(root, tables.ok_runs(runs), g, measured)

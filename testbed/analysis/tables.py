@@ -575,7 +575,7 @@ def crossover_table(runs: pd.DataFrame, steps_to_target: dict[str, float],
             "steps_to_target", "time_to_target_s", "best"]
     if r.empty:
         return pd.DataFrame(columns=cols), []
-    r = r[(r["kind"] == "throughput") & [is_ladder(m) for m in r["method"]]]
+    r = r[(r["kind"] == "throughput") & r["method"].map(is_ladder)]
     if experiment is not None:
         r = r[r["experiment"] == experiment]
     out = []

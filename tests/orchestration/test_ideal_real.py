@@ -11,7 +11,9 @@ stray single run without NetSenseML) names what the speedup table leaves out.
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
 import shutil
 import statistics
 from pathlib import Path
@@ -20,8 +22,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from testbed.analysis import ideal, tables
+from testbed.analysis import ideal, report, tables
 from testbed.cli.analysis import register
+from testbed.emulation import faithful
 
 pytestmark = pytest.mark.emulation
 LADDER = {"allreduce": "none", "topk:0.01": "topk:0.01"}
@@ -40,10 +43,35 @@ def _cli() -> typer.Typer:
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sweep, run as if this machine's faithful range ended at 100 Mbit/s (its idle
+    phases run at 200), so every run must carry the warning."""
     root = tmp_path_factory.mktemp("ideal")
-    res = CliRunner().invoke(_cli(), ["sweep", "tiny-ideal", "--results", str(root)])
+    old = os.environ.get(faithful.ENV)
+    os.environ[faithful.ENV] = "100"
+    try:
+        res = CliRunner().invoke(_cli(), ["sweep", "tiny-ideal", "--results", str(root)])
+    finally:
+        if old is None:
+            os.environ.pop(faithful.ENV, None)
+        else:
+            os.environ[faithful.ENV] = old
     assert res.exit_code == 0, res.output
     return root
+
+
+def test_runs_above_the_faithful_range_say_so(swept: Path) -> None:
+    summaries = [json.loads(p.read_text()) for p in swept.rglob("summary.json")]
+    assert len(summaries) == 6
+    assert all(s["status"] == "ok" for s in summaries), [s.get("reason") for s in summaries]
+    for s in summaries:
+        # stopped at the target: the events due later are not applied, and that is said
+        if s["events_applied"] < s["events_scheduled"]:
+            assert s["timeline_note"].startswith("stopped at the target after"), s
+        assert s["time_to_accuracy_s"] is not None
+        assert any("200 Mbit/s is above the emulation's faithful range (100 Mbit/s"
+                   in w for w in s.get("warnings", [])), s.get("warnings")
+    html = report.build_report(swept, log=lambda _m: None).read_text()
+    assert "Runs with warnings" in html and html.count("faithful range (100 Mbit/s") >= 6
 
 
 def _rank0(run: Path) -> list[dict[str, str]]:
@@ -157,8 +185,6 @@ def test_combined_folder_names_what_it_leaves_out(swept: Path, tmp_path: Path) -
     left = sp.attrs["left_out"]
     assert any("tiny-drop" in k and "no NetSenseML run" in v for k, v in left.items()), left
     assert set(sp["experiment"]) == {"tiny-ideal/drop"}
-    from testbed.analysis import report
-
     head = report.headline(sp, runs)
     assert set(head["experiment"]) == set(tables.ok_runs(runs)["experiment"])
     assert head.loc[head["experiment"] != "tiny-ideal/drop", "note"].str.contains(
