@@ -72,6 +72,10 @@ WORKLOADS: dict[str, Workload] = {
     # 2-core machine can push through an emulated link ~20 times a second
     "mixture-512": Workload("mlp", "mixture", {"width": 512}, 0.85, 20, 1500, batch_size=64,
                             note="0.55 M params, 2.2 MB gradient"),
+    # the crossover sweep's workload (testbed/sweeps/crossover.yaml): 4x the batch of
+    # mixture-512, so compute per step grows and the gradient does not
+    "mixture-512-b256": Workload("mlp", "mixture", {"width": 512}, 0.95, 20, 1500,
+                                 batch_size=256, note="0.55 M params, 2.2 MB gradient"),
     # the old default, for comparison
     "digits": Workload("mlp", "digits", {"width": 480}, 0.75, 4, 400,
                        note="the paper-quick workload"),

@@ -252,6 +252,10 @@ register_model(ModelEntry(
     weight_decay=5e-4, knobs={"width": 32},
     summary="CIFAR-style ResNet-18; width = first-stage channels (64 = original)"))
 register_model(ModelEntry(
+    "resnet20", "workloads.models.resnet:build_resnet20", kinds=("image",),
+    weight_decay=5e-4, knobs={"width": 16},
+    summary="CIFAR ResNet-20 (0.27 M params at width 16): much compute per gradient byte"))
+register_model(ModelEntry(
     "gpt", "workloads.models.gpt:build_gpt", kinds=("lm",), optimizer="adamw", lr=1e-3,
     weight_decay=0.01, knobs={"layers": 4, "d_model": 256},
     summary="decoder-only character LM; context comes from the dataset"))
@@ -264,6 +268,10 @@ register_dataset(DatasetEntry(
     "synthetic", "workloads.datasets:load_synthetic_data", "image", eval_samples=1000,
     train_samples=10_000,
     summary="generated 3x32x32 images, 10 classes"))
+register_dataset(DatasetEntry(
+    "cifar100-synth", "workloads.datasets:load_cifar100_synth_data", "image",
+    eval_samples=2000, train_samples=50_000,
+    summary="generated CIFAR-100-shaped images (3x32x32, 100 classes; real CIFAR: cifar100)"))
 register_dataset(DatasetEntry(
     "mixture", "workloads.datasets:load_mixture_data", "vector", eval_samples=2000,
     train_samples=200_000,

@@ -3,8 +3,9 @@
 Each figure is one module of :mod:`testbed.analysis.figures` (its docstring is the
 contract: name, title, caption, the runs it needs, how it draws); this module draws every
 registered figure the results support, saves it (PNG + PDF), and writes the tables as CSV
-(runs.csv, throughput.csv, tta.csv, speedup.csv, and timeline.csv: the adaptation
-timeline's runs step by step, testbed.analysis.timelines). A table with no rows is not
+(runs.csv, throughput.csv, tta.csv, speedup.csv with the oracle and ideal rows, ideal.csv,
+crossover.csv, ideal_vs_fixed.csv, and timeline.csv: the adaptation timeline's runs step by
+step, testbed.analysis.timelines). A table with no rows is not
 written (and an older copy of it in the same folder is removed): a header-only file says
 nothing. Every run folder can be plotted on its own (``netsense plot results/smoke/<run>``):
 it gets the figures one run can show (its accuracy curve and its timeline).
@@ -17,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.analysis import loading, tables, timelines
+from testbed.analysis import ideal, loading, tables, timelines
 from testbed.analysis.figures import Inputs, NoData, registry, style
 from testbed.analysis.figures import network as _network
 from testbed.analysis.figures import throughput as _throughput
@@ -46,8 +47,9 @@ def write_csv(df: pd.DataFrame, path: Path) -> Path:
 def inputs(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> Inputs:
     """What every figure draws from, with one colour per method across all of them."""
     methods = sorted(set(runs["method"].dropna())) if not runs.empty else []
-    return Inputs(root=Path(root), runs=runs, steps=steps,
-                  speedup=tables.speedup_table(runs), colors=style.method_colors(methods))
+    speedup = tables.speedup_table(runs, ideal.ideal_table(root, runs, steps))
+    return Inputs(root=Path(root), runs=runs, steps=steps, speedup=speedup,
+                  colors=style.method_colors(methods))
 
 
 def make_figures(root: Path, out: Path | None = None, *, log: Any = print
@@ -76,6 +78,13 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
     inp = inputs(root, runs, steps)
     written: dict[str, list[Path]] = {}
     tl = _timeline.select(inp)
+    for where, why in inp.speedup.attrs.get("left_out", {}).items():
+        log(f"not in speedup.csv: {where}: {why}")
+    xt, crossings = ideal.crossover_tables(root, runs, steps)
+    for c in crossings:
+        log(f"crossover {c['experiment']}: {c['below']} below ~{c['crossover_mbit']:.0f} "
+            f"Mbit/s, {c['above']} above (best changes between {c['between'][0]:g} and "
+            f"{c['between'][1]:g} Mbit/s)")
     table_set = {
         "runs.csv": runs,
         "throughput.csv": tables.throughput_table(runs),
@@ -83,6 +92,9 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
         "speedup.csv": inp.speedup,
         "timeline.csv": timelines.timeline_table(root, tl, steps, kinds=None)
         if not tl.empty else pd.DataFrame(),
+        "ideal.csv": ideal.ideal_table(root, runs, steps),
+        "crossover.csv": xt,
+        "ideal_vs_fixed.csv": tables.ideal_vs_fixed(inp.speedup),
     }
     written["tables"] = []
     for fname, df in table_set.items():

@@ -27,7 +27,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
-from testbed.analysis import loading, plots, sensing, tables
+from testbed.analysis import ideal, loading, plots, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
 from testbed.common import bounded, files, names
 from testbed.common.files import atomic_write_text
@@ -77,8 +77,12 @@ def html_table(df: pd.DataFrame, cols: list[Col]) -> Markup:
     return Markup(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
-def headline(sp: pd.DataFrame) -> pd.DataFrame:
-    """Per experiment and rate: NetSenseML over its best baseline and over all baselines."""
+def headline(sp: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per experiment and rate: NetSenseML over its best baseline and over all baselines.
+
+    With ``runs``, every other experiment and rate of the folder gets a row too, naming its
+    fastest method and why it has no speedup (no NetSenseML run, or no baseline): a combined
+    folder's headline shows everything it holds."""
     rows = []
     for (exp, rate), g in sp.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
         g = g.dropna(subset=["throughput_speedup"])
@@ -91,8 +95,24 @@ def headline(sp: pd.DataFrame) -> pd.DataFrame:
             "vs_best": best["throughput_speedup"],
             "lo": g["throughput_speedup"].min(), "hi": g["throughput_speedup"].max(),
             "tta_lo": tta.min() if len(tta) else math.nan,
-            "tta_hi": tta.max() if len(tta) else math.nan,
+            "tta_hi": tta.max() if len(tta) else math.nan, "note": "",
         })
+    if runs is not None and not runs.empty:
+        ok = tables.ok_runs(runs)
+        shown = {(r["experiment"], r["rate_mbit"]) for r in rows}
+        for (exp, rate), g in ok.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
+            if any(e == exp and (r == rate or (pd.isna(r) and pd.isna(rate)))
+                   for e, r in shown):
+                continue
+            thr = g.groupby("method")["throughput"].mean().dropna()
+            methods = sorted(g["method"].astype(str).unique())
+            why = ("no NetSenseML run" if tables.ADAPTIVE not in methods
+                   else "NetSenseML only: no baseline")
+            rows.append({"experiment": exp, "rate_mbit": rate,
+                         "best_baseline": str(thr.idxmax()) if len(thr) else "",
+                         "vs_best": math.nan, "lo": math.nan, "hi": math.nan,
+                         "tta_lo": math.nan, "tta_hi": math.nan,
+                         "note": f"{why} (methods: {', '.join(methods)})"})
     return pd.DataFrame(rows)
 
 
@@ -133,6 +153,51 @@ def _coarse_note(coarse: pd.DataFrame) -> str:
             "the very first), so their time to accuracy mostly says when those evaluations "
             "happened. Evaluate more often (workload.eval_every) or set a higher "
             "target_accuracy to measure it. ")
+def _extra_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame, sp: pd.DataFrame
+                  ) -> list[dict[str, Any]]:
+    """The ideal schedule against the best fixed method, the crossover, runs above the
+    faithful range, experiments whose TTA does not measure convergence, and what the
+    speedup table left out: each only when there is something to show."""
+    out: list[dict[str, Any]] = []
+    ivf = tables.ideal_vs_fixed(sp)
+    if not ivf.empty:
+        out.append({"title": "Hindsight-ideal schedule vs the best fixed method",
+                    "note": "ideal: per phase the fixed level with the most progress per "
+                    "second (measured step rate / steps to target), summed to a time to "
+                    "accuracy (testbed/analysis/ideal.py); ideal x = oracle TTA / ideal TTA "
+                    "(what adapting can win at most); NetSenseML's TTA speedups against both "
+                    "with 95 % intervals.",
+                    "html": html_table(ivf, [Col(c, c.replace("_", " "), "x" if c == "ideal_x"
+                                                 else ("f1" if c.endswith("_s") else "text"))
+                                             for c in ivf.columns])})
+    xt, crossings = ideal.crossover_tables(root, runs, steps)
+    if not xt.empty:
+        note = "; ".join(f"{c['experiment']}: {c['below']} below ~{c['crossover_mbit']:.0f} "
+                         f"Mbit/s, {c['above']} above" for c in crossings) or "no crossover"
+        out.append({"title": "Crossover: time to target per rate and fixed level",
+                    "note": note, "html": html_table(xt, [
+                        Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+                        Col("method", "method"), Col("step_ms", "step (ms)", "f1"),
+                        Col("step_ms_ci95", "± 95 % (ms)", "f1"),
+                        Col("steps_to_target", "steps to target", "f1"),
+                        Col("time_to_target_s", "time to target (s)", "f1"),
+                        Col("best", "best", "bool"), Col("steps_source", "steps from")])})
+    if "warnings" in runs.columns:
+        warned = runs[runs["warnings"].fillna("").astype(str) != ""]
+        if not warned.empty:
+            out.append({"title": "Runs with warnings (e.g. configured above the faithful "
+                        "range)", "note": "from summary.json's warnings",
+                        "html": html_table(warned[["run", "method", "seed", "warnings"]], [
+                            Col("run", "run folder", "run"), Col("method", "method"),
+                            Col("seed", "seed", "int"), Col("warnings", "warning")])})
+    left = sp.attrs.get("left_out", {})
+    if left:
+        out.append({"title": "Left out of the speedup table", "note": "experiments and rates "
+                    "of this folder that the speedup table cannot compare, and why",
+                    "html": html_table(pd.DataFrame([{"experiment": k, "why": v}
+                                                     for k, v in left.items()]),
+                                       [Col("experiment", "experiment"), Col("why", "why")])})
+    return out
 
 
 def _img_src(path: Path) -> str:
@@ -202,7 +267,9 @@ def _sweep_files(sweeps: list[str]) -> list[dict[str, str]]:
 def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
            missing: dict[str, str], steps: pd.DataFrame | None = None) -> str:
     """The page's HTML from the loaded runs and the drawn figures."""
-    sp = tables.speedup_table(runs)
+    if steps is None:
+        _, steps = tables.load_runs(root)
+    sp = tables.speedup_table(runs, ideal.ideal_table(root, runs, steps))
     ok = tables.ok_runs(runs)
     failed = runs[runs["status"] != "ok"]
     tta_note = _coarse_note(coarse_tta(runs, steps if steps is not None else pd.DataFrame()))
@@ -250,6 +317,8 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
         {"title": "All runs", "note": "Every run folder, repeats included.",
          "html": html_table(runs.sort_values(["experiment", "method", "seed", "run"]), all_cols)},
     ]
+    extra = _extra_tables(root, runs, steps, sp)
+    tabs[1:1] = extra
     if not failed.empty:
         reasons = []
         for run in failed["run"]:
@@ -271,7 +340,7 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
                         "html": html_table(
                             pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]),
                             [Col("run", "run folder", "run"), Col("reason", "reason")])})
-    head = headline(sp)
+    head = headline(sp, runs)
     sweeps = _sweep_names(runs)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              autoescape=True, undefined=jinja2.StrictUndefined,
@@ -286,7 +355,8 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
             Col("lo", "lowest speedup (any baseline)", "x"),
             Col("hi", "highest speedup (any baseline)", "x"),
             Col("tta_lo", "TTA speedup, lowest", "x"),
-            Col("tta_hi", "TTA speedup, highest", "x")]) if not head.empty else None,
+            Col("tta_hi", "TTA speedup, highest", "x"),
+            Col("note", "not compared because")]) if not head.empty else None,
         figures=figures, tables=tabs, tta_note=tta_note, scenarios=_scenarios(root, runs),
         sweep_files=_sweep_files(sweeps),
         versions=html_table(_versions(root, runs), [Col("fact", "fact", "run"),

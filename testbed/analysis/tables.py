@@ -53,6 +53,7 @@ from topologies import registry as topology_registry
 
 ADAPTIVE = "netsenseml"
 ORACLE = "oracle"
+IDEAL = "ideal"
 SPEEDUP_KINDS = ("throughput", "tta", "timeline")
 #: The identity of one seed's measurement; a later ok run with the same key replaces it.
 RUN_KEY = ("experiment", "rate_mbit", "method", "seed")
@@ -171,6 +172,20 @@ def evaluations(steps: pd.DataFrame) -> pd.DataFrame:
 _evals = evaluations  # deprecated name
 
 
+def level_of(method: str) -> str:
+    """The convergence table's key of a fixed method (allreduce is the level "none")."""
+    return "none" if method == "allreduce" else method
+
+
+def is_ladder(method: str) -> bool:
+    """A fixed method of the NetSenseML ladder (what the crossover and ideal schedule use)."""
+    try:
+        spec = methods.parse(method)
+    except ValueError:
+        return False
+    return bool(spec.info is not None and spec.info.ladder and spec.kind != "adaptive")
+
+
 def _rate_of(params: dict[str, Any], config: dict[str, Any]) -> float:
     """The run's nominal rate: what its topology declares (``topologies.registry``: the
     lowest configured rate over the links training crosses), else the first rate-like key
@@ -238,6 +253,8 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "kind": meta.get("kind", "other"),
             "method": summ.get("method") or cfg.get("method") or meta.get("method", ""),
             "seed": cfg.get("seed", meta.get("seed")),
+            "workers": cfg.get("world_size"),
+            "batch_size": find_key(cfg.get("scenario") or {}, "batch_size"),
             "status": item.status,
             "reason": item.reason,
             "rate_mbit": _rate_of(params, cfg),
@@ -251,6 +268,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "steps": len(metrics.training_steps(step_dicts)),
             "started_at": cfg.get("started_at") or "",
             "bytes_sent_total": summ.get("bytes_sent_total"),
+            "warnings": "; ".join(str(w) for w in summ.get("warnings") or []),
         }
         row["finished"], row["finished_mtime"] = _finished(d, summ)
         row["reached_target"] = not math.isnan(row["tta_s"])
@@ -381,22 +399,31 @@ def oracle_methods(g: pd.DataFrame) -> Oracle:
                   str(tta.idxmin()) if len(tta) else None)
 
 
-def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """NetSenseML relative to every other method and to the oracle, per experiment and rate.
+def speedup_table(runs: pd.DataFrame, ideal: pd.DataFrame | None = None) -> pd.DataFrame:
+    """NetSenseML relative to every other method, the oracle and (given ``ideal``, from
+    ``testbed.analysis.ideal.ideal_table``) the hindsight-ideal schedule, per experiment and
+    rate.
 
-    Definitions, intervals and the oracle: module doc. Experiments of kind throughput, tta and
-    timeline count when there are any (stray single runs in the results folder are not a
-    sweep).
+    Definitions, intervals and the oracle: module doc. Every experiment with NetSenseML runs
+    is in it, whatever its kind (a sweep's, a single scenario's, the smoke test's); the
+    experiments without any are listed in ``attrs["left_out"]`` ({experiment: why}), so a
+    combined results folder names what the table cannot compare instead of dropping it.
+    The ideal row has a TTA speedup only (the schedule is a time to accuracy, not a run with
+    a throughput): mean ideal TTA / mean NetSenseML TTA over the seeds, the same interval.
     """
     r = ok_runs(runs)
-    if not r.empty and r["kind"].isin(SPEEDUP_KINDS).any():
-        r = r[r["kind"].isin(SPEEDUP_KINDS)]
     out: list[dict[str, Any]] = []
+    left_out: dict[str, str] = {}
     if r.empty:
-        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
+        sp = pd.DataFrame(columns=SPEEDUP_COLUMNS)
+        sp.attrs["left_out"] = left_out
+        return sp
     for (exp, rate), g in r.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
         ns_runs = g[g["method"] == ADAPTIVE]
         if ns_runs.empty:
+            where = exp if pd.isna(rate) else f"{exp} at {rate:g} Mbit/s"
+            left_out[where] = ("no NetSenseML run (methods: "
+                               f"{', '.join(sorted(g['method'].astype(str).unique()))})")
             continue
         ns = _side(ns_runs)
         best_thr, best_tta = oracle_methods(g)
@@ -412,23 +439,160 @@ def speedup_table(runs: pd.DataFrame) -> pd.DataFrame:
                 tta_sp, tta_lo, tta_hi = ratio_ci95(bq["tta_v"], ns["tta_v"])
             else:
                 tta_sp = tta_lo = tta_hi = math.nan
-            out.append({
-                "experiment": exp, "kind": g["kind"].iloc[0], "rate_mbit": rate,
-                "baseline": base,
-                "throughput_speedup": thr_sp, "throughput_speedup_lo": thr_lo,
-                "throughput_speedup_hi": thr_hi,
-                "tta_speedup": tta_sp, "tta_speedup_lo": tta_lo, "tta_speedup_hi": tta_hi,
-                "netsenseml_throughput": ns["thr"], "netsenseml_throughput_ci95": ns["thr_h"],
-                "baseline_throughput": bt["thr"], "baseline_throughput_ci95": bt["thr_h"],
-                "netsenseml_tta_s": ns["tta"], "netsenseml_tta_ci95_s": ns["tta_h"],
-                "baseline_tta_s": bq["tta"], "baseline_tta_ci95_s": bq["tta_h"],
-                "netsenseml_reached": ns["reached"], "baseline_reached": bq["reached"],
-                "netsenseml_seeds": ns["seeds"], "baseline_seeds": bq["seeds"],
-                "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": bq["acc"],
-                "oracle_throughput_method": best_thr if base == ORACLE else None,
-                "oracle_tta_method": best_tta if base == ORACLE else None,
-            })
-    return pd.DataFrame(out, columns=SPEEDUP_COLUMNS)
+            out.append(_speedup_row(exp, g, rate, base, ns, bt, bq, thr_sp, thr_lo, thr_hi,
+                                    tta_sp, tta_lo, tta_hi, best_thr, best_tta))
+        if ideal is not None and not ideal.empty:
+            iv = ideal[ideal["experiment"] == exp]
+            if not iv.empty:
+                out.append(_ideal_row(exp, g, rate, ns, iv))
+    sp = pd.DataFrame(out, columns=SPEEDUP_COLUMNS)
+    sp.attrs["left_out"] = left_out
+    return sp
+
+
+def _speedup_row(exp: str, g: pd.DataFrame, rate: float, base: str, ns: dict, bt: dict,
+                 bq: dict, thr_sp: float, thr_lo: float, thr_hi: float, tta_sp: float,
+                 tta_lo: float, tta_hi: float, best_thr: str | None, best_tta: str | None
+                 ) -> dict[str, Any]:
+    return {
+        "experiment": exp, "kind": g["kind"].iloc[0], "rate_mbit": rate,
+        "baseline": base,
+        "throughput_speedup": thr_sp, "throughput_speedup_lo": thr_lo,
+        "throughput_speedup_hi": thr_hi,
+        "tta_speedup": tta_sp, "tta_speedup_lo": tta_lo, "tta_speedup_hi": tta_hi,
+        "netsenseml_throughput": ns["thr"], "netsenseml_throughput_ci95": ns["thr_h"],
+        "baseline_throughput": bt["thr"], "baseline_throughput_ci95": bt["thr_h"],
+        "netsenseml_tta_s": ns["tta"], "netsenseml_tta_ci95_s": ns["tta_h"],
+        "baseline_tta_s": bq["tta"], "baseline_tta_ci95_s": bq["tta_h"],
+        "netsenseml_reached": ns["reached"], "baseline_reached": bq["reached"],
+        "netsenseml_seeds": ns["seeds"], "baseline_seeds": bq["seeds"],
+        "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": bq["acc"],
+        "oracle_throughput_method": best_thr if base == ORACLE else None,
+        "oracle_tta_method": best_tta if base == ORACLE else None,
+    }
+
+
+def _ideal_row(exp: str, g: pd.DataFrame, rate: float, ns: dict, iv: pd.DataFrame
+               ) -> dict[str, Any]:
+    """The ideal schedule's row: its TTA per seed against NetSenseML's."""
+    v = iv["ideal_tta_s"]
+    reached = int(v.notna().sum())
+    m, h, _ = ci95(v)
+    all_hit = reached == len(iv) and len(iv) > 0
+    if ns["all_hit"] and all_hit:
+        sp, lo, hi = ratio_ci95(v, ns["tta_v"])
+    else:
+        sp = lo = hi = math.nan
+    nan = math.nan
+    return {
+        "experiment": exp, "kind": g["kind"].iloc[0], "rate_mbit": rate, "baseline": IDEAL,
+        "throughput_speedup": nan, "throughput_speedup_lo": nan, "throughput_speedup_hi": nan,
+        "tta_speedup": sp, "tta_speedup_lo": lo, "tta_speedup_hi": hi,
+        "netsenseml_throughput": ns["thr"], "netsenseml_throughput_ci95": ns["thr_h"],
+        "baseline_throughput": nan, "baseline_throughput_ci95": nan,
+        "netsenseml_tta_s": ns["tta"], "netsenseml_tta_ci95_s": ns["tta_h"],
+        "baseline_tta_s": m if all_hit else nan, "baseline_tta_ci95_s": h if all_hit else nan,
+        "netsenseml_reached": ns["reached"], "baseline_reached": reached,
+        "netsenseml_seeds": ns["seeds"], "baseline_seeds": len(iv),
+        "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": nan,
+        "oracle_throughput_method": None,
+        "oracle_tta_method": str(iv["schedule"].mode().iloc[0]) if len(iv) else None,
+    }
+
+
+def ideal_vs_fixed(sp: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment: how much the ideal schedule beats the best fixed method (the oracle's
+    TTA method) by, and where NetSenseML lies between them. ``ideal_x`` = oracle TTA / ideal
+    TTA (> 1: adapting can pay); ``netsenseml_x_oracle`` / ``netsenseml_x_ideal`` are the
+    TTA speedups of those rows (ratio and interval text)."""
+    cols = ["experiment", "rate_mbit", "oracle_tta_method", "oracle_tta_s", "ideal_tta_s",
+            "ideal_x", "netsenseml_tta_s", "netsenseml_x_oracle", "netsenseml_x_ideal"]
+    out = []
+    for (exp, rate), g in sp.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
+        orc, ide = g[g["baseline"] == ORACLE], g[g["baseline"] == IDEAL]
+        if orc.empty or ide.empty:
+            continue
+        o, i = orc.iloc[0], ide.iloc[0]
+        out.append({
+            "experiment": exp, "rate_mbit": rate, "oracle_tta_method": o["oracle_tta_method"],
+            "oracle_tta_s": o["baseline_tta_s"], "ideal_tta_s": i["baseline_tta_s"],
+            "ideal_x": o["baseline_tta_s"] / i["baseline_tta_s"]
+            if pd.notna(o["baseline_tta_s"]) and pd.notna(i["baseline_tta_s"]) else math.nan,
+            "netsenseml_tta_s": o["netsenseml_tta_s"],
+            "netsenseml_x_oracle": _ci_text(o["tta_speedup"], o["tta_speedup_lo"],
+                                            o["tta_speedup_hi"]) or "n/a",
+            "netsenseml_x_ideal": _ci_text(i["tta_speedup"], i["tta_speedup_lo"],
+                                           i["tta_speedup_hi"]) or "n/a"})
+    return pd.DataFrame(out, columns=cols)
+
+
+def crossover_table(runs: pd.DataFrame, steps_to_target: dict[str, float],
+                    experiment: str | None = None) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The crossover of a static sweep: per rate and fixed ladder level, the mean step time
+    (global batch / throughput, 95 % interval over seeds), the level's steps to the target
+    (``steps_to_target``: {level: steps}, the convergence table) and their product, the time
+    to the target at that rate; ``best`` marks the level with the least. Returns (table,
+    crossovers): each crossover is a pair of neighbouring rates where the best level
+    changes, with the rate where the two levels' times to target cross, interpolated
+    linearly in log(rate) between them.
+    """
+    r = ok_runs(runs)
+    cols = ["experiment", "rate_mbit", "method", "step_ms", "step_ms_ci95", "seeds",
+            "steps_to_target", "time_to_target_s", "best"]
+    if r.empty:
+        return pd.DataFrame(columns=cols), []
+    r = r[(r["kind"] == "throughput") & r["method"].map(is_ladder)]
+    if experiment is not None:
+        r = r[r["experiment"] == experiment]
+    out = []
+    for (exp, rate, method), g in r.groupby(["experiment", "rate_mbit", "method"], sort=True):
+        per_step = (g["workers"].astype(float) * _batch_of(g)) / g["throughput"]
+        m, h, n = ci95(per_step * 1000)
+        n_steps = steps_to_target.get(level_of(method), math.nan)
+        out.append({"experiment": exp, "rate_mbit": rate, "method": method, "step_ms": m,
+                    "step_ms_ci95": h, "seeds": n, "steps_to_target": n_steps,
+                    "time_to_target_s": m / 1000 * n_steps, "best": False})
+    t = pd.DataFrame(out, columns=cols)
+    crossings: list[dict[str, Any]] = []
+    if t.empty:
+        return t, crossings
+    for exp, ge in t.groupby("experiment", sort=True):
+        best = {}
+        for rate, gr in ge.groupby("rate_mbit", sort=True):
+            gr = gr.dropna(subset=["time_to_target_s"])
+            if gr.empty:
+                continue
+            i = gr["time_to_target_s"].idxmin()
+            t.loc[i, "best"] = True
+            best[rate] = t.loc[i, "method"]
+        rates = sorted(best)
+        for a, b in zip(rates, rates[1:], strict=False):
+            if best[a] == best[b]:
+                continue
+            la, lb = best[a], best[b]
+
+            def ttt(rate: float, method: str, ge: pd.DataFrame = ge) -> float:
+                row = ge[(ge["rate_mbit"] == rate) & (ge["method"] == method)]
+                return float(row["time_to_target_s"].iloc[0]) if not row.empty else math.nan
+
+            # d(rate) = ttt(la) - ttt(lb): <= 0 at a (la best), >= 0 at b; its zero in log rate
+            da, db = ttt(a, la) - ttt(a, lb), ttt(b, la) - ttt(b, lb)
+            x = math.nan
+            if pd.notna(da) and pd.notna(db) and db != da:
+                f = -da / (db - da)
+                x = math.exp(math.log(a) + f * (math.log(b) - math.log(a)))
+            crossings.append({"experiment": exp, "below": la, "above": lb, "between": (a, b),
+                              "crossover_mbit": x})
+    return t, crossings
+
+
+def _batch_of(g: pd.DataFrame) -> float:
+    """Per-worker batch size of a group of runs (``param.workload.batch_size`` when a sweep
+    set it, else the value the tables were told: ``batch`` column)."""
+    for col in ("param.workload.batch_size", "batch_size"):
+        if col in g.columns and g[col].notna().any():
+            return float(g[col].dropna().iloc[0])
+    return math.nan
 
 
 def speedup_range(sp: pd.DataFrame, col: str = "throughput_speedup") -> tuple[float, float]:
@@ -491,7 +655,7 @@ def verdict_table(sp: pd.DataFrame) -> pd.DataFrame:
             "oracle_tta_method", "vs_oracle_tta", "vs_allreduce_tta", "vs_paper_tta"]
     out = []
     for (exp, rate), g in sp.groupby(["experiment", "rate_mbit"], sort=True):
-        base = g[g["baseline"] != ORACLE]
+        base = g[~g["baseline"].isin([ORACLE, IDEAL])]
         calls = [_call(r["tta_speedup"], r["tta_speedup_lo"], r["tta_speedup_hi"])
                  for _, r in base.iterrows()]
         unreached = int(((base["netsenseml_reached"] == base["netsenseml_seeds"])

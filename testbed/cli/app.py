@@ -364,18 +364,25 @@ def topology_listing() -> list[list[str]]:
 
 
 @app.command()
-def doctor() -> None:
+def doctor(
+    measure_range: Annotated[
+        bool, typer.Option("--range", help="also measure the faithful range here: goodput "
+                           "across a shaped link at 100 Mbit/s and at the stated limit, two "
+                           "workers' compute running (native mode; ~10 s)")] = False,
+) -> None:
     """Which mode runs use here (native root / rootless user namespace) and what works.
 
-    Exit 1 when the chosen mode cannot run the testbed; optional features (netem, TBF)
-    missing only say what will be refused.
+    Exit 1 when the chosen mode cannot run the testbed, or (with --range) when the stated
+    faithful range does not hold here; optional features (netem, TBF) missing only say
+    what will be refused.
     """
     from rich.console import Console
     from rich.table import Table
 
-    from testbed.cli.doctor import checks, usable
+    from testbed.cli.doctor import check_faithful, checks, usable
 
     results = checks()
+    results.append(check_faithful(measure=measure_range, mode_ok=usable(results)))
     table = Table(title="netsense doctor", title_justify="left")
     for col in ("check", "status", "detail", "to fix"):
         table.add_column(col)
@@ -386,6 +393,10 @@ def doctor() -> None:
     Console(width=max(120, Console().width)).print(table)
     if not usable(results):
         typer.echo("netsense run cannot work here: fix the FAILED checks")
+        raise typer.Exit(1)
+    if measure_range and not results[-1].ok:
+        typer.echo("the faithful range does not hold here: state this machine's with "
+                   "NETSENSE_FAITHFUL_MBIT (benchmarks/faithful_range.py measures it)")
         raise typer.Exit(1)
     missing = [c.name for c in results if not c.ok]
     if missing:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from testbed.emulation import kernel, rootless
 
-OPTIONAL = ("TBF", "netem")  # the testbed shapes with HTB; netem only for delay/jitter/loss
+OPTIONAL = ("TBF", "netem", "faithful")  # the testbed shapes with HTB; netem only for delay/jitter/loss
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,32 @@ def checks() -> list[Check]:
     out += [check_tool("mnexec", "mininet"), check_tool("iperf3", "iperf3"),
             check_tool("tc", "iproute2"), check_mininet()]
     return out
+
+
+def check_faithful(measure: bool = False, mode_ok: bool = True) -> Check:
+    """The stated faithful range (testbed.emulation.faithful); with ``measure``, goodput
+    across a shaped link at the reference rate and at the limit while two workers compute,
+    the limit holding when it is within 5 % of the reference (native mode only: it builds an
+    emulation, so run it under the heavy-work lock on a shared machine)."""
+    from testbed.emulation import faithful
+
+    limit = faithful.faithful_mbit()
+    stated = (f"runs up to {limit:g} Mbit/s are faithful "
+              + ("(NETSENSE_FAITHFUL_MBIT)" if os.environ.get(faithful.ENV) else
+                 "(measured on the 2-core build machine)"))
+    if not measure:
+        return Check("faithful", True, stated + "; `netsense doctor --range` measures it here",
+                     "")
+    if not mode_ok or rootless.choose_mode().name != "native":
+        return Check("faithful", False, stated + "; not measured: needs native mode (root)",
+                     "run `netsense doctor --range` as root")
+    try:
+        ok, detail = faithful.check(faithful.measure((faithful.REFERENCE_MBIT, limit)))
+    except Exception as exc:  # the measurement's failure is the detail worth showing
+        return Check("faithful", False, f"{stated}; measurement failed: {exc}", "")
+    return Check("faithful", ok, f"{stated}; {detail}",
+                 "" if ok else f"set {faithful.ENV} to a rate that holds here "
+                               "(benchmarks/faithful_range.py --steps finds it)")
 
 
 def usable(results: list[Check]) -> bool:

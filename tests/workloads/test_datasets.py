@@ -154,3 +154,25 @@ def test_stop_check_schedule_is_sparse_and_lands_near_the_limit():
                 break
     assert 10.0 <= step * 0.02 <= 10.0 + 0.02
     assert checks < step / 10
+
+
+def test_resnet20_is_the_cifar_resnet20() -> None:
+    m = build_model("resnet20", input_shape=(3, 32, 32), num_classes=10, width=16)
+    assert m(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    # He et al. 2016: 0.27 M parameters; 19 conv layers + the classifier
+    assert 0.26e6 < model_info(m).params < 0.28e6
+    convs = [c for c in m.modules() if isinstance(c, torch.nn.Conv2d) and c.kernel_size == (3, 3)]
+    assert len(convs) == 19
+
+
+def test_cifar100_synth_is_cifar_shaped_deterministic_and_has_100_classes() -> None:
+    a, b = load_dataset("cifar100-synth"), load_dataset("cifar100-synth")
+    assert (len(a.train), len(a.test), a.input_shape, a.num_classes) == (
+        50_000, 10_000, (3, 32, 32), 100)
+    x, y = a.train[12345]
+    assert x.shape == (3, 32, 32) and torch.equal(x, b.train[12345][0]) and y == 45
+    assert not torch.equal(a.train[0][0], a.test[0][0])  # held-out samples are others
+    assert sorted({a.train[i][1] for i in range(200)}) == list(range(100))
+    t = torch.from_numpy(a.train.templates.reshape(100, -1))
+    corr = torch.corrcoef(t)
+    assert corr[~torch.eye(100, dtype=bool)].abs().max() < 0.9  # 100 distinct classes

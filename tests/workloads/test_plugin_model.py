@@ -81,7 +81,7 @@ def test_plugin_model_entry_declares_its_defaults(plugin_dir: Path) -> None:
     ("no_such_module_xyz:f", "module 'no_such_module_xyz' not found"),
     ("my_models:absent", "has no attribute 'absent'"),
     ("my_models:math", "is a module, not a factory or ModelEntry"),
-    ("my_models", "unknown; accepted: mlp, resnet18, gpt"),
+    ("my_models", "unknown; accepted: mlp, resnet18, resnet20, gpt"),
     ("my models:f", "not of the form package.module:factory"),
 ])
 def test_bad_plugin_names_fail_in_one_line(plugin_dir: Path, name: str, message: str) -> None:
@@ -112,7 +112,7 @@ def test_registry_names_and_pairings_are_importable_without_torch() -> None:
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["mlp,resnet18,gpt", "text", "False"]
+    assert p.stdout.split() == ["mlp,resnet18,resnet20,gpt", "text", "False"]
 
 
 def test_knob_strings_are_typed() -> None:

@@ -74,7 +74,7 @@ class Figure:
 
 
 #: The registered figures' modules, in the report's order.
-MODULES = ("throughput", "accuracy", "timeline", "speedup")
+MODULES = ("throughput", "accuracy", "timeline", "speedup", "crossover")
 
 
 def registry() -> tuple[Figure, ...]:

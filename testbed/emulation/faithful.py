@@ -1,0 +1,165 @@
+"""The emulation's faithful range: the highest configured rate at which an emulated link on
+this kind of machine still behaves like a link of that rate while the workers compute.
+
+Why a stated limit: HTB on veth is software, run in softirq on the same cores the emulated
+workers train on. Below some rate the shaper sets the transfer time; above it the CPU does
+(TCP and gloo cannot fill the link while the cores are busy training), so a run configured
+there measures the machine rather than the network, and an evaluation that puts its idle
+phases there would credit dense methods with a link that is not there.
+
+How it was measured (``benchmarks/faithful_range.py --steps``, the 2-core build machine,
+2 workers computing; the table is in results/README.md): a rate is *faithful* when (a) one
+TCP flow's goodput across the shaped bottleneck, with the workers' compute running on the
+same cores, is within 5 % of the goodput-to-rate ratio at 100 Mbit/s (headers take ~4.4 %
+at any rate), and (b) a 2-worker allreduce step's communication time is within 5 % of the
+gradient's transfer time at that ratio, relative to the same at 100 Mbit/s. Goodput stayed
+within 2 % up to 5 Gbit/s; the step's communication is what breaks first: within 5 % at
+1000 Mbit/s in both measurements, 1.05-1.28x at 1500-2000 Mbit/s depending on how busy the
+shared machine was, 1.3-1.9x at 3000-5000. So the stated range is **1000 Mbit/s**.
+
+A different machine has a different range: ``netsense doctor --range`` measures (a) here,
+and ``NETSENSE_FAITHFUL_MBIT`` states another limit for the warnings.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+
+from testbed.emulation.network import Emulation
+from topologies import registry
+
+FAITHFUL_MBIT = 1000.0
+ENV = "NETSENSE_FAITHFUL_MBIT"
+TOLERANCE = 0.05
+REFERENCE_MBIT = 100.0
+
+
+def faithful_mbit() -> float:
+    """The stated limit: ``NETSENSE_FAITHFUL_MBIT`` when set to a positive number, else
+    :data:`FAITHFUL_MBIT`."""
+    raw = os.environ.get(ENV, "")
+    try:
+        v = float(raw)
+    except ValueError:
+        return FAITHFUL_MBIT
+    return v if v > 0 and math.isfinite(v) else FAITHFUL_MBIT
+
+
+def configured_rates(scenario: dict) -> list[float]:
+    """Every rate a scenario configures: its topology's links and its ``set_rate`` events
+    (a trace's rates are bounded by its own scale and are checked the same way)."""
+    out: list[float] = []
+    topo = scenario.get("topology")
+    if isinstance(topo, dict):
+        try:
+            rates = registry.parse(topo).link_rates()
+            out += [float(v) for v in rates.values() if v is not None]
+        except (ValueError, TypeError, NotImplementedError):
+            pass
+    for ev in scenario.get("timeline") or []:
+        if isinstance(ev, dict) and ev.get("kind") == "set_rate":
+            v = ev.get("rate_mbit")
+            if isinstance(v, int | float):
+                out.append(float(v))
+    return out
+
+
+def training_rates(scenario: dict) -> list[float]:
+    """The rates on links training crosses (the topology's ``training_links``) and the
+    ``set_rate`` events on them: an unshaped-fast access link beside a shaped bottleneck
+    only carries what the bottleneck lets through, so only these matter."""
+    topo = scenario.get("topology")
+    out: list[float] = []
+    links: set[str] = set()
+    if isinstance(topo, dict):
+        try:
+            spec = registry.parse(topo)
+            rates = spec.link_rates()
+            training = spec.training_links()
+            links = set(training if training is not None else rates)
+            lowest = [float(rates[k]) for k in links if rates.get(k) is not None]
+            out += [min(lowest)] if lowest else []
+        except (ValueError, TypeError, NotImplementedError):
+            return configured_rates(scenario)
+    for ev in scenario.get("timeline") or []:
+        if isinstance(ev, dict) and ev.get("kind") == "set_rate" and (
+                not links or ev.get("link") in links):
+            v = ev.get("rate_mbit")
+            if isinstance(v, int | float):
+                out.append(float(v))
+    return out
+
+
+def warning(scenario: dict) -> str | None:
+    """One line when the scenario's training path is configured above the faithful range.
+
+    The rate training sees is the lowest over the links it crosses (a dumbbell's 10 Gbit/s
+    access links beside a 1 Gbit/s bottleneck run at the bottleneck's rate), so the check is
+    on that, and on every ``set_rate`` of those links."""
+    limit = faithful_mbit()
+    above = sorted({r for r in training_rates(scenario) if r > limit})
+    if not above:
+        return None
+    return (f"configured rate {', '.join(f'{r:g}' for r in above)} Mbit/s is above the "
+            f"emulation's faithful range ({limit:g} Mbit/s: testbed/emulation/faithful.py; "
+            f"`netsense doctor --range` checks this machine): step times there are set by "
+            f"the CPU, not the emulated link")
+
+
+_LOAD = r"""
+import sys, time, torch
+torch.set_num_threads(1)
+m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                        torch.nn.ReLU(), torch.nn.Linear(512, 300))
+x = torch.randn(256, 256); y = torch.randint(0, 300, (256,))
+stop = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < stop:
+    m.zero_grad(); torch.nn.functional.cross_entropy(m(x), y).backward()
+"""
+
+
+def compute_load(n: int, seconds: float) -> list[subprocess.Popen]:
+    """``n`` processes training a width-512 MLP on one thread each, like the workers."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return [subprocess.Popen([sys.executable, "-c", _LOAD, f"{seconds:g}"],
+                             stdout=subprocess.DEVNULL, env=env) for _ in range(n)]
+
+
+def measure(rates: Iterable[float] = (REFERENCE_MBIT, FAITHFUL_MBIT), seconds: float = 2.0,
+            workers: int = 2) -> list[tuple[float, float]]:
+    """[(rate, loaded goodput / rate)] of one TCP flow across a shaped 1+1 dumbbell, with
+    ``workers`` compute processes running. Needs root (it builds an emulation)."""
+    out = []
+    for rate in rates:
+        emu = Emulation("dumbbell", {"n_left": 1, "n_right": 1, "n_cross": 0,
+                                     "bottleneck_mbit": rate, "access_mbit": 10000.0})
+        emu.start()
+        procs: list[subprocess.Popen] = []
+        try:
+            procs = compute_load(workers, seconds + 4.0)
+            time.sleep(1.5)  # past torch's import: computing
+            src, dst = emu.worker_hosts[0], emu.worker_hosts[-1]
+            out.append((rate, emu.iperf3_goodput(src, dst, seconds) / rate))
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+            emu.stop()
+    return out
+
+
+def check(measured: list[tuple[float, float]]) -> tuple[bool, str]:
+    """(every rate's efficiency within TOLERANCE of the first's, one line)."""
+    ref = measured[0][1]
+    parts, ok = [], True
+    for rate, eff in measured:
+        good = eff >= (1 - TOLERANCE) * ref
+        ok &= good
+        parts.append(f"{rate:g} Mbit/s: {eff * rate:.0f} ({eff / ref:.1%} of the reference)")
+    return ok, "goodput with workers computing: " + "; ".join(parts)
+
