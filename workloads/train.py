@@ -628,7 +628,10 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
         step += 1
         out.steps = step
         out.samples += args.batch_size * s.world
-        comm_s = float(stats.pop("comm_s", 0.0))
+        # The hook counts its collectives since the last pop, so one issued between two steps
+        # (the stop-flag agreement, an evaluation) lands in the next step's figure; the
+        # step's own communication cannot outlast the step.
+        comm_s = min(float(stats.pop("comm_s", 0.0)), step_s)
         log.write(StepRecord(step=step, samples=args.batch_size * s.world,
                              compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
                              bytes_sent=stats.pop("bytes_sent", 0),

@@ -70,7 +70,9 @@ def _line_colors(fig: plt.Figure) -> dict[str, tuple[float, ...]]:
 
 def test_every_figure_has_unique_legends_and_units_on_its_axes(swept: Path) -> None:
     figs = _drawn(swept)
-    assert set(figs) == {f.name for f in registry()}  # the sweep supports all four
+    # the tiny sweep supports every figure but the crossover (it has no static runs of the
+    # ladder's fixed levels with known steps to target)
+    assert set(figs) == {f.name for f in registry()} - {"crossover"}
     for name, fig in figs.items():
         for ax in fig.axes:
             leg = ax.get_legend()

@@ -18,8 +18,11 @@ from testbed.analysis.figures import Figure, Inputs, NoData, style
 
 
 def select(inp: Inputs) -> pd.DataFrame:
+    """The static runs, when their steps to target are known (else nothing to draw)."""
     r = tables.ok_runs(inp.runs)
-    return r[r["kind"] == "throughput"] if not r.empty else r
+    if r.empty or ideal.crossover_tables(inp.root, inp.runs, inp.steps)[0].empty:
+        return r.iloc[0:0]
+    return r[r["kind"] == "throughput"]
 
 
 def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
