@@ -1,0 +1,65 @@
+"""A results filesystem with (almost) no room: every command that writes says so in one
+line, exits non-zero, builds nothing and leaves no record that says ``running``.
+
+A small tmpfs is mounted in a private mount namespace of the test's own (``unshare
+--mount``), so nothing outside the test sees it and it vanishes with the namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.helpers import NETSENSE, env_for, state_empty
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root to mount a small tmpfs in a private mount namespace")
+
+
+def _in_small_tmpfs(tmp_path: Path, size: str, commands: list[str], fill: bool = False
+                    ) -> subprocess.CompletedProcess:
+    """Run ``commands`` (netsense argument strings) with ``$D`` a fresh tmpfs of ``size``;
+    ``fill``: fill it to the last byte first. Prints ``rc=N`` after each command, then
+    every summary.json left under it."""
+    d = tmp_path / "small"
+    d.mkdir()
+    env, _ = env_for(tmp_path)
+    script = f"mount -t tmpfs -o size={size} none {d} || exit 99; D={d}; "
+    if fill:
+        script += f"dd if=/dev/zero of={d}/filler bs=4k 2>/dev/null; "
+    for c in commands:
+        script += f"{NETSENSE} {c}; echo \"rc=$?\"; "
+    script += f"find {d} -name summary.json -exec sh -c 'echo SUMMARY; cat \"$1\"' _ {{}} \\;"
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           script], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    if proc.returncode == 99:
+        pytest.skip("cannot mount tmpfs here")
+    return proc
+
+
+def _codes(stdout: str) -> list[int]:
+    return [int(w[3:]) for w in stdout.split() if w.startswith("rc=")]
+
+
+def _summaries(stdout: str) -> list[dict]:
+    parts = stdout.split("SUMMARY")[1:]
+    return [json.loads(p.strip()) for p in parts if p.strip()]
+
+
+def test_run_and_sweep_on_a_small_results_filesystem_refuse_in_one_line(tmp_path):
+    """Too small for one run: refused by the free-space check, before anything is built."""
+    proc = _in_small_tmpfs(tmp_path, "64k", ["run smoke --results $D/res",
+                                             "sweep tiny --results $D/res"])
+    codes = _codes(proc.stdout)
+    assert len(codes) == 2 and all(c != 0 for c in codes), proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2 and all("space" in ln and str(tmp_path) in ln for ln in lines), lines
+    assert _summaries(proc.stdout) == []
+    assert state_empty(tmp_path / "state")
