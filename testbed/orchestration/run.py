@@ -436,7 +436,10 @@ class _Run:
                 errors.append(f"{step}: {error}")
         self._teardown_step = None
         if self.workers is not None:
-            self.workers.close_logs()
+            try:
+                self.workers.close_logs()
+            except OSError as exc:  # a log's last bytes on a full disk: not the record
+                errors.append(f"worker logs: {exc}")
         self.timing["teardown_s"] = round(time.monotonic() - t, 3)
         incomplete = [e for e in errors if "did not finish" in e]
         if self.emu is not None and getattr(self.emu, "leftovers", None):
@@ -539,6 +542,7 @@ class _Run:
             if self.meta is not None:
                 files.write_json(self.folder.path / "sweep.json", self.meta)
             self.folder.write_summary(self.summary)
+            self.folder.reserve()
         except files.NoSpace:
             self.folder.discard()
             raise
@@ -564,7 +568,11 @@ class _Run:
         self.progress.update("tearing down", force=True)
         self._teardown_all()
         if self.traffic is not None or self.workers is not None:
-            self._write_pids()
+            try:
+                self._write_pids()
+            except OSError as exc:  # (a full disk) the final record must still be written
+                status = "failed"
+                reason = reason or f"writing pids.json: {exc}"
         try:
             self._collect()
         except Exception as exc:  # noqa: BLE001
@@ -632,10 +640,11 @@ class _Run:
         return f"no space left on {self.folder.path} ({shown} free): {reason}"
 
     def _write_final(self, summary: dict[str, Any]) -> bool:
-        """The final summary, however full the disk: the whole record, else its essentials,
-        else the essentials in the place of the ``running`` record (whose blocks that
-        frees). True when a final record is on disk; False leaves the registration for
-        `netsense clean` to repair."""
+        """The final summary, however full the disk: the whole record; else, with the
+        folder's reserve freed (rundir.RESERVE_NAME), the whole record, then its
+        essentials; else the essentials in the place of the ``running`` record (whose
+        blocks that frees). True when a final record is on disk; False leaves the
+        registration for `netsense clean` to repair."""
         with self._final:
             if self._final_written:
                 return True
@@ -643,12 +652,15 @@ class _Run:
                 "scenario", "method", "seed", "run_id", "status", "reason", "started_at",
                 "finished_at", "orchestrator", "prefix")}
             path = self.folder.path / "summary.json"
-            for attempt in range(3):
+            for attempt in range(4):
                 try:
-                    if attempt == 2:
+                    if attempt == 1:
+                        self.folder.release()
+                    if attempt == 3:
                         path.unlink(missing_ok=True)
-                    self.folder.write_summary(summary if attempt == 0 else essentials)
+                    self.folder.write_summary(summary if attempt < 2 else essentials)
                     self._final_written = True
+                    self.folder.release()
                     return True
                 except OSError:
                     continue

@@ -107,6 +107,7 @@ def repair_record(run_dir: Path) -> str | None:
     if reason is None:
         return None
     summary.update(status="failed", reason=reason, repaired_by="netsense clean")
+    RunFolder(Path(run_dir)).release()  # its blocks make room for the record on a full disk
     files.write_json(path, summary)
     return reason
 
@@ -141,6 +142,14 @@ class RunOutcome:
     summary: dict[str, Any]
 
 
+#: The run folder's space for its final record: written with the ``running`` summary and
+#: freed just before the final summary when the disk has filled meanwhile (workers, the
+#: bottleneck sampler and anything else on the filesystem may take the last byte, and the
+#: blocks a deleted ``running`` record frees can be taken again before they are used).
+RESERVE_NAME = ".final-record-reserve"
+RESERVE_BYTES = 64 * 1024
+
+
 class RunFolder:
     """Paths and writers of one run folder."""
 
@@ -168,6 +177,25 @@ class RunFolder:
         """Remove what this run wrote into its folder (a run that could not even write its
         first record must leave nothing behind)."""
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def reserve(self) -> None:
+        """Hold ``RESERVE_BYTES`` for the final record (module constant's comment).
+        files.NoSpace if the filesystem cannot give them."""
+        path = self.path / RESERVE_NAME
+        try:
+            with open(path, "wb") as fh:
+                fh.write(bytes(RESERVE_BYTES))  # written, not sparse: the blocks are held
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            if files.is_no_space(exc):
+                raise files.NoSpace(self.path, exc) from exc
+            raise
+
+    def release(self) -> None:
+        """Give the reserve back (before the final record on a full disk, or after it)."""
+        (self.path / RESERVE_NAME).unlink(missing_ok=True)
 
     def write_config(self, config: dict[str, Any]) -> None:
         files.write_json(self.path / "config.json", config)

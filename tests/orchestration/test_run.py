@@ -28,6 +28,7 @@ from testbed.analysis import tables
 from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.emulation import leftovers
 from testbed.orchestration.run import run_scenario
+from testbed.orchestration.rundir import RESERVE_NAME
 
 NETSENSE = Path(sys.executable).parent / "netsense"
 
@@ -49,6 +50,8 @@ def assert_nothing_left(run_dir: Path) -> None:
     assert pids["workers"], "no worker PIDs recorded"
     alive = [p for p in started if leftovers.proc_starttime(p) is not None]
     assert alive == [], f"still running: {alive}"
+    # the space held for the final record is given back once the record is written
+    assert not (run_dir / RESERVE_NAME).exists()
 
 
 def digest(root: Path) -> dict[str, str]:

@@ -63,3 +63,56 @@ def test_run_and_sweep_on_a_small_results_filesystem_refuse_in_one_line(tmp_path
     assert len(lines) == 2 and all("space" in ln and str(tmp_path) in ln for ln in lines), lines
     assert _summaries(proc.stdout) == []
     assert state_empty(tmp_path / "state")
+
+
+def _fill_mid_run(tmp_path: Path, runs: int) -> subprocess.CompletedProcess:
+    """``runs`` smoke runs on a fresh 32 MiB tmpfs each filled to the last byte once the
+    workers have logged a few steps; prints ``rc=N`` per run and every summary left."""
+    d = tmp_path / "small"
+    d.mkdir()
+    env, _ = env_for(tmp_path)
+    script = f"mount -t tmpfs -o size=32m none {d} || exit 99; "
+    for i in range(runs):
+        res = f"{d}/res{i}"
+        script += (
+            f"{NETSENSE} run smoke --method allreduce --quiet --results {res} "
+            "--set workload.time_limit_s=30 & P=$!; "
+            # wait (<= 120 s) for rank 0's step log, then take every byte left
+            f"for _ in $(seq 1200); do f=$(find {res} -name rank0.jsonl -size +2k "
+            "2>/dev/null | head -1); [ -n \"$f\" ] && break; sleep 0.1; done; "
+            f"dd if=/dev/zero of={d}/filler{i} bs=4k 2>/dev/null; "
+            "wait $P; echo \"rc=$?\"; "
+            f"find {res} -name summary.json -exec sh -c 'echo SUMMARY; cat \"$1\"; echo; "
+            "echo END' _ {} \\; ; "
+            f"find {res} -name .final-record-reserve -exec echo RESERVE-LEFT {{}} \\; ; "
+            f"rm -f {d}/filler{i}; ")
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           script], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=tmp_path)
+    if proc.returncode == 99:
+        pytest.skip("cannot mount tmpfs here")
+    return proc
+
+
+def test_disk_filling_mid_run_ends_in_a_final_record(tmp_path):
+    """The disk fills while the workers train: each run fails with the cause in its
+    record, which is final (never ``running``, its registration gone), without a
+    traceback, and nothing of the run is left. The final record is written into the
+    space the folder reserved at the start (rundir.RESERVE_NAME); before the reserve, a
+    run in four kept its ``running`` record on a 1 MiB tmpfs."""
+    runs = 3
+    proc = _fill_mid_run(tmp_path, runs)
+    codes = _codes(proc.stdout)
+    assert len(codes) == runs and all(c != 0 for c in codes), proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "RESERVE-LEFT" not in proc.stdout, proc.stdout
+    summaries = [json.loads(p.split("END")[0]) for p in proc.stdout.split("SUMMARY")[1:]]
+    assert len(summaries) == runs, proc.stdout
+    for s in summaries:
+        assert s["status"] == "failed", s
+        assert "space" in s.get("reason", ""), s
+        prefix = s.get("prefix")
+        if prefix:
+            links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+            assert prefix not in links, (prefix, links)
+    assert state_empty(tmp_path / "state")
