@@ -52,7 +52,6 @@ from testbed.analysis import loading
 from testbed.common import files
 
 SMOOTH_S = 0.5
-SPARSE_LEVELS = ("topk", "randomk", "dgc")
 COLUMNS = ["t", "step", "level", "est_rate_mbit", "est_link_mbit", "configured_mbit",
            "cross_mbit", "available_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
            "backlog_bytes", "drops_per_s", "est_min_rtt_ms", "est_bdp_kB", "tcp_min_rtt_ms",
