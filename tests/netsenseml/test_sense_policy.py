@@ -332,3 +332,34 @@ def test_changes_counts_every_decision_change():
     assert bytes_ratio("topk", 0.01) == pytest.approx(0.02)
     c = Calibration(1e6, 2, 1e-3, 1e-8)
     assert NetSensePolicy().calibrate(c) in NetSensePolicy().candidates()
+
+
+def test_a_young_slower_regime_compresses_within_a_few_observations():
+    """The first congested phase of xover-d50 (seed 0) as measured at int8: comm time from
+    ~5 ms to 0.2-0.34 s, no fresh rate (all-gathers give none). The old rule needed 8
+    observations (calls interrupted by "stay" while the band was wide from a few samples),
+    most of a 4 s phase at ~0.3 s a step; a young regime moves at once and without the
+    error bars (module docstring, "Decisions")."""
+    job = Job(dense_bytes=2.2e6, compute_s=0.02, gather_fixed_s=0.003,
+              codec_s={"none": 0.0, "fp16": 1e-3, "bf16": 1e-3, "int8": 4e-3, "topk": 3e-3})
+    prior = {"none": 213, "fp16": 213, "int8": 213, "topk:0.1": 233, "topk:0.01": 327}
+    p = NetSensePolicy(prior=prior)
+    p.calibrate(calibration(job, link(rate=GBIT)))
+    p.decision = Decision("int8")
+    rng = __import__("random").Random(0)
+
+    def seen(d, comm, rate):
+        return Observation(d, comm, comm, 0.024, 0.004, 0.0, 1.0, rate_Bps=rate)
+
+    for _ in range(40):
+        p.observe(seen(p.decision, 0.005 * rng.uniform(0.8, 1.2), 600e6))
+    assert p.decision == Decision("int8")
+    trace = [0.029, 0.110, 0.190, 0.230, 0.099, 0.155, 0.320, 0.314, 0.316, 0.310, 0.340]
+    moved = None
+    for i, comm in enumerate(trace):
+        if p.decision.level != "int8":
+            moved = i
+            break
+        p.observe(seen(p.decision, comm, 0.0))
+    assert moved is not None and moved <= 4, moved
+    assert p.decision.level == "topk"
