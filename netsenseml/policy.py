@@ -64,7 +64,7 @@ does it on every rank at the same step), and the back-off resets. Nothing else r
 a bandwidth estimate that moves with noise does not.
 
 **Decisions** (:class:`Hysteresis`). A move must be called for ``decide_confirm``
-observations in a row -- except in a *young regime*: from a new regime up to its first
+observations in a row -- except in a *young regime*: from a new, slower regime up to its first
 observation with a freshly sensed rate (at most ``change_confirm + decide_confirm``
 observations), a move is taken at once and judged without the error bars. Measured on a
 1000 -> 200 Mbit/s drop with 8 competing streams (xover-d50): int8 steps went from 25 ms to
@@ -772,7 +772,9 @@ class NetSensePolicy:
             m.new_regime(abs(n))
             m.restart_rate()
             self.hysteresis.reset()
-            self._urgent = self.config.change_confirm + self.config.decide_confirm
+            # young only when slower: a confirmed slowdown makes compressing the safe side;
+            # a faster path is left on measurements (probes), as ever
+            self._urgent = (self.config.change_confirm + self.config.decide_confirm) if n > 0 else 0
             if n < 0 and self.fidelity(self.decision) > self.fidelity(self._candidates[0]):
                 self.prober.after_faster = True
         if not obs.decision.probe:  # a probe is a measurement; it does not vote
