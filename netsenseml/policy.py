@@ -64,13 +64,14 @@ does it on every rank at the same step), and the back-off resets. Nothing else r
 a bandwidth estimate that moves with noise does not.
 
 **Decisions** (:class:`Hysteresis`). A move must be called for ``decide_confirm``
-observations in a row -- except in a *young regime*: from a new, slower regime up to its first
+observations in a row -- except in a *young regime*: from a new regime at least
+``2 x change_factor`` slower than predicted (the detector's median ratio) up to its first
 observation with a freshly sensed rate (at most ``change_confirm + decide_confirm``
 observations), a move is taken at once and judged without the error bars. Measured on a
 1000 -> 200 Mbit/s drop with 8 competing streams (xover-d50): int8 steps went from 25 ms to
 0.2-0.34 s, and with two stale-rate observations, a band wide from three samples, and calls
-interrupted by "stay", the policy took 10 steps (3 s of a 4 s phase) to compress. A level change that undoes the
-previous one within the same regime is an oscillation: it multiplies the confirmation
+interrupted by "stay", the policy took 10 steps (3 s of a 4 s phase) to compress.
+A level change that undoes the previous one within the same regime is an oscillation: it multiplies the confirmation
 count by ``backoff_factor`` (up to ``max_confirm``), like TCP's retransmission back-off
 (the band ``U`` already holds the noise; grown too, it would freeze a wrong level).
 
@@ -772,9 +773,11 @@ class NetSensePolicy:
             m.new_regime(abs(n))
             m.restart_rate()
             self.hysteresis.reset()
-            # young only when slower: a confirmed slowdown makes compressing the safe side;
-            # a faster path is left on measurements (probes), as ever
-            self._urgent = (self.config.change_confirm + self.config.decide_confirm) if n > 0 else 0
+            # young only after a large slowdown: compressing is then the safe side (a
+            # faster path is left on measurements, as ever); a mild one (a few competing
+            # streams on a fast link) is judged with the error bars
+            big = n > 0 and self.regime.factor >= 2 * self.config.change_factor
+            self._urgent = (self.config.change_confirm + self.config.decide_confirm) if big else 0
             if n < 0 and self.fidelity(self.decision) > self.fidelity(self._candidates[0]):
                 self.prober.after_faster = True
         if not obs.decision.probe:  # a probe is a measurement; it does not vote
