@@ -9,6 +9,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from testbed.emulation import leftovers
 from tests.cli.test_cli import _marked_pids
 
@@ -57,3 +59,16 @@ def assert_run_left_nothing(run_dir: Path) -> None:
 def state_empty(state: Path) -> bool:
     return not state.exists() or not any(p for p in state.iterdir()
                                          if not p.name.startswith("."))
+
+
+def in_private_mount(script: str, env: dict[str, str], cwd: Path, timeout: float
+                     ) -> subprocess.CompletedProcess:
+    """``sh -c script`` in a private mount namespace of its own (``unshare --mount``): the
+    tmpfs it mounts is seen by nothing else and vanishes with it. The script exits 99 when
+    it cannot mount: the test is skipped."""
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           script], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=cwd)
+    if proc.returncode == 99:
+        pytest.skip("cannot mount tmpfs here")
+    return proc

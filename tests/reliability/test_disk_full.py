@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.helpers import NETSENSE, env_for, state_empty
+from tests.reliability.helpers import NETSENSE, env_for, in_private_mount, state_empty
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -35,11 +35,7 @@ def _in_small_tmpfs(tmp_path: Path, size: str, commands: list[str], fill: bool =
     for c in commands:
         script += f"{NETSENSE} {c}; echo \"rc=$?\"; "
     script += f"find {d} -name summary.json -exec sh -c 'echo SUMMARY; cat \"$1\"' _ {{}} \\;"
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           script], capture_output=True, text=True, env=env, timeout=300,
-                          cwd=tmp_path)
-    if proc.returncode == 99:
-        pytest.skip("cannot mount tmpfs here")
+    proc = in_private_mount(script, env, tmp_path, timeout=300)
     return proc
 
 
@@ -86,11 +82,7 @@ def _fill_mid_run(tmp_path: Path, runs: int) -> subprocess.CompletedProcess:
             "echo END' _ {} \\; ; "
             f"find {res} -name .final-record-reserve -exec echo RESERVE-LEFT {{}} \\; ; "
             f"rm -f {d}/filler{i}; ")
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           script], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=tmp_path)
-    if proc.returncode == 99:
-        pytest.skip("cannot mount tmpfs here")
+    proc = in_private_mount(script, env, tmp_path, timeout=600)
     return proc
 
 

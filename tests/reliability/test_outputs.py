@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
 import pytest
 
 from tests.cli.test_cli import netsense
-from tests.reliability.helpers import NETSENSE, env_for, one_line_error
+from tests.reliability.helpers import NETSENSE, env_for, in_private_mount, one_line_error
 
 
 def _commands(out: str, results: str) -> dict[str, list[str]]:
@@ -60,11 +59,7 @@ def test_read_only_folder_refused_even_for_root(tmp_path):
               f"'plot {tmp_path}/results --figures {ro}/f' "
               f"'report {tmp_path}/results --html {ro}/r.html'; do "
               f"{NETSENSE} $args; echo \"rc=$?\"; done")
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           script], capture_output=True, text=True, env=env, timeout=120,
-                          cwd=tmp_path)
-    if proc.returncode == 99:
-        pytest.skip("cannot mount tmpfs here")
+    proc = in_private_mount(script, env, tmp_path, timeout=120)
     assert proc.stdout.split() == ["rc=2"] * 4, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 4 and all("Read-only file system" in ln for ln in lines), lines
