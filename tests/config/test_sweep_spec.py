@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from testbed.cli.analysis import register
 from testbed.config import sweep as sw
 from testbed.orchestration.sweep import dry_run_rows, is_done
+from tests.cli.apps import analysis_app
 
 BASE = {
     "name": "t",
@@ -116,50 +115,40 @@ def test_resume_status_reads_summary(tmp_path: Path) -> None:
     assert is_done(d)
 
 
-def _cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _main() -> None:  # a group, so commands are addressed by name as in netsense
-        pass
-
-    register(app)
-    return app
-
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     runner = CliRunner()
     bad = _write(tmp_path, {**BASE, "methods": ["nope"]})
-    res = runner.invoke(_cli(), ["sweep", str(bad), "--results", str(tmp_path / "r"), "--dry-run"])
+    res = runner.invoke(analysis_app(), ["sweep", str(bad), "--results", str(tmp_path / "r"), "--dry-run"])
     assert res.exit_code == 2
     assert "unknown method 'nope'" in res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "r").exists()
-    res = runner.invoke(_cli(), ["plot", str(tmp_path / "missing")])
+    res = runner.invoke(analysis_app(), ["plot", str(tmp_path / "missing")])
     assert res.exit_code == 2 and "no such folder" in res.output
     empty = tmp_path / "empty"
     empty.mkdir()
-    res = runner.invoke(_cli(), ["report", str(empty)])
+    res = runner.invoke(analysis_app(), ["report", str(empty)])
     assert res.exit_code == 2 and "no run folders" in res.output
 
 
 def test_cli_dry_run_lists_runs_and_estimate(tmp_path: Path) -> None:
-    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run"])
+    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run"])
     assert res.exit_code == 0, res.output
     assert "6 pending, 0 done" in res.output  # the per-experiment summary, not every row
     assert res.output.count("pending") == 2  # header + total line
     assert "estimated" in res.output and "min" in res.output
-    verbose = CliRunner().invoke(_cli(), ["sweep", "tiny", "-r", str(tmp_path), "-n", "-v"])
+    verbose = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "-r", str(tmp_path), "-n", "-v"])
     assert verbose.exit_code == 0 and verbose.output.count("pending") >= 6  # + one per run
     assert not (tmp_path / "tiny").exists()
 
 
 def test_cli_method_filter_runs_only_that_method(tmp_path: Path) -> None:
-    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run",
+    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(tmp_path), "--dry-run",
                                       "--method", "topk:0.01"], terminal_width=200)
     assert res.exit_code == 0, res.output
     assert "sweep tiny: 2 runs" in res.output and "2 pending, 0 done" in res.output
-    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(tmp_path),
+    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(tmp_path),
                                       "--method", "topk:0.5"])
     assert res.exit_code == 2
     assert "--method: 'topk:0.5' is not in sweep tiny" in res.output

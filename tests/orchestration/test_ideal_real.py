@@ -19,12 +19,11 @@ import statistics
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from testbed.analysis import ideal, report, tables
-from testbed.cli.analysis import register
 from testbed.emulation import faithful
+from tests.cli.apps import analysis_app
 
 pytestmark = pytest.mark.emulation
 LADDER = {"allreduce": "none", "topk:0.01": "topk:0.01"}
@@ -32,16 +31,6 @@ LADDER = {"allreduce": "none", "topk:0.01": "topk:0.01"}
 
 #: tiny-ideal.yaml's target_accuracy (the runs must still be training at the drop)
 TARGET = 0.93
-
-def _cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _main() -> None:
-        pass
-
-    register(app)
-    return app
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +41,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     old = os.environ.get(faithful.ENV)
     os.environ[faithful.ENV] = "100"
     try:
-        res = CliRunner().invoke(_cli(), ["sweep", "tiny-ideal", "--results", str(root)])
+        res = CliRunner().invoke(analysis_app(), ["sweep", "tiny-ideal", "--results", str(root)])
     finally:
         if old is None:
             os.environ.pop(faithful.ENV, None)

@@ -23,24 +23,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from testbed.analysis import tables
-from testbed.cli.analysis import register
+from tests.cli.apps import analysis_app
 
 pytestmark = pytest.mark.emulation
 
-
-def _cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _main() -> None:
-        pass
-
-    register(app)
-    return app
 
 
 def _summaries(root: Path) -> dict[Path, float]:
@@ -50,7 +39,7 @@ def _summaries(root: Path) -> dict[Path, float]:
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("results")
-    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(root)])
+    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(root)])
     assert res.exit_code == 0, res.output
     assert res.output.count("ok ") >= 6, res.output
     return root
@@ -59,14 +48,14 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_resume_skips_finished_and_reruns_only_missing(swept: Path) -> None:
     before = _summaries(swept)
     assert len(before) == 6
-    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(swept)])
+    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(swept)])
     assert res.exit_code == 0, res.output
     assert "0 ok, 0 failed, 6 skipped" in res.output
     assert _summaries(swept) == before  # nothing rewritten
 
     victim = sorted(before)[1]
     victim.unlink()  # as if the run had been killed before writing its summary
-    res = CliRunner().invoke(_cli(), ["sweep", "tiny", "--results", str(swept)])
+    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(swept)])
     assert res.exit_code == 0, res.output
     assert "1 ok, 0 failed, 5 skipped" in res.output
     after = _summaries(swept)
@@ -230,7 +219,7 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     import pandas as pd
 
     out = tmp_path / "figs"
-    res = CliRunner().invoke(_cli(), ["plot", str(swept), "--figures", str(out)])
+    res = CliRunner().invoke(analysis_app(), ["plot", str(swept), "--figures", str(out)])
     assert res.exit_code == 0, res.output
     for name in ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup"):
         png, pdf = out / f"{name}.png", out / f"{name}.pdf"
@@ -248,7 +237,7 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     assert len(tl) > 10 and tl["rate_mbit"].nunique() == 1 and tl["streams"].max() == 4
 
     report = tmp_path / "r.html"
-    res = CliRunner().invoke(_cli(), ["report", str(swept), "--html", str(report),
+    res = CliRunner().invoke(analysis_app(), ["report", str(swept), "--html", str(report),
                                       "--figures", str(out)])
     assert res.exit_code == 0, res.output
     page = report.read_text()
