@@ -35,20 +35,20 @@ class BasicBlock(nn.Module):
         return F.relu(out + self.short(x))
 
 
-class ResNet18(nn.Module):
-    """CIFAR-style ResNet-18; ``width`` = channels of the first stage (64 = original)."""
+class _CifarResNet(nn.Module):
+    """A 3x3 stem, BasicBlocks as ``blocks`` says ((channels, stride) each, in order),
+    global average pool, a linear head: what ResNet-18 and ResNet-20 share."""
 
-    def __init__(self, in_channels: int, num_classes: int, width: int = 32) -> None:
+    def __init__(self, in_channels: int, num_classes: int, width: int,
+                 blocks: list[tuple[int, int]]) -> None:
         super().__init__()
-        w = width
         self.stem = nn.Sequential(
-            nn.Conv2d(in_channels, w, 3, 1, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()
+            nn.Conv2d(in_channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()
         )
         layers: list[nn.Module] = []
-        cin = w
-        for i, cout in enumerate((w, 2 * w, 4 * w, 8 * w)):
-            stride = 1 if i == 0 else 2
-            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+        cin = width
+        for cout, stride in blocks:
+            layers.append(BasicBlock(cin, cout, stride))
             cin = cout
         self.layers = nn.Sequential(*layers)
         self.head = nn.Linear(cin, num_classes)
@@ -59,13 +59,27 @@ class ResNet18(nn.Module):
         return self.head(x)
 
 
-def build_resnet18(input_shape: tuple[int, ...], num_classes: int, width: int = 32) -> ResNet18:
+def _image_channels(name: str, input_shape: tuple[int, ...]) -> int:
     if len(input_shape) != 3:
-        raise ValueError(f"resnet18 needs image input (C,H,W), got shape {input_shape}")
-    return ResNet18(input_shape[0], num_classes, width)
+        raise ValueError(f"{name} needs image input (C,H,W), got shape {input_shape}")
+    return input_shape[0]
 
 
-class ResNet20(nn.Module):
+class ResNet18(_CifarResNet):
+    """CIFAR-style ResNet-18; ``width`` = channels of the first stage (64 = original)."""
+
+    def __init__(self, in_channels: int, num_classes: int, width: int = 32) -> None:
+        w = width
+        blocks = [(c, s) for i, c in enumerate((w, 2 * w, 4 * w, 8 * w))
+                  for s in ((1 if i == 0 else 2), 1)]
+        super().__init__(in_channels, num_classes, w, blocks)
+
+
+def build_resnet18(input_shape: tuple[int, ...], num_classes: int, width: int = 32) -> ResNet18:
+    return ResNet18(_image_channels("resnet18", input_shape), num_classes, width)
+
+
+class ResNet20(_CifarResNet):
     """CIFAR ResNet-20 (He et al. 2016, section 4.2): a 3x3 stem, three stages of three
     BasicBlocks at ``width``, 2x and 4x channels (16/32/64 in the original), strides 1/2/2,
     global average pool. 0.27 M parameters (1.1 MB of fp32 gradient) at width 16 but ~41
@@ -73,27 +87,11 @@ class ResNet20(nn.Module):
     an idle link its step is compute and its crossover lies at a low rate."""
 
     def __init__(self, in_channels: int, num_classes: int, width: int = 16) -> None:
-        super().__init__()
         w = width
-        self.stem = nn.Sequential(
-            nn.Conv2d(in_channels, w, 3, 1, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU()
-        )
-        layers: list[nn.Module] = []
-        cin = w
-        for i, cout in enumerate((w, 2 * w, 4 * w)):
-            for j in range(3):
-                layers.append(BasicBlock(cin, cout, 2 if (i > 0 and j == 0) else 1))
-                cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.head = nn.Linear(cin, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.stem(x))
-        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return self.head(x)
+        blocks = [(c, 2 if (i > 0 and j == 0) else 1) for i, c in enumerate((w, 2 * w, 4 * w))
+                  for j in range(3)]
+        super().__init__(in_channels, num_classes, w, blocks)
 
 
 def build_resnet20(input_shape: tuple[int, ...], num_classes: int, width: int = 16) -> ResNet20:
-    if len(input_shape) != 3:
-        raise ValueError(f"resnet20 needs image input (C,H,W), got shape {input_shape}")
-    return ResNet20(input_shape[0], num_classes, width)
+    return ResNet20(_image_channels("resnet20", input_shape), num_classes, width)
