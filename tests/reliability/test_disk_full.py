@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.orchestration.rundir import RESERVE_NAME
 from tests.reliability.helpers import NETSENSE, env_for, in_private_mount, state_empty
 
 pytestmark = pytest.mark.skipif(
@@ -34,7 +35,7 @@ def _in_small_tmpfs(tmp_path: Path, size: str, commands: list[str], fill: bool =
         script += f"dd if=/dev/zero of={d}/filler bs=4k 2>/dev/null; "
     for c in commands:
         script += f"{NETSENSE} {c}; echo \"rc=$?\"; "
-    script += f"find {d} -name summary.json -exec sh -c 'echo SUMMARY; cat \"$1\"' _ {{}} \\;"
+    script += _print_summaries(d)
     proc = in_private_mount(script, env, tmp_path, timeout=300)
     return proc
 
@@ -43,9 +44,15 @@ def _codes(stdout: str) -> list[int]:
     return [int(w[3:]) for w in stdout.split() if w.startswith("rc=")]
 
 
+def _print_summaries(folder: Path) -> str:
+    """Shell: every summary.json under ``folder``, each between SUMMARY and END lines."""
+    return (f"find {folder} -name summary.json -exec sh -c 'echo SUMMARY; cat \"$1\"; echo; "
+            "echo END' _ {} \\; ; ")
+
+
 def _summaries(stdout: str) -> list[dict]:
-    parts = stdout.split("SUMMARY")[1:]
-    return [json.loads(p.strip()) for p in parts if p.strip()]
+    parts = [p.split("END")[0].strip() for p in stdout.split("SUMMARY")[1:]]
+    return [json.loads(p) for p in parts if p]
 
 
 def test_run_and_sweep_on_a_small_results_filesystem_refuse_in_one_line(tmp_path):
@@ -78,9 +85,8 @@ def _fill_mid_run(tmp_path: Path, runs: int) -> subprocess.CompletedProcess:
             "2>/dev/null | head -1); [ -n \"$f\" ] && break; sleep 0.1; done; "
             f"dd if=/dev/zero of={d}/filler{i} bs=4k 2>/dev/null; "
             "wait $P; echo \"rc=$?\"; "
-            f"find {res} -name summary.json -exec sh -c 'echo SUMMARY; cat \"$1\"; echo; "
-            "echo END' _ {} \\; ; "
-            f"find {res} -name .final-record-reserve -exec echo RESERVE-LEFT {{}} \\; ; "
+            + _print_summaries(res) +
+            f"find {res} -name {RESERVE_NAME} -exec echo RESERVE-LEFT {{}} \\; ; "
             f"rm -f {d}/filler{i}; ")
     proc = in_private_mount(script, env, tmp_path, timeout=600)
     return proc
@@ -90,15 +96,16 @@ def test_disk_filling_mid_run_ends_in_a_final_record(tmp_path):
     """The disk fills while the workers train: each run fails with the cause in its
     record, which is final (never ``running``, its registration gone), without a
     traceback, and nothing of the run is left. The final record is written into the
-    space the folder reserved at the start (rundir.RESERVE_NAME); before the reserve, a
-    run in four kept its ``running`` record on a 1 MiB tmpfs."""
+    space the folder reserved at the start (rundir.RESERVE_NAME). Before the fix all 3
+    runs kept their ``running`` record: teardown's pids.json write raised out of the
+    run before its final record."""
     runs = 3
     proc = _fill_mid_run(tmp_path, runs)
     codes = _codes(proc.stdout)
     assert len(codes) == runs and all(c != 0 for c in codes), proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "RESERVE-LEFT" not in proc.stdout, proc.stdout
-    summaries = [json.loads(p.split("END")[0]) for p in proc.stdout.split("SUMMARY")[1:]]
+    summaries = _summaries(proc.stdout)
     assert len(summaries) == runs, proc.stdout
     for s in summaries:
         assert s["status"] == "failed", s
