@@ -14,7 +14,7 @@ RESULTS  ?= results
 PYTEST_ARGS ?=
 # EXTRAS=dev,ray also installs Ray (`netsense sweep --executor ray` and its tests)
 EXTRAS   ?= dev
-APT_PACKAGES := mininet iperf3 bridge-utils
+APT_PACKAGES := mininet iperf3 bridge-utils python3-simgrid openssh-server
 # Only for the test that renders report.html in a real headless browser (skipped without it).
 APT_TEST_PACKAGES := chromium
 STAMP    := $(VENV)/.netsense-setup
@@ -29,7 +29,7 @@ setup: $(STAMP)
 # itself; then the project itself, editable, with its dev extras.
 $(STAMP): pyproject.toml
 	@pkgs=""; \
-	for t in mnexec iperf3 brctl tc; do command -v $$t >/dev/null 2>&1 || pkgs="$(APT_PACKAGES)"; done; \
+	for t in mnexec iperf3 brctl tc /usr/sbin/sshd; do command -v $$t >/dev/null 2>&1 || pkgs="$(APT_PACKAGES)"; done; \
 	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs $(APT_TEST_PACKAGES)"; \
 	if [ -n "$$pkgs" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
@@ -41,6 +41,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--index-url "$(TORCH_INDEX_URL)") "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@# SimGrid: Debian's prebuilt bindings, linked into the venv (only that one module)
+	@$(PY) -c "import simgrid" 2>/dev/null || for so in /usr/lib/python3/dist-packages/simgrid.cpython-*.so; do \
+	  test -e "$$so" && ln -sf "$$so" "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/"; done; true
 	@touch $(STAMP)
 
 # Refresh the committed JSON schemas after a change to the scenario or sweep models.
