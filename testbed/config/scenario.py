@@ -335,9 +335,6 @@ class Scenario(StrictModel):
             except ValueError as exc:
                 raise ValueError(f"timeline[{i}] ({ev.kind}): {exc}") from None
         real_hosts = topo.kind == "hosts"  # their kernels decide about netem, at run time
-        if real_hosts and self.timeline:
-            raise ValueError("timeline: not supported with topology.kind hosts (real NICs "
-                             "are shaped once, before training)")
         impaired = [] if real_hosts else topo.impairments()
         for i, ev in enumerate(self.timeline):
             where = f"timeline[{i}] ({ev.kind})"

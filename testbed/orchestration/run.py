@@ -29,7 +29,10 @@ that does propagate is an interruption (SIGINT/SIGTERM), *after* teardown, as
 ``RunInterrupted`` (``testbed.orchestration.interrupts``), so that a sweep stops and the CLI
 exits 130/143.
 
-Who does what: this module holds the phases and their order; the run folder's files are
+Who does what: the lifecycle itself (config, folder, work, teardown, status, the final
+record, signals held off around the first and last writes) is ``lifecycle.RunLifecycle``'s,
+written once for both backends; this module is the emulated-network backend (``_Run``: the
+phases above and their teardown), ``hosts`` the real-hosts one. The run folder's files are
 ``rundir``'s, the worker processes ``workers``', signals ``interrupts``', the status line
 ``progress``'.
 """
@@ -38,31 +41,21 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import threading
 import time
-import traceback
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from testbed.common import files
 from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
-from testbed.emulation import Emulation, bottleneck, capture, counters, faithful, leftovers
+from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import gpus, health, launcher, records
-from testbed.orchestration.hosts import run_on_hosts
-from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
-from testbed.orchestration.progress import RunProgress
-from testbed.orchestration.rundir import (
-    RunFolder,
-    RunOutcome,
-    host_facts,
-    orchestrator_entry,
-    versions,
-)
+from testbed.orchestration.hosts import HostsRun
+from testbed.orchestration.interrupts import RunInterrupted
+from testbed.orchestration.lifecycle import RunFailed, RunLifecycle, bounded
+from testbed.orchestration.rundir import RunOutcome
 from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
 from testbed.orchestration.workers import WorkerGroup, worker_argv
 
@@ -70,26 +63,12 @@ POLL_S = 0.1
 #: Deadline of each teardown step (seconds): the emulation's own steps are bounded
 #: tighter (``testbed.emulation.network``); this catches anything else that blocks.
 TEARDOWN_STEP_S = {"cross-traffic": 10.0, "workers": 10.0, "emulation": 15.0, "zygote": 5.0}
-#: After SIGINT/SIGTERM during teardown, how long it may still take before the process
-#: writes its record and leaves (``netsense clean`` then finishes what is left);
-#: $NETSENSE_TEARDOWN_GRACE_S overrides it.
-SIGNAL_GRACE_S = 8.0
-
-
-def _signal_grace() -> float:
-    try:
-        return max(0.1, float(os.environ.get("NETSENSE_TEARDOWN_GRACE_S", SIGNAL_GRACE_S)))
-    except ValueError:
-        return SIGNAL_GRACE_S
-#: Free space below which a failed run's cause is taken to be the full disk.
-LOW_SPACE_BYTES = 64 * 1024
 #: A worker stopped (SIGSTOP, a debugger) this long fails the run at once: its peers
 #: would otherwise wait for it until the collective timeout.
 STOPPED_RANK_S = 2.0
 
 
-class _RunFailed(Exception):
-    """A run-level failure with a one-line reason for summary.json."""
+_RunFailed = RunFailed  # the phases below raise it under this name
 
 
 def sanitize_method(method: str) -> str:
@@ -102,15 +81,16 @@ def make_run_id(method: str, seed: int, now: datetime | None = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{sanitize_method(method)}-s{seed}"
 
 
-class _Run:
-    """One run's phases; every resource it creates is torn down in ``execute``'s finally."""
+class _Run(RunLifecycle):
+    """The emulated-network backend of the run lifecycle (``lifecycle.RunLifecycle``): its
+    phases; every resource it creates is torn down in ``_teardown_all``."""
 
     def __init__(
         self, scenario: Scenario, method: str, seed: int, run_dir: Path, progress: bool,
         meta: dict[str, Any] | None = None,
         gpu_plan: gpus.GpuPlan | None = None,
     ) -> None:
-        self.scn = scenario
+        super().__init__(scenario, method, seed, run_dir, progress, meta)
         self.gpu_plan = gpu_plan or gpus.GpuPlan("cpu", "gloo", None)
         self.sampler: bottleneck.BottleneckSampler | None = None
         self.cross_pairs: list[tuple[str, str]] = []
@@ -119,29 +99,12 @@ class _Run:
         self.intfs: dict[str, str] = {}
         self.capture: Any = None
         self.capture_ips: set[str] = set()
-        self.network: dict[str, Any] = {}
-        self.warnings: list[str] = []
-        self.method = method
-        self.seed = seed
-        self.folder = RunFolder(run_dir)
-        self.progress = RunProgress(progress, f"[{scenario.name}] {method} seed {seed}")
         self._first_step_wall: float | None = None  # progress line: start-up vs training
-        self.signals = SignalGuard()
         self.emu: Any = None
         self.traffic: CrossTraffic | None = None
         self.timeline: Timeline | None = None
         self.workers: WorkerGroup | None = None
         self._own_zygote: launcher.Zygote | None = None
-        self.launch_wall: float | None = None
-        self.timing: dict[str, float] = {}
-        self.config: dict[str, Any] = {}
-        self.summary: dict[str, Any] = {}
-        self.meta = meta
-        self._registration: Path | None = None
-        self._teardown_step: str | None = None
-        self._final = threading.Lock()  # the final summary is written once, by one thread
-        self._final_written = False
-        self._overdue_timer: threading.Timer | None = None
         self._stopped_since: dict[int, float] = {}
 
     def _write_pids(self) -> None:
@@ -431,7 +394,7 @@ class _Run:
             ("zygote", lambda: self._own_zygote and self._own_zygote.close()),
         ):
             self._teardown_step = step
-            error = _bounded(fn, TEARDOWN_STEP_S[step])
+            error = bounded(fn, TEARDOWN_STEP_S[step])
             if error:
                 errors.append(f"{step}: {error}")
         self._teardown_step = None
@@ -469,87 +432,20 @@ class _Run:
         self._analyse_capture()
         self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
-    def _timeline_shortfall(self) -> str | None:
-        """Why the timeline did not happen in full, or None.
-
-        A scenario whose events did not all happen did not run as described, so such a run
-        is ``failed``, never ``ok`` (the schema already refuses events past a time limit;
-        this catches step-counted runs that ended first, and a slow or stuck timeline).
-        """
-        if self.timeline is not None and self.timeline.error:  # raced the workers' exit
-            return f"timeline event failed: {self.timeline.error}"
-        applied = self.summary.get("events_applied", 0)
-        scheduled = self.summary.get("events_scheduled", 0)
-        if self.timeline is None or applied >= scheduled:
-            return None
-        nxt = self.timeline.actions[applied]
-        if self._stopped_at_target():
-            # it asked to stop at the target and did: what was scheduled after that point was
-            # never part of its run (a schedule longer than the slowest method needs)
-            self.summary["timeline_note"] = (
-                f"stopped at the target after {applied} of {scheduled} events; the next "
-                f"({nxt.source}, due at {nxt.at:g} s) was later")
-            return None
-        return (f"timeline incomplete: {applied} of {scheduled} events applied; the next "
-                f"({nxt.source}, due at {nxt.at:g} s) came after the workers finished")
-
-    def _stopped_at_target(self) -> bool:
-        """The workers were told to stop at the target (``stop-at-target`` in the
-        workload's args) and rank 0's records say they reached it."""
-        args = self.scn.workload.args or {}
-        asked = any(bool(v) for k, v in args.items()
-                    if str(k).replace("-", "_") == "stop_at_target")
-        return asked and self.summary.get("time_to_accuracy_s") is not None
-
-    # main -----------------------------------------------------------------------
-    def _make_config(self) -> None:
-        """Everything config.json says, computed before anything is written (an
-        interruption here leaves no folder at all)."""
-        started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        owner = orchestrator_entry()
-        self.config = {
-            "scenario": self.scn.model_dump(mode="json"),
-            "method": self.method,
-            "seed": self.seed,
-            "run_id": self.folder.path.name,
-            "world_size": self.scn.world_size,
+    # lifecycle hooks ---------------------------------------------------------------
+    def _config_extra(self) -> dict[str, Any]:
+        return {
             "master_port": 29500 + random.randrange(1000),
             "worker_argv": worker_argv(self.scn, self.method, self.seed, self.folder.workers,
                                        self.gpu_plan.device, self.gpu_plan.backend),
             "gpu_plan": vars(self.gpu_plan),
-            "versions": versions(),
-            "host": host_facts(),
-            "started_at": started,
-            "orchestrator_pid": os.getpid(),
         }
+
+    def _make_config(self) -> None:
+        super()._make_config()
         above = faithful.warning(self.config["scenario"])
         if above:  # stated in summary.json and the report; the run still runs
             self.warnings.append(above)
-        self.summary = {
-            "scenario": self.scn.name, "method": self.method, "seed": self.seed,
-            "run_id": self.folder.path.name, "status": "running", "started_at": started,
-            "orchestrator": owner,
-        }
-
-    def _begin(self) -> None:
-        """The folder with config.json, the ``running`` summary naming this process,
-        sweep.json (the caller's metadata) and the live-run registration; signals are held
-        off meanwhile so that a folder never exists without its summary. A full disk here
-        leaves no folder content at all (files.NoSpace is raised to the caller)."""
-        self.folder.prepare()
-        try:
-            self.folder.write_config(self.config)
-            if self.meta is not None:
-                files.write_json(self.folder.path / "sweep.json", self.meta)
-            self.folder.write_summary(self.summary)
-            self.folder.reserve()
-        except files.NoSpace:
-            self.folder.discard()
-            raise
-        try:
-            self._registration = leftovers.register_run(self.folder.path)
-        except OSError as exc:  # the record still names its pid: analysis can tell
-            self.summary["registration_note"] = f"run not registered for clean: {exc}"
 
     def _work(self) -> None:
         actions, plans = expand(self.scn.timeline, end_s=self.scn.workload.time_limit_s)
@@ -563,232 +459,27 @@ class _Run:
         self._launch()
         self._monitor()
 
-    def _finish(self, status: str, reason: str | None, t_start: float) -> None:
-        """Teardown, results and the final summary; signals wait until this is done."""
-        self.progress.update("tearing down", force=True)
-        self._teardown_all()
+    def _after_teardown(self) -> None:
         if self.traffic is not None or self.workers is not None:
             try:
                 self._write_pids()
-            except OSError as exc:  # (a full disk) the final record must still be written
-                status = "failed"
-                reason = reason or f"writing pids.json: {exc}"
-        try:
-            self._collect()
-        except Exception as exc:  # noqa: BLE001
-            status = "failed"
-            reason = reason or f"collecting results: {type(exc).__name__}: {exc}"
-        if status == "ok" and self.summary.get("worker_status") not in ("ok", None):
-            status, reason = "failed", "a worker reported failure"
-        if status == "ok" and not self.summary.get("steps"):
-            status, reason = "failed", "no step records"
-        if status == "ok" and (short := self._timeline_shortfall()):
-            status, reason = "failed", short
-        if status == "ok" and (why := self._learning_verdict()):
-            status, reason = "failed", why
-        if self.summary.get("teardown_incomplete"):
-            left = "; ".join(self.summary["teardown_incomplete"])
-            note = f"teardown incomplete ({left}); `netsense clean` removes the rest"
-            status, reason = "failed", f"{reason}; {note}" if reason else note
-        if reason and status != "ok" and (full := self._no_space_text(reason)):
-            reason = full
-        self.summary.update(
-            status=status,
-            reason=reason,
-            world_size=self.scn.world_size,
-            prefix=getattr(self.emu, "prefix", None),
-            build_s=self.timing.get("build_s"),
-            teardown_s=self.timing.get("teardown_s"),
-            wall_s=round(time.monotonic() - t_start, 3),
-            finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        )
-        self._record_phases()
-        if self.network:
-            self.summary["network"] = self.network
-        if self.warnings:
-            self.summary["warnings"] = self.warnings
-        if self.summary.get("reason") is None:
-            self.summary.pop("reason")
-        if self._write_final(self.summary):
-            leftovers.unregister_run(self._registration)
+            except OSError as exc:  # (a full disk) named in the reason; the record follows
+                raise OSError(f"writing pids.json: {exc}") from exc
 
-    def _learning_verdict(self) -> str | None:
-        """``summary.learning`` (``testbed.orchestration.health``); the reason to fail a
-        run that did not learn, or None."""
-        try:
-            recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
-        except Exception:  # noqa: BLE001 - a verdict needs records; without them, none
-            return None
-        verdict = health.learning(recs)
-        if verdict is not None:
-            self.summary["learning"] = verdict
-            if not verdict["ok"]:
-                return f"not learning: {verdict['why']}"
-        return None
+    def _final_fields(self) -> dict[str, Any]:
+        return {"prefix": getattr(self.emu, "prefix", None),
+                "build_s": self.timing.get("build_s"),
+                "teardown_s": self.timing.get("teardown_s")}
 
-    def _no_space_text(self, reason: str) -> str | None:
-        """A failure caused by a full (or read-only) results filesystem, cause first:
-        workers and writers report it in their own words (errno 28 ...)."""
-        if reason.startswith(("no space left", "read-only filesystem", "disk quota")):
-            return None
-        free = files.free_bytes(self.folder.path)
-        said = any(m in reason for m in ("No space left", "Errno 28", "Disk quota",
-                                         "Errno 122", "Read-only file system", "Errno 30"))
-        if not said and (free is None or free >= LOW_SPACE_BYTES):
-            return None  # (a worker whose log is on the full disk cannot say it)
-        shown = "unknown" if free is None else files.human_bytes(free)
-        return f"no space left on {self.folder.path} ({shown} free): {reason}"
-
-    def _write_final(self, summary: dict[str, Any]) -> bool:
-        """The final summary, however full the disk: the whole record; else, with the
-        folder's reserve freed (rundir.RESERVE_NAME), the whole record, then its
-        essentials; else the essentials in the place of the ``running`` record (whose
-        blocks that frees). True when a final record is on disk; False leaves the
-        registration for `netsense clean` to repair."""
-        with self._final:
-            if self._final_written:
-                return True
-            essentials = {k: summary.get(k) for k in (
-                "scenario", "method", "seed", "run_id", "status", "reason", "started_at",
-                "finished_at", "orchestrator", "prefix")}
-            path = self.folder.path / "summary.json"
-            for attempt in range(4):
-                try:
-                    if attempt == 1:
-                        self.folder.release()
-                    if attempt == 3:
-                        path.unlink(missing_ok=True)
-                    self.folder.write_summary(summary if attempt < 2 else essentials)
-                    self._final_written = True
-                    self.folder.release()
-                    return True
-                except OSError:
-                    continue
-            return False
-
-    def _arm_overdue(self, signum: int) -> None:
-        """A signal during teardown: give it ``SIGNAL_GRACE_S``, then leave (``_overdue``)."""
-        if self._overdue_timer is None:
-            self._overdue_timer = threading.Timer(_signal_grace(), self._overdue, (signum,))
-            self._overdue_timer.daemon = True
-            self._overdue_timer.start()
-
-    def _overdue(self, signum: int) -> None:
-        """Teardown outlived the signal's grace: write the true record and end the process
-        (exit 128 + signum). What is left stays registered, marked abandoned, so
-        `netsense clean` removes it."""
-        step = self._teardown_step or "collecting results"
-        why = (f"interrupted by {signal.Signals(signum).name}; teardown did not finish "
-               f"within {_signal_grace():g} s (at: {step}); `netsense clean` removes what "
-               "is left")
+    def _abandon(self, why: str) -> None:
         if self.emu is not None and hasattr(self.emu, "abandon"):
             self.emu.abandon(why)
-        summary = dict(self.summary, status="failed", reason=why,
-                       prefix=getattr(self.emu, "prefix", None),
-                       finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        if self._write_final(summary):
-            leftovers.unregister_run(self._registration)
-        self.progress.close(f"failed: {why}")
-        os._exit(128 + signum)
-
-    def _record_phases(self) -> None:
-        """``phases_s`` and ``overhead_s`` (records.phase_breakdown); never fails the run."""
-        try:
-            recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
-            self.summary.update(records.phase_breakdown(
-                recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
-                build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
-                workers_done_wall=self.timing.get("workers_done_wall"),
-                zygote_wait_s=self.timing.get("zygote_wait_s")))
-        except Exception as exc:  # noqa: BLE001 - timing is information, not the result
-            self.summary["phases_error"] = f"{type(exc).__name__}: {exc}"
-
-    def execute(self) -> RunOutcome:
-        self.signals.install()
-        try:
-            self._make_config()  # RunInterrupted here: nothing written, nothing to undo
-            self.signals.protect()
-            self._begin()
-        except BaseException:
-            self.signals.restore()
-            raise
-        interrupted: RunInterrupted | None = None
-        status, reason = "failed", None
-        t_start = time.monotonic()
-        try:
-            self.signals.unprotect()  # a signal during _begin is raised here
-            self._work()
-            status = "ok"
-        except RunInterrupted as exc:
-            interrupted, reason = exc, f"interrupted by {signal.Signals(exc.signum).name}"
-        except KeyboardInterrupt:
-            interrupted, reason = RunInterrupted(signal.SIGINT), "interrupted by SIGINT"
-        except _RunFailed as exc:
-            reason = str(exc)
-        except files.NoSpace as exc:
-            reason = str(exc)
-        except Exception as exc:  # noqa: BLE001 - recorded, the run is failed, the sweep goes on
-            reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
-            try:
-                (self.folder.path / "orchestrator-error.txt").write_text(traceback.format_exc())
-            except OSError:
-                pass  # the reason is in the summary; the traceback is a bonus
-        finally:
-            self.signals.protect()  # from here on signals are remembered, never raised
-            self.signals.on_late = self._arm_overdue
-            if self.signals.pending is not None:  # the interruption that ends the work
-                self._arm_overdue(self.signals.pending)
-            try:
-                self._finish(status, reason, t_start)
-            finally:
-                if self._overdue_timer is not None:
-                    self._overdue_timer.cancel()
-                self.signals.on_late = None
-                self.signals.restore()
-                self.progress.close(_final_line(self.summary))
-        if interrupted is None and self.signals.pending is not None:
-            interrupted = RunInterrupted(self.signals.pending)
-        if interrupted is not None:
-            raise interrupted
-        return RunOutcome(self.folder.path, self.summary["status"], self.summary)
-
-
-def _bounded(fn: Callable[[], Any], timeout_s: float) -> str | None:
-    """Run a teardown step with a deadline; its error (or that it did not finish) as text.
-
-    The step runs in a daemon thread: one that blocks past its deadline is left behind (it
-    can hold nothing the next steps need) and the teardown goes on.
-    """
-    errors: list[str] = []
-
-    def target() -> None:
-        try:
-            fn()
-        except Exception as exc:  # noqa: BLE001 - every teardown step must get its turn
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    th = threading.Thread(target=target, name="teardown-step", daemon=True)
-    th.start()
-    th.join(timeout_s)
-    if th.is_alive():
-        return f"did not finish in {timeout_s:.0f} s"
-    return errors[0] if errors else None
 
 
 #: How each primitive action of ``testbed.config.events.ACTION_KINDS`` is applied.
 ACTIONS: dict[str, Callable[[_Run, Action], str]] = {
     "set_rate": _Run._set_rate, "cross_start": _Run._cross_start, "cross_stop": _Run._cross_stop,
 }
-
-
-def _final_line(s: dict[str, Any]) -> str:
-    warns = "".join(f"\n  WARNING: {w}" for w in s.get("warnings", []))
-    if s.get("status") == "ok":
-        tp = s.get("throughput_samples_per_s")
-        return (f"ok  {s.get('steps')} steps  {tp:.1f} samples/s  "
-                f"build {s.get('build_s')} s  teardown {s.get('teardown_s')} s"
-                if tp else "ok") + warns
-    return f"{s.get('status')}: {s.get('reason')}" + warns
 
 
 def run_scenario(
@@ -809,7 +500,8 @@ def run_scenario(
     if method not in scenario.methods:
         check_method(method)  # allowed (the CLI may run any valid method), validated the same way
     if scenario.topology.kind == "hosts":  # real machines: torchrun + tc on their NICs
-        return run_on_hosts(scenario, method, seed, Path(run_dir).absolute())
+        return HostsRun(scenario, method, seed, Path(run_dir).absolute(), progress,
+                        meta).execute()
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())
     health.check_space(Path(run_dir), scenario)  # files.NotEnoughSpace: nothing is written

@@ -68,7 +68,8 @@ def test_three_host_commands() -> None:
         remote = p.train[-1]
         assert remote.startswith("env GLOO_SOCKET_IFNAME=" + THREE[i]["interface"])
         inner = shlex.split(remote)[-1]  # the sh -c script
-        assert inner.startswith("mkdir -p /tmp/netsense-hosts/run-x/workers && exec "
+        assert inner.startswith("mkdir -p /tmp/netsense-hosts/run-x/workers && echo $$ > "
+                                f"/tmp/netsense-hosts/run-x/train-h{i}.pid && exec "
                                 "/opt/venv/bin/python -m torch.distributed.run")
         argv = shlex.split(inner.split("&& exec ", 1)[1])
         assert argv[3:9] == ["--nnodes=3", "--nproc-per-node=2", f"--node-rank={i}",
@@ -89,13 +90,17 @@ def test_bad_host_lists_are_refused_with_one_line() -> None:
         _scenario([{"address": "localhost", "interface": "lo"}, *THREE[:1]])
     with pytest.raises((ScenarioError, ValueError), match="interface"):
         _scenario([{"address": "10.0.0.1", "interface": "eth0; reboot"}])
-    with pytest.raises((ScenarioError, ValueError), match="timeline"):
-        validate_scenario({
+    def hosts_with(timeline: list[dict]) -> object:
+        return validate_scenario({
             "name": "x", "topology": {"kind": "hosts", "rate_mbit": 10,
                                       "machines": [{"address": "10.0.0.1", "interface": "e"}]},
             "workload": {"model": "mlp", "dataset": "digits", "time_limit_s": 3},
-            "methods": ["allreduce"],
-            "timeline": [{"at": 1, "kind": "set_rate", "link": "h0", "mbit": 5}]})
+            "methods": ["allreduce"], "timeline": timeline})
+
+    # a timeline names the hosts' links (h<i>) and hosts; anything else is refused
+    assert hosts_with([{"at_s": 1, "kind": "set_rate", "link": "h0", "rate_mbit": 5}])
+    with pytest.raises((ScenarioError, ValueError), match=r"timeline\[0\]"):
+        hosts_with([{"at_s": 1, "kind": "set_rate", "link": "h5", "rate_mbit": 5}])
 
 
 def _ip(*args: str) -> None:
@@ -147,3 +152,46 @@ def test_loopback_run_with_one_host(tmp_path: Path) -> None:
         assert not (tmp_path / "remote").exists() or not any((tmp_path / "remote").iterdir())
     finally:
         _ip("link", "del", dev + "a")
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """PIDs of the process group's members that still run (zombies, waiting for a reaper
+    that may be slow in a container, have ended)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+def test_stop_ends_what_started_began_and_its_children(tmp_path: Path, shell: str) -> None:
+    """``HostPlan.started``/``stop`` as a host's shell runs them (here locally, under the
+    shells a remote login may give): the program and the child it forked are gone, and a
+    second stop (already exited) is not an error."""
+    import time
+
+    from topologies.hosts import HostPlan
+
+    if subprocess.run(["sh", "-c", f"command -v {shell}"], capture_output=True).returncode:
+        pytest.skip(f"no {shell}")
+    plan = HostPlan(name="h0", address="127.0.0.1", local=True, node_rank=0, env={},
+                    log_dir=str(tmp_path / "run" / "workers"))
+    argv = plan.started("prog", ["sh", "-c", "sleep 60 & sleep 60; wait"])
+    proc = subprocess.Popen([shell, "-c", shlex.join(argv)], start_new_session=True)
+    pid_file = Path(plan.pid_file("prog"))
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        time.sleep(0.05)
+    pgid = int(pid_file.read_text())
+    stop = plan.stop("prog", "KILL")
+    assert subprocess.run([shell, "-c", shlex.join(stop)]).returncode == 0
+    proc.wait(timeout=10)
+    time.sleep(0.2)  # the signal's delivery
+    assert _live_in_group(pgid) == [], f"left in process group {pgid}"
+    assert subprocess.run([shell, "-c", shlex.join(stop)]).returncode == 0
