@@ -35,7 +35,7 @@ from typing import Any
 
 from testbed.orchestration import records
 from testbed.orchestration.lifecycle import RunFailed, RunLifecycle
-from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
+from testbed.orchestration.timeline import Action, Timeline, expand
 from testbed.orchestration.workers import tail, worker_argv
 from topologies import hosts as host_plans
 
@@ -302,15 +302,8 @@ class HostsRun(RunLifecycle):
         if self.train:
             self._write_pids()
 
-    def _collect(self) -> None:
-        self.summary.update(self.folder.collect_steps(
-            self.scn.world_size, self.launch_wall or time.time(),
-            self.scn.workload.target_accuracy))
-        events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
-        self.folder.write_events(EVENT_COLUMNS, events)
+    def _collect_more(self) -> None:
         self.summary["worker_exit_codes"] = [p.popen.returncode for p in self.train]
-        self.summary["events_applied"] = len(events)
-        self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
     def _final_fields(self) -> dict[str, Any]:
         return {"prefix": None, "teardown_s": self.timing.get("teardown_s")}

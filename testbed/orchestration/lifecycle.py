@@ -12,8 +12,8 @@ The lifecycle (``RunLifecycle.execute``):
 3. ``_work`` (the backend's): build or shape the network, start what the timeline needs,
    launch the workers and watch them until they finish, fail or pass the deadline;
 4. ``_finish``, with signals held off: ``_teardown_all`` (the backend's: every resource
-   it created, each step getting its turn and a deadline, ``bounded``), ``_collect`` (the
-   backend's: steps.csv, events.csv, its network facts), then the status, and the final
+   it created, each step getting its turn and a deadline, ``bounded``), ``_collect`` (steps.csv,
+   events.csv, and the backend's network facts), then the status, and the final
    summary.json written however full the disk is (``_write_final``).
 
 A run is ``ok`` only if the work raised nothing, every worker reported ok, there are step
@@ -56,6 +56,7 @@ from testbed.orchestration.rundir import (
     orchestrator_entry,
     versions,
 )
+from testbed.orchestration.timeline import EVENT_COLUMNS
 
 #: After SIGINT/SIGTERM during teardown, how long it may still take before the process
 #: writes its record and leaves (``netsense clean`` then finishes what is left);
@@ -139,8 +140,8 @@ class RunLifecycle:
     def _after_teardown(self) -> None:
         """After teardown, before the results are collected (e.g. the final pids.json)."""
 
-    def _collect(self) -> None:
-        """steps.csv, events.csv and the backend's facts into ``self.summary``."""
+    def _collect_more(self) -> None:
+        """The backend's facts into ``self.summary`` (after steps.csv and events.csv)."""
 
     def _final_fields(self) -> dict[str, Any]:
         """The backend's keys of the final summary (beside status, reason, wall_s...)."""
@@ -192,6 +193,18 @@ class RunLifecycle:
             self._registration = leftovers.register_run(self.folder.path)
         except OSError as exc:  # the record still names its pid: analysis can tell
             self.summary["registration_note"] = f"run not registered for clean: {exc}"
+
+    def _collect(self) -> None:
+        """steps.csv (the workers' records), events.csv (what the timeline applied), the
+        counts the status needs, then the backend's facts."""
+        self.summary.update(self.folder.collect_steps(
+            self.scn.world_size, self.launch_wall or time.time(),
+            self.scn.workload.target_accuracy))
+        events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
+        self.folder.write_events(EVENT_COLUMNS, events)
+        self.summary["events_applied"] = len(events)
+        self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
+        self._collect_more()
 
     def _timeline_shortfall(self) -> str | None:
         """Why the timeline did not happen in full, or None.

@@ -56,7 +56,7 @@ from testbed.orchestration.hosts import HostsRun
 from testbed.orchestration.interrupts import RunInterrupted
 from testbed.orchestration.lifecycle import RunFailed, RunLifecycle, bounded
 from testbed.orchestration.rundir import RunOutcome
-from testbed.orchestration.timeline import EVENT_COLUMNS, Action, Timeline, expand
+from testbed.orchestration.timeline import Action, Timeline, expand
 from testbed.orchestration.workers import WorkerGroup, worker_argv
 
 POLL_S = 0.1
@@ -416,21 +416,14 @@ class _Run(RunLifecycle):
         if errors:
             self.summary["teardown_errors"] = errors
 
-    def _collect(self) -> None:
-        self.summary.update(self.folder.collect_steps(
-            self.scn.world_size, self.launch_wall or time.time(),
-            self.scn.workload.target_accuracy))
-        events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
-        self.folder.write_events(EVENT_COLUMNS, events)
+    def _collect_more(self) -> None:
         if self.workers is not None:
             self.summary["worker_exit_codes"] = self.workers.exit_codes()
             if self.workers.exit_anomalies:
                 self.summary["exit_anomalies"] = list(self.workers.exit_anomalies)
-        self.summary["events_applied"] = len(events)
         self._cross_reports()
         self._conservation()
         self._analyse_capture()
-        self.summary["events_scheduled"] = len(self.timeline.actions) if self.timeline else 0
 
     # lifecycle hooks ---------------------------------------------------------------
     def _config_extra(self) -> dict[str, Any]:
