@@ -110,3 +110,20 @@ def test_a_zero_codec_is_not_learning_and_the_trend_check_agrees(tmp_path, codec
                  for i in (1, 2, 3)] for recs in logs]
     verdict = health.learning(dict(enumerate(frozen)))
     assert verdict is not None and not verdict["ok"] and "never fell" in verdict["why"]
+
+
+def test_a_slow_start_is_judged_by_the_whole_run() -> None:
+    """DGC 0.01 on the crossover workload (results/crossover, d50 seed 0): its held-out loss
+    fell 1.8 % in the first three evaluations (momentum correction's warm-up) and the run
+    reached the target at step 360; judged on those three alone it was failed as not
+    learning. The losses are that run's, every 20 steps."""
+    evals = [5.6924, 5.6541, 5.5969, 5.5138, 5.4024, 5.2535, 5.0595, 4.8011, 4.4551, 3.9668,
+             3.301, 2.4446, 1.5835, 0.993, 0.6724, 0.4715, 0.3266, 0.2495]
+    recs = [{"kind": "step", "step": i, "loss": 5.7} for i in range(1, 6)]
+    recs += [{"kind": "eval", "step": 20 * (i + 1), "loss": v} for i, v in enumerate(evals)]
+    verdict = health.learning({0: recs})
+    assert verdict is not None and verdict["ok"], verdict
+    # the same start with the fall stopping there is still not learning
+    stalled = recs[:5] + [dict(r, loss=max(r["loss"], 5.5969)) for r in recs[5:]]
+    verdict = health.learning({0: stalled})
+    assert verdict is not None and not verdict["ok"] and "never fell" in verdict["why"]
