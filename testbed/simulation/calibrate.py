@@ -1,16 +1,27 @@
-"""Calibrating the step model from run folders, and its prediction error on other runs.
+"""From run folders to SimGrid: the runs' facts, the calibration, and the prediction error.
 
-From each run folder (config.json, steps.csv, summary.json) the per-step means of all ranks'
-rows, leaving out each rank's first ``WARMUP_STEPS`` steps (rendezvous, bucket set-up, first
-touches): compute_s, codec_s, comm_s, step_s and bytes_sent (the payload handed to
-torch.distributed per worker and step). The collective comes from the method registry
-(``reduction``: allreduce or allgather).
+``load_run`` reads what one emulated run was (topology, method, workers, the timeline's
+cross traffic, the machine's CPUs) and what it measured (per-step means over all ranks,
+leaving out each rank's first ``WARMUP_STEPS`` steps and, under cross traffic, the steps
+before its first stream started; and summary.json's throughput). ``job_for`` turns such a
+run into the ``sim.Job`` that replays it in SimGrid.
 
-``fit_link`` solves ``comm_s = alpha x L + (1/eta) x V x 8 / R`` by relative least squares
-(alpha >= 0, eta <= 1) over the calibration runs (linear in alpha and 1/eta; needs runs whose L/V ratios differ, e.g. one
-allreduce and one allgather method). ``validate`` then predicts every other run from the
-calibration run of the same method (its payload, compute and codec per worker) and the
-target run's worker count, and returns one row per run with the relative errors.
+``calibrate`` fits, from calibration runs only:
+
+* each level's compute seconds (forward, backward and codec; steps.csv's ``compute_s``
+  holds the codec too) and how much of it n ranks on fewer cores stretch (``fit_compute``:
+  the runs at two worker counts give the uncontended seconds and the contention share);
+* SimGrid's ``network/bandwidth-factor`` and ``network/latency-factor``, the per-message
+  CPU seconds, the standing queue's share and the iperf3 streams' weight against the
+  ring (``sim.NetCalibration``), by minimising the squared relative error of the simulated
+  mean step time over the calibration runs on a grid, coordinate by coordinate (each
+  point: every calibration run simulated once, each in its own process).
+
+The calibration runs are of other worker counts and another seed than the validated ones
+(``testbed/sweeps/sim-calibrate.yaml``), so a validation error is a prediction error.
+
+``validate`` then simulates every other run with that calibration and returns one row
+per run: measured and predicted comm, step time and throughput, and the relative errors.
 """
 
 from __future__ import annotations
@@ -18,165 +29,416 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
+import statistics
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from netsenseml import methods
-from testbed.simulation.model import (
-    FlowModel,
-    LinkCalibration,
-    StepInput,
-    oversubscription,
-    volume_and_messages,
+from testbed.common.files import write_json
+from testbed.simulation.model import oversubscription
+from testbed.simulation.platform import Fabric
+from testbed.simulation.sim import (
+    Compute,
+    CrossFlow,
+    Job,
+    NetCalibration,
+    SimResult,
+    StepRecord,
+    level_of,
+    simulate_isolated,
 )
 
+FORMAT = "netsense-simcal/1"
 WARMUP_STEPS = 2
+CALIB_STEPS = 40  # simulated steps per calibration run: the step means are steady by then
+GRID = {  # log grids of the coordinate search (value ranges a gloo ring on veth can have)
+    "bandwidth_factor": [0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1],
+    "latency_factor": [1, 3, 10, 20, 30, 50, 80, 120],
+    "msg_cpu_s": [0.0, 1e-4, 3e-4, 6e-4, 1e-3, 1.5e-3, 2e-3, 3e-3],
+    "queue_fraction": [0.0, 0.25, 0.5, 0.75, 1.0],
+    "cross_weight": [1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0],
+}
 
 
 @dataclass(frozen=True)
-class RunStats:
-    path: Path
+class RunFacts:
+    path: str
     method: str
-    collective: str
     n: int
-    rate_mbit: float
+    fabric: Fabric
+    cross: tuple[CrossFlow, ...]
+    cpus: int | None
     batch_size: int
+    time_limit_s: float | None
+    steps_limit: int | None
+    dense_bytes: float
+    topk_bytes_per_element: float
     steps: int
     compute_s: float
     codec_s: float
     comm_s: float
     step_s: float
-    payload_bytes: float
-    throughput: float  # global samples/s, summary.json's (same definition as the tables)
+    bytes_sent: float
+    throughput: float
+    levels: dict[str, float] = field(default_factory=dict)  # level key -> mean compute_s
+    level_codec: dict[str, float] = field(default_factory=dict)
+    model: str = ""  # the workload's model and dataset: a calibration holds for one workload
+    dataset: str = ""
+
+    @property
+    def condition(self) -> str:
+        return "congested" if self.cross else "idle"
 
 
-def _collective(method: str) -> str:
-    red = methods.parse(method).info.reduction
-    if red not in ("allreduce", "allgather"):
-        raise ValueError(f"method {method!r}: no fixed collective ({red}); the model needs "
-                         "allreduce or allgather methods")
-    return red
+def _f(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
 
 
-def _mean(rows: list[dict[str, str]], key: str) -> float:
-    vals = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
-    return sum(vals) / len(vals) if vals else 0.0
+def _fabric(topo: dict[str, Any], n: int) -> Fabric | None:
+    kind = topo.get("kind")
+    q = int(topo.get("queue_pkts", 100))
+    if kind == "star":
+        return Fabric("star", n, float(topo["rate_mbit"]), cross=int(topo.get("n_cross", 0)),
+                      queue_pkts=q)
+    if kind == "dumbbell":
+        return Fabric("dumbbell", n, float(topo.get("access_mbit") or 1000.0),
+                      cross=int(topo.get("n_cross", 0)), queue_pkts=q,
+                      bottleneck_mbit=float(topo["bottleneck_mbit"]),
+                      n_left=int(topo["n_left"]))
+    if kind == "leafspine":
+        return Fabric("leafspine", n, float(topo.get("access_mbit") or 1000.0), queue_pkts=q,
+                      leaves=int(topo["leaves"]), spines=int(topo["spines"]),
+                      uplink_mbit=float(topo.get("uplink_mbit") or 100.0))
+    return None
 
 
-def load_run(run_dir: Path) -> RunStats | None:
-    """The step means of one ok run on a star topology, or None (not usable here)."""
+def cross_flows(timeline: list[dict[str, Any]]) -> tuple[CrossFlow, ...]:
+    """The scenario timeline's cross traffic as competing flows (start/stop pairs by id)."""
+    starts: dict[str, dict[str, Any]] = {}
+    out = []
+    for ev in timeline or []:
+        if ev.get("kind") == "cross_start":
+            starts[ev["id"]] = ev
+        elif ev.get("kind") == "cross_stop" and ev.get("id") in starts:
+            s = starts.pop(ev["id"])
+            out.append(CrossFlow(s["src"], s["dst"], int(s.get("streams", 1)),
+                                 float(s["at_s"]), float(ev["at_s"])))
+    for s in starts.values():
+        out.append(CrossFlow(s["src"], s["dst"], int(s.get("streams", 1)), float(s["at_s"])))
+    return tuple(sorted(out, key=lambda c: c.start_s))
+
+
+def load_run(run_dir: Path) -> RunFacts | None:
+    """The facts of one ok run that the simulation can replay, or None."""
     try:
         cfg = json.loads((run_dir / "config.json").read_text())
         summ = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    topo = (cfg.get("scenario") or {}).get("topology") or {}
-    if summ.get("status") != "ok" or topo.get("kind") != "star" or topo.get("n_cross", 0):
+    scn = cfg.get("scenario") or {}
+    method = cfg.get("method")
+    if summ.get("status") != "ok" or not method:
         return None
+    try:
+        if method != "netsenseml":
+            level_of(method)
+    except ValueError:
+        return None
+    n = int(cfg["world_size"])
+    fab = _fabric(scn.get("topology") or {}, n)
+    if fab is None:
+        return None
+    cross = cross_flows(scn.get("timeline") or [])
+    t_from = -math.inf
+    if cross:
+        try:
+            with open(run_dir / "events.csv", newline="") as fh:
+                applied = [_f(r.get("t_applied")) for r in csv.DictReader(fh)
+                           if r.get("kind") == "cross_start"]
+            t_from = min(a for a in applied if a is not None)
+        except (OSError, ValueError):
+            return None
     with open(run_dir / "steps.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh)
-                if r.get("step") not in (None, "") and int(r["step"]) > WARMUP_STEPS]
+                if (_f(r.get("step")) or 0) > WARMUP_STEPS and (_f(r.get("t")) or 0) > t_from]
     if not rows:
         return None
-    method = cfg["method"]
-    return RunStats(
-        path=run_dir, method=method, collective=_collective(method),
-        n=int(cfg["world_size"]), rate_mbit=float(topo["rate_mbit"]),
-        batch_size=int(cfg["scenario"]["workload"]["batch_size"]),
-        steps=len({r["step"] for r in rows}),
-        compute_s=_mean(rows, "compute_s"), codec_s=_mean(rows, "codec_s"),
-        comm_s=_mean(rows, "comm_s"), step_s=_mean(rows, "step_s"),
-        payload_bytes=_mean(rows, "bytes_sent"),
-        throughput=float(summ.get("throughput_samples_per_s") or math.nan),
+
+    def mean(key: str, rs: list[dict[str, str]] = rows) -> float:
+        vals = [v for v in (_f(r.get(key)) for r in rs) if v is not None]
+        return statistics.fmean(vals) if vals else 0.0
+
+    levels: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        lv = r.get("level") or "none"
+        key = f"topk:{float(r['ratio']):.4g}" if lv == "topk" and _f(r.get("ratio")) else lv
+        levels.setdefault(key, []).append(r)
+    dense = mean("bytes_dense")
+    bpe = 8.0
+    topk = [r for r in rows if r.get("level") == "topk" and _f(r.get("kept_ratio"))]
+    if topk and dense:
+        bpe = statistics.fmean(float(r["bytes_sent"]) / (float(r["kept_ratio"]) * dense / 4)
+                               for r in topk)
+    wl = scn.get("workload") or {}
+    return RunFacts(
+        path=str(run_dir), method=method, n=n, fabric=fab, cross=cross,
+        cpus=(cfg.get("host") or {}).get("cpus"), batch_size=int(wl.get("batch_size", 1)),
+        time_limit_s=_f(wl.get("time_limit_s")), steps_limit=wl.get("steps"),
+        dense_bytes=dense, topk_bytes_per_element=round(bpe, 3),
+        steps=len({r["step"] for r in rows}), compute_s=mean("compute_s"),
+        codec_s=mean("codec_s"), comm_s=mean("comm_s"), step_s=mean("step_s"),
+        bytes_sent=mean("bytes_sent"), throughput=float(summ.get("throughput_samples_per_s")
+                                                        or math.nan),
+        levels={k: mean("compute_s", v) for k, v in levels.items()},
+        level_codec={k: mean("codec_s", v) for k, v in levels.items()},
+        model=str(wl.get("model", "")), dataset=str(wl.get("dataset", "")),
     )
 
 
-def load_runs(root: Path) -> list[RunStats]:
+def load_runs(root: Path) -> list[RunFacts]:
     out = []
     for s in sorted(Path(root).rglob("summary.json")):
-        st = load_run(s.parent)
-        if st is not None:
-            out.append(st)
+        facts = load_run(s.parent)
+        if facts is not None:
+            out.append(facts)
     return out
 
 
-def fit_link(runs: list[RunStats]) -> LinkCalibration:
-    """Least-squares alpha and eta from the runs' mean comm_s (alpha >= 0, 0 < eta <= 1)."""
-    a, y = [], []
-    for r in runs:
-        vol, msgs = volume_and_messages(r.collective, r.n, r.payload_bytes)
-        a.append([msgs, vol * 8.0 / (r.rate_mbit * 1e6)])
-        y.append(r.comm_s)
-    if len(a) < 2:
-        raise ValueError("calibration: need at least 2 runs (e.g. allreduce and topk at n=2)")
-    # relative least squares (each row divided by its measurement): the prediction error that
-    # matters is relative, and comm times span two orders of magnitude across methods
-    w = 1.0 / np.maximum(np.array(y), 1e-6)
-    am, ym = np.array(a) * w[:, None], np.array(y) * w
-    (alpha, inv_eta), *_ = np.linalg.lstsq(am, ym, rcond=None)
-    if alpha < 0 or inv_eta < 1:  # outside the physical box: best fit on its boundary
-        cands = []
-        inv = max(1.0, float(am[:, 1] @ ym / max(1e-30, am[:, 1] @ am[:, 1])))
-        cands.append((0.0, inv))  # alpha = 0, best 1/eta
-        al = max(0.0, float(am[:, 0] @ (ym - am[:, 1]) / max(1e-30, am[:, 0] @ am[:, 0])))
-        cands.append((al, 1.0))  # eta = 1, best alpha
-        alpha, inv_eta = min(cands, key=lambda c: float(
-            np.sum((am @ np.array(c) - ym) ** 2)))
-    return LinkCalibration(alpha_s=float(alpha), eta=float(1.0 / inv_eta))
+@dataclass(frozen=True)
+class Calibration:
+    """Everything fitted: the network factors, and compute per (condition, level) and per
+    method where a method's own runs measured it (NetSenseML's levels)."""
+
+    net: NetCalibration
+    compute: dict[str, dict[str, float]]  # condition -> level key -> uncontended seconds
+    codec: dict[str, dict[str, float]]
+    runs: list[str] = field(default_factory=list)
+    error_pct: float | None = None  # median |step error| over the calibration runs
+    workload: dict[str, Any] = field(default_factory=dict)  # what a prediction replays
+    contention: dict[str, dict[str, float]] = field(default_factory=dict)  # fit_compute's k
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "net": asdict(self.net), "compute": self.compute,
+                "codec": self.codec, "runs": self.runs, "error_pct": self.error_pct,
+                "workload": self.workload, "contention": self.contention}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
+        if d.get("format") != FORMAT:
+            raise ValueError(f"calibration: format {d.get('format')!r} is not {FORMAT!r}")
+        try:
+            return cls(NetCalibration(**d["net"]), d["compute"], d["codec"],
+                       d.get("runs", []), d.get("error_pct"), d["workload"], d["contention"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"calibration: missing or bad field {exc}") from None
 
 
-def step_input(base: RunStats, n: int, cores: int | None, competing: int = 0) -> StepInput:
-    """A prediction's input: ``base``'s method, payload, compute and codec at ``n`` workers.
 
-    The base run's compute is divided by its own oversubscription so that it is the
-    uncontended per-worker compute.
+def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares intercept and slope of ``y = a + b x``, or None with one ``x``."""
+    xs = {x for x, _ in points}
+    if len(xs) < 2:
+        return None
+    mx = statistics.fmean(x for x, _ in points)
+    my = statistics.fmean(y for _, y in points)
+    b = (sum((x - mx) * (y - my) for x, y in points)
+         / sum((x - mx) ** 2 for x, _ in points))
+    return my - b * mx, b
+
+
+def fit_compute(runs: list[RunFacts]) -> tuple[dict[str, dict[str, float]],
+                                               dict[str, dict[str, float]],
+                                               dict[str, dict[str, float]]]:
+    """Uncontended compute and codec seconds, and the contention share ``k``, per
+    condition and level key: ``compute(n) = c x (1 + k x (oversubscription(n) - 1))``.
+
+    ``k`` is fitted, not assumed 1: on the emulating machine a rank computes while others
+    wait in the ring, so n ranks on fewer cores stretch compute by less than n / cores.
+    A key measured at one worker count only takes the median ``k`` of the others.
     """
-    f = oversubscription(base.n, cores)
-    return StepInput(n=n, collective=base.collective, payload_bytes=base.payload_bytes,
-                     rate_mbit=base.rate_mbit, compute_s=base.compute_s / f,
-                     codec_s=base.codec_s / f, competing=competing, cores=cores,
-                     batch_size=base.batch_size)
+    acc: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for r in runs:
+        extra = oversubscription(r.n, r.cpus) - 1.0
+        if r.method == "netsenseml":
+            items = [(f"netsenseml/{k}", v, r.level_codec.get(k, 0.0))
+                     for k, v in r.levels.items()]
+        else:
+            level, ratio = level_of(r.method)
+            key = f"topk:{ratio:.4g}" if level == "topk" else level
+            items = [(key, r.compute_s, r.codec_s)]
+        for key, comp, codec in items:
+            acc.setdefault((r.condition, key), []).append((extra, comp, codec))
+    fitted: dict[tuple[str, str], tuple[float, float] | None] = {}
+    for ck, pts in acc.items():
+        line = _line([(x, y) for x, y, _ in pts])
+        fitted[ck] = None if line is None or line[0] <= 0 else (
+            line[0], min(1.0, max(0.0, line[1] / line[0])))
+    ks = [f[1] for f in fitted.values() if f is not None]
+    k_default = statistics.median(ks) if ks else 1.0
+    compute: dict[str, dict[str, float]] = {}
+    codec: dict[str, dict[str, float]] = {}
+    share: dict[str, dict[str, float]] = {}
+    for (cond, key), pts in acc.items():
+        f = fitted[(cond, key)]
+        k = f[1] if f is not None else k_default
+        compute.setdefault(cond, {})[key] = statistics.fmean(y / (1 + k * x) for x, y, _ in pts)
+        codec.setdefault(cond, {})[key] = statistics.fmean(c / (1 + k * x) for x, _, c in pts)
+        share.setdefault(cond, {})[key] = k
+    return compute, codec, share
 
 
-def validate(runs: list[RunStats], calib_n: int = 2, cores: int | None = None
-             ) -> tuple[LinkCalibration, list[dict[str, Any]]]:
-    """Calibrate on the ``calib_n``-worker runs, predict all runs; one row per run."""
-    calib = [r for r in runs if r.n == calib_n]
-    link = fit_link(calib)
-    model = FlowModel(link)
-    base = {r.method: r for r in calib}
+def compute_table(cal: Calibration, condition: str, method: str, n: int = 1,
+                  cpus: int | None = None) -> Compute:
+    """The compute seconds a job of ``method`` runs with ``n`` workers on ``cpus`` shared
+    CPUs (None: a machine each): the fixed methods' levels, and for NetSenseML its own
+    measured levels where the calibration runs saw them (the policy's own overhead)."""
+    base = cal.compute.get(condition) or cal.compute.get("idle") or {}
+    codec = cal.codec.get(condition) or cal.codec.get("idle") or {}
+    share = cal.contention.get(condition) or cal.contention.get("idle") or {}
+    extra = oversubscription(n, cpus) - 1.0
+
+    def table(src: dict[str, float]) -> dict[str, float]:
+        out = {k: v * (1 + share.get(k, 1.0) * extra) for k, v in src.items() if "/" not in k}
+        if method == "netsenseml":
+            out.update({k.split("/", 1)[1]: v * (1 + share.get(k, 1.0) * extra)
+                        for k, v in src.items() if k.startswith("netsenseml/")})
+        return out
+
+    return Compute(table(base), table(codec))
+
+
+def job_for(run: RunFacts, cal: Calibration, net: NetCalibration | None = None,
+            steps: int | None = None) -> Job:
+    """The SimGrid job that replays ``run`` (same platform, workers, cross traffic, CPUs)."""
+    return Job(
+        fabric=run.fabric, method=run.method, dense_bytes=run.dense_bytes,
+        batch_size=run.batch_size, compute=compute_table(cal, run.condition, run.method, run.n, run.cpus),
+        cal=net or cal.net, topk_bytes_per_element=run.topk_bytes_per_element,
+        cross=run.cross, cores=run.cpus, htb=True,
+        time_limit_s=None if steps else (run.time_limit_s or None),
+        steps=steps or (None if run.time_limit_s else int(run.steps_limit or 20)),
+    )
+
+
+@dataclass
+class Predicted:
+    compute_s: float
+    comm_s: float
+    step_s: float
+    throughput: float
+    levels: dict[str, int]
+    wall_s: float
+
+
+def summarise(res: SimResult, workers: int, batch: int) -> Predicted:
+    """The simulated run's step means (the loader's window) and throughput (summary.json's
+    definition: samples of steps 2..N over the time from the end of step 1 to step N)."""
+    t_from = res.cross_started_t if res.cross_started_t is not None else -math.inf
+    win = [s for s in res.steps if s.step > WARMUP_STEPS and s.t > t_from] or res.steps
+    ends = [s.t + s.step_s for s in res.steps]
+    thr = (workers * batch * (len(ends) - 1) / (ends[-1] - ends[0])
+           if len(ends) > 2 and ends[-1] > ends[0] else workers * batch / res.steps[-1].step_s)
+    levels: dict[str, int] = {}
+    for s in win:
+        k = f"topk:{s.ratio:.3g}" if s.level == "topk" else s.level
+        levels[k] = levels.get(k, 0) + 1
+    return Predicted(statistics.fmean(s.compute_s for s in win),
+                     statistics.fmean(s.comm_s for s in win),
+                     statistics.fmean(s.step_s for s in win), thr, levels, res.wall_s)
+
+
+def _errors(runs: list[RunFacts], cal: Calibration, net: NetCalibration,
+            workers: int) -> list[float]:
+    res = simulate_isolated([job_for(r, cal, net, steps=CALIB_STEPS) for r in runs], workers)
+    return [(summarise(x, r.n, r.batch_size).step_s - r.step_s) / r.step_s
+            for r, x in zip(runs, res, strict=True)]
+
+
+def workload_of(runs: list[RunFacts]) -> dict[str, Any]:
+    """The one workload of the calibration runs (a prediction replays it), or ValueError."""
+    kinds = {(r.model, r.dataset, r.batch_size) for r in runs}
+    if len(kinds) != 1:
+        raise ValueError("calibration: runs of more than one workload (model, dataset, "
+                         f"batch): {sorted(kinds)}; calibrate on one workload's runs")
+    (model, dataset, batch), = kinds
+    topk = [r.topk_bytes_per_element for r in runs if r.method.startswith("topk")]
+    return {"model": model, "dataset": dataset, "batch_size": batch,
+            "dense_bytes": statistics.median(r.dense_bytes for r in runs),
+            "topk_bytes_per_element": statistics.median(topk) if topk else 8.0}
+
+
+def calibrate(runs: list[RunFacts], workers: int = 2, rounds: int = 2,
+              log: Any = None) -> Calibration:
+    """Compute tables and network factors from ``runs`` (none of them is validated)."""
+    if not runs:
+        raise ValueError("calibration: no usable runs (ok runs on star/dumbbell/leafspine)")
+    compute, codec, share = fit_compute(runs)
+    cal = Calibration(NetCalibration(latency_factor=10.0, bandwidth_factor=1.0,
+                                     msg_cpu_s=5e-4), compute, codec,
+                      [r.path for r in runs], workload=workload_of(runs), contention=share)
+    best = cal.net
+    cache: dict[tuple[float, ...], float] = {}
+
+    def score(net: NetCalibration) -> float:
+        key = tuple(asdict(net).values())
+        if key not in cache:
+            errs = _errors(runs, cal, net, workers)
+            cache[key] = sum(e * e for e in errs)
+            if log:
+                log(f"  {key}: rms {100 * math.sqrt(cache[key] / len(errs)):.1f} %")
+        return cache[key]
+
+    for _ in range(rounds):
+        for name in GRID:
+            cands = [replace(best, **{name: v}) for v in GRID[name]]
+            best = min(cands, key=score)
+    errs = _errors(runs, cal, best, workers)
+    med = statistics.median(abs(e) for e in errs) * 100
+    return replace(cal, net=best, error_pct=round(med, 2))
+
+
+def validate(runs: list[RunFacts], cal: Calibration, workers: int = 2) -> list[dict[str, Any]]:
+    """One row per run: measured vs simulated (full run length, not CALIB_STEPS)."""
+    res = simulate_isolated([job_for(r, cal) for r in runs], workers)
     rows = []
-    for r in sorted(runs, key=lambda r: (r.method, r.n)):
-        if r.method not in base:
-            continue
-        x = step_input(base[r.method], r.n, cores)
-        p = model.predict(x)
-        thr = model.throughput(x)
+    for r, x in sorted(zip(runs, res, strict=True),
+                       key=lambda p: (p[0].method, p[0].condition, p[0].n)):
+        p = summarise(x, r.n, r.batch_size)
         rows.append({
-            "method": r.method, "collective": r.collective, "workers": r.n,
-            "role": "calibration" if r.n == calib_n else "prediction",
-            "payload_kB": round(r.payload_bytes / 1e3, 1),
-            "comm_meas_s": r.comm_s, "comm_pred_s": p.comm_s,
-            "step_meas_s": r.step_s, "step_pred_s": p.step_s,
-            "step_err_pct": 100.0 * (p.step_s - r.step_s) / r.step_s,
-            "thr_meas": r.throughput, "thr_pred": thr,
-            "thr_err_pct": 100.0 * (thr - r.throughput) / r.throughput,
+            "method": r.method, "workers": r.n, "condition": r.condition,
+            "payload_kB": round(r.bytes_sent / 1e3, 2),
+            "levels_pred": " ".join(f"{k}:{v}" for k, v in sorted(p.levels.items())),
+            "comm_meas_s": round(r.comm_s, 4), "comm_pred_s": round(p.comm_s, 4),
+            "step_meas_s": round(r.step_s, 4), "step_pred_s": round(p.step_s, 4),
+            "step_err_pct": round(100.0 * (p.step_s - r.step_s) / r.step_s, 1),
+            "thr_meas": round(r.throughput, 1), "thr_pred": round(p.throughput, 1),
+            "thr_err_pct": round(100.0 * (p.throughput - r.throughput) / r.throughput, 1),
+            "sim_wall_s": round(p.wall_s, 3), "run": r.path,
         })
-    return link, rows
-
-
-def scale_rows(runs: list[RunStats], link: LinkCalibration, sizes: list[int],
-               calib_n: int = 2) -> list[dict[str, Any]]:
-    """Predicted step time and throughput at larger worker counts (one machine per worker)."""
-    model = FlowModel(link)
-    rows = []
-    for r in sorted((r for r in runs if r.n == calib_n), key=lambda r: r.method):
-        for n in sizes:
-            x = step_input(r, n, None)
-            p = model.predict(x)
-            rows.append({"method": r.method, "workers": n, "comm_s": p.comm_s,
-                         "step_s": p.step_s, "thr": model.throughput(x)})
     return rows
+
+
+def save_calibration(cal: Calibration, path: Path) -> None:
+    write_json(path, cal.as_dict())
+
+
+def load_calibration(path: Path) -> Calibration:
+    """A calibration file written by ``save_calibration``; ValueError naming what is wrong."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"calibration: cannot read {str(path)!r} ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"calibration: {Path(path).name} is not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"calibration: {Path(path).name} is not a JSON object")
+    return Calibration.from_dict(data)
+
+
+__all__ = ["Calibration", "Predicted", "RunFacts", "StepRecord", "calibrate", "job_for",
+           "load_calibration", "load_run", "load_runs", "save_calibration", "summarise",
+           "validate"]

@@ -1,13 +1,10 @@
-"""The step model's formulas and its calibration (no emulation; the validation against
-emulated 2/4/8-worker runs is `python -m testbed.simulation` on the sim-validate sweep)."""
+"""The analytic step model's formulas: the closed form the SimGrid engine is checked against
+(``test_sim.py``) and the quick estimate without a simulation."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from testbed.simulation.calibrate import RunStats, fit_link, step_input
 from testbed.simulation.model import (
     FlowModel,
     LinkCalibration,
@@ -40,26 +37,3 @@ def test_comm_time_and_sharing() -> None:
 def test_oversubscription_only_beyond_the_cores() -> None:
     assert oversubscription(2, 2) == 1.0 and oversubscription(8, 2) == 4.0
     assert oversubscription(8, None) == 1.0
-
-
-def _stats(method: str, collective: str, n: int, payload: float, comm: float) -> RunStats:
-    return RunStats(Path("."), method, collective, n, 20.0, 16, 10, 0.02, 0.001, comm,
-                    comm + 0.021, payload, 1.0)
-
-
-def test_fit_recovers_alpha_and_eta() -> None:
-    true = FlowModel(LinkCalibration(alpha_s=0.004, eta=0.8))
-    runs = []
-    for method, coll, payload in (("allreduce", "allreduce", 340e3), ("fp16", "allreduce",
-                                  170e3), ("topk:0.01", "allgather", 7e3)):
-        x = StepInput(n=2, collective=coll, payload_bytes=payload, rate_mbit=20, compute_s=0)
-        runs.append(_stats(method, coll, 2, payload, true.comm_s(x)))
-    link = fit_link(runs)
-    assert link.alpha_s == pytest.approx(0.004, rel=1e-6)
-    assert link.eta == pytest.approx(0.8, rel=1e-6)
-
-
-def test_prediction_input_uses_uncontended_compute() -> None:
-    base = _stats("allreduce", "allreduce", 4, 1e5, 0.1)  # measured with 4 workers, 2 cores
-    x = step_input(base, 8, cores=2)
-    assert x.compute_s == pytest.approx(0.01) and x.n == 8 and x.payload_bytes == 1e5

@@ -1,0 +1,416 @@
+"""One data-parallel job in SimGrid: every step of every worker as SimGrid activities.
+
+A step is what DDP does with the gloo hooks of this project (one bucket for the models the
+testbed runs): every worker computes its forward + backward + codec (an ``Exec`` of the
+calibrated seconds on its own host; on the emulating machine those seconds already hold
+the CPU sharing of n ranks, ``calibrate.compute_table``), then the ranks run the method's collective as the messages a
+ring really sends (``Comm`` between the hosts, over the platform's routes):
+
+* ring allreduce of ``B`` bytes (allreduce, fp16, bf16): ``2 (W-1)`` phases, each rank
+  sending ``B / W`` to its successor;
+* ring all-gather of ``B`` bytes per rank (int8, top-k): ``W - 1`` phases of ``B`` each.
+
+A phase starts when the previous one has completed on every rank (the ring moves at its
+slowest link); each message first costs ``msg_cpu_s`` of CPU on its sender (gloo's
+per-message work: copies, syscalls, a wake-up), an ``Exec`` too, so on one emulating machine
+whose ``cores`` all workers share these contend for them; then it crosses the
+network under SimGrid's flow model (LV08: max-min sharing, ``network/latency-factor`` and
+``network/bandwidth-factor`` calibrated from run folders).
+
+What SimGrid's flow model does not have, and the emulation does, is entered from the
+emulation's own settings, not fitted:
+
+* the HTB bucket (``htb=True``): every shaped link direction holds ``burst_bytes(rate)``
+  of tokens that refill at its rate while it is idle; a message first spends the tokens of
+  every shaped link on its route (they leave at veth speed, in no time), only the rest is
+  rate-limited. That is why a small top-k message between steps costs latency, not bytes;
+* a standing queue: while bulk cross traffic fills a shaped link (iperf3's streams keep
+  its drop-tail queue full), every message through it waits behind up to ``queue_pkts``
+  frames, ``queue_fraction x queue_pkts x 1514 x 8 / rate`` seconds (the fraction fitted:
+  TCP's losses keep the queue below full part of the time), and the link has no tokens
+  left.
+
+Cross traffic is competing flows: each iperf3 stream a SimGrid comm that never ends while
+the stream runs (max-min gives it one share of each link it crosses). A bulk TCP stream
+that keeps a drop-tail queue full takes more than the fair share from a ring flow that
+sends in bursts and waits (its window is always open, the ring's restarts every phase), so
+``k`` streams are entered as ``round(k x cross_weight)`` comms, ``cross_weight`` fitted on
+the congested calibration runs.
+
+NetSenseML runs its real policy (``netsenseml.policy.NetSensePolicy``, pure Python): the
+registration probe is simulated (one-element allreduces, one-byte all-gathers, one 256 kB
+allreduce), each step's observation is fed one step late as the hook does, and the level
+it picks sets the next steps' payload and collective -- so its choice follows the platform
+and the worker count as it does on a real network.
+
+``extrapolate=True`` (for thousands of workers): once three consecutive phases of a
+collective take the same time (within 0.1 %: the buckets are empty and the flows steady),
+the remaining phases are that time each, slept in simulated time so that cross traffic
+goes on meanwhile. A ring's phases are identical flows, so this is exact wherever nothing
+changes during the collective; ``tests/simulation`` compares it with the full simulation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from netsenseml import convergence, methods
+from netsenseml.policy import Calibration, NetSensePolicy, Observation, bytes_ratio
+from testbed.simulation import engine
+from testbed.simulation.platform import HOST_SPEED, Fabric, build
+from topologies.shaping import burst_bytes
+
+FRAME_BYTES = 1514
+BULK_BYTES = 10**15  # a cross-traffic stream: never completes on its own
+STEADY_TOL = 1e-3
+DENSE_LEVELS = ("none", "fp16", "bf16")
+GATHERED_LEVELS = ("int8", "topk")
+PROBE_BYTES = 256 * 1024
+PROBE_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class NetCalibration:
+    """SimGrid's network factors and the per-message CPU seconds, fitted from run folders."""
+
+    latency_factor: float = 1.0
+    bandwidth_factor: float = 1.0
+    msg_cpu_s: float = 0.0
+    queue_fraction: float = 1.0  # of a full drop-tail queue that a message waits behind
+    cross_weight: float = 1.0  # shares of a link one iperf3 stream takes per share of a ring flow
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Uncontended seconds per step (forward, backward and codec) per level key
+    (``none``, ``fp16``, ``bf16``, ``int8``, ``topk:<ratio>``), and the codec part."""
+
+    seconds: dict[str, float]
+    codec: dict[str, float] = field(default_factory=dict)
+
+    def at(self, level: str, ratio: float = 1.0) -> tuple[float, float]:
+        if level != "topk":
+            key = level if level in self.seconds else "none"
+            return self.seconds.get(key, 0.0), self.codec.get(key, 0.0)
+        pts = sorted((float(k.split(":")[1]), k) for k in self.seconds if k.startswith("topk:"))
+        if not pts:
+            return self.seconds.get("none", 0.0), 0.0
+        if ratio <= pts[0][0] or len(pts) == 1:
+            k = pts[0][1]
+            return self.seconds[k], self.codec.get(k, 0.0)
+        if ratio >= pts[-1][0]:
+            k = pts[-1][1]
+            return self.seconds[k], self.codec.get(k, 0.0)
+        for (r0, k0), (r1, k1) in zip(pts, pts[1:], strict=False):
+            if r0 <= ratio <= r1:
+                f = math.log(ratio / r0) / math.log(r1 / r0)
+                return (self.seconds[k0] + f * (self.seconds[k1] - self.seconds[k0]),
+                        self.codec.get(k0, 0.0) + f * (self.codec.get(k1, 0.0)
+                                                       - self.codec.get(k0, 0.0)))
+        raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class CrossFlow:
+    """``streams`` bulk flows from ``src`` to ``dst`` from ``start_s`` (after the first
+    step, as ``timeline_origin: first_step``) until ``stop_s`` (None: to the end)."""
+
+    src: str
+    dst: str
+    streams: int
+    start_s: float
+    stop_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    fabric: Fabric
+    method: str
+    dense_bytes: float
+    batch_size: int
+    compute: Compute
+    cal: NetCalibration = NetCalibration()
+    topk_bytes_per_element: float = 8.0
+    cross: tuple[CrossFlow, ...] = ()
+    cores: int | None = None  # one machine's CPUs all messages' CPU work shares; None: one each
+    htb: bool = True
+    time_limit_s: float | None = None
+    steps: int | None = None
+    extrapolate: bool = False
+    convergence: str | None = None  # NetSenseML's prior: a table's path (None: the default)
+
+
+@dataclass
+class StepRecord:
+    step: int
+    t: float  # start, seconds after the first step's start
+    compute_s: float
+    comm_s: float
+    step_s: float
+    level: str
+    ratio: float
+    bytes_sent: float
+    collective: str
+    phases_simulated: int
+
+
+@dataclass
+class SimResult:
+    steps: list[StepRecord]
+    wall_s: float  # seconds this simulation took to run
+    probe: dict[str, float] = field(default_factory=dict)
+    cross_started_t: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"steps": [asdict(s) for s in self.steps], "wall_s": self.wall_s,
+                "probe": self.probe, "cross_started_t": self.cross_started_t}
+
+
+def level_of(method: str) -> tuple[str, float]:
+    """A fixed method's level and ratio (``topk:0.01`` -> ``("topk", 0.01)``)."""
+    spec = methods.parse(method)
+    level = spec.level
+    if level == "topk":
+        return "topk", float(spec.arg)
+    if level not in DENSE_LEVELS + GATHERED_LEVELS:
+        raise ValueError(f"method {method!r}: the simulation knows allreduce, fp16, bf16, "
+                         "int8, topk:R and netsenseml")
+    return level, 1.0
+
+
+def payload_bytes(job: Job, level: str, ratio: float) -> float:
+    return job.dense_bytes * bytes_ratio(level, ratio, job.topk_bytes_per_element)
+
+
+class _Buckets:
+    """HTB token buckets of the shaped link directions, and which ones bulk flows fill."""
+
+    def __init__(self, shaped: dict[str, float], enabled: bool) -> None:
+        self.enabled = enabled
+        self.rate = {k: v * 1e6 / 8 for k, v in shaped.items()}
+        self.size = {k: float(burst_bytes(v)) for k, v in shaped.items()}
+        self.tokens = dict(self.size)
+        self.last = dict.fromkeys(shaped, 0.0)
+        self.full: dict[str, int] = {}  # link -> bulk flows filling it
+
+    def credit(self, keys: list[str], now: float) -> float:
+        if not self.enabled:
+            return 0.0
+        c = math.inf
+        for k in keys:
+            if k not in self.rate:
+                continue
+            if self.full.get(k):
+                return 0.0
+            self.tokens[k] = min(self.size[k], self.tokens[k] + self.rate[k] * (now - self.last[k]))
+            self.last[k] = now
+            c = min(c, self.tokens[k])
+        return 0.0 if c == math.inf else c
+
+    def spend(self, keys: list[str], size: float, limited: bool, t0: float, t1: float) -> None:
+        if not self.enabled:
+            return
+        for k in keys:
+            if k in self.rate:
+                if limited:
+                    self.tokens[k], self.last[k] = 0.0, t1
+                else:
+                    self.tokens[k] = max(0.0, self.tokens[k] - size)
+
+
+def simulate(job: Job) -> SimResult:
+    """Runs ``job`` in this process's (fresh) SimGrid engine; see ``simulate_isolated``."""
+    sg = engine.load()
+    cal = job.cal
+    e = sg.Engine(engine.engine_args({
+        "network/model": "LV08",
+        "network/latency-factor": f"{cal.latency_factor:.9g}",
+        "network/bandwidth-factor": f"{cal.bandwidth_factor:.9g}",
+        "network/TCP-gamma": "1e12",  # no window bound: the factors carry what is measured
+        "network/crosstraffic": "0",  # the ring's acks do not load the reverse direction
+    }))
+    fab = job.fabric
+    built = build(sg, fab, machine_cores=job.cores)
+    w = fab.workers
+    hosts = [built.hosts[n] for n in built.workers]
+    msg_cpu = [built.hosts["m0"]] * w if job.cores else hosts
+    routes = ([built.route(built.workers[i], built.workers[(i + 1) % w]) for i in range(w)]
+              if built.route else [[] for _ in range(w)])
+    buckets = _Buckets(built.shaped, job.htb and built.route is not None)
+    queue_delay = {k: cal.queue_fraction * fab.queue_pkts * FRAME_BYTES / (mbit * 1e6 / 8)
+                   for k, mbit in built.shaped.items()}
+    out: list[StepRecord] = []
+    probe: dict[str, float] = {}
+    bulk: list[Any] = []
+    state: dict[str, Any] = {"cross_t": None}
+    wall0 = time.perf_counter()
+
+    def run_execs(seconds: list[float], where: list[Any]) -> None:
+        if not any(s > 0 for s in seconds):
+            return
+        acts = []
+        for h, s in zip(where, seconds, strict=True):
+            if s > 0:
+                x = sg.this_actor.exec_init(s * HOST_SPEED)
+                x.host = h
+                x.start()
+                acts.append(x)
+        for x in acts:
+            x.wait()
+
+    def phase(size: float) -> None:
+        if cal.msg_cpu_s > 0:
+            run_execs([cal.msg_cpu_s] * w, msg_cpu)
+        t0 = e.clock
+        eff = []
+        for i in range(w):
+            credit = buckets.credit(routes[i], t0)
+            eff.append(max(0.0, size - credit))
+        comms = [sg.Comm.sendto_async(hosts[i], hosts[(i + 1) % w], max(1, int(eff[i])))
+                 for i in range(w)]
+        sg.Comm.wait_all(comms)
+        t1 = e.clock
+        for i in range(w):
+            buckets.spend(routes[i], size, eff[i] > 0, t0, t1)
+
+    def collective(kind: str, size: float) -> int:
+        """One ring collective of ``size`` bytes (allreduce: the whole buffer; allgather:
+        per rank); returns how many phases were simulated."""
+        if w == 1:
+            return 0
+        n_phases = 2 * (w - 1) if kind == "allreduce" else w - 1
+        chunk = size / w if kind == "allreduce" else size
+        times: list[float] = []
+        for k in range(n_phases):
+            if (job.extrapolate and len(times) >= 3
+                    and max(times[-3:]) - min(times[-3:]) <= STEADY_TOL * max(times[-3:])):
+                sg.this_actor.sleep_for(times[-1] * (n_phases - k))
+                return k
+            t = e.clock
+            phase(chunk)
+            times.append(e.clock - t)
+        return n_phases
+
+    def cross_actor(flow: CrossFlow, origin: float) -> None:
+        sg.this_actor.sleep_until(origin + flow.start_s)
+        keys = built.route(flow.src, flow.dst) if built.route else []
+        if state["cross_t"] is None:
+            state["cross_t"] = e.clock - origin
+        for k in keys:
+            if k in built.shaped:
+                buckets.full[k] = buckets.full.get(k, 0) + 1
+                if buckets.full[k] == 1:  # a standing queue: every message waits behind it
+                    built.links[k].set_latency(fab.link_latency_s
+                                              + queue_delay[k] / cal.latency_factor)
+        n_comms = max(1, round(flow.streams * cal.cross_weight))
+        comms = [sg.Comm.sendto_async(built.hosts[flow.src], built.hosts[flow.dst], BULK_BYTES)
+                 for _ in range(n_comms)]
+        bulk.extend(comms)
+        if flow.stop_s is None:
+            return
+        sg.this_actor.sleep_until(origin + flow.stop_s)
+        for c in comms:
+            c.cancel()
+            bulk.remove(c)
+        for k in keys:
+            if k in built.shaped:
+                buckets.full[k] -= 1
+                if not buckets.full[k]:
+                    built.links[k].set_latency(fab.link_latency_s)
+
+    def controller() -> None:
+        for src, dst in built.background:
+            bulk.append(sg.Comm.sendto_async(built.hosts[src], built.hosts[dst], BULK_BYTES))
+        policy, decision = None, None
+        if job.method == "netsenseml":
+            policy, decision = _start_policy(job, probe, collective, e)
+        else:
+            level, ratio = level_of(job.method)
+        origin = None
+        pending: list[Any] = []
+        step = 0
+        while True:
+            step += 1
+            if policy is not None:
+                level, ratio = decision.level, decision.ratio
+            comp, codec = job.compute.at(level, ratio)
+            t0 = e.clock
+            if origin is None:
+                origin = t0
+            run_execs([comp] * w, hosts)
+            t1 = e.clock
+            kind = "allgather" if level in GATHERED_LEVELS else "allreduce"
+            size = payload_bytes(job, level, ratio)
+            phases = collective(kind, size)
+            t2 = e.clock
+            out.append(StepRecord(step, t0 - origin, t1 - t0, t2 - t1, t2 - t0, level, ratio,
+                                  size, kind, phases))
+            if step == 1:
+                for flow in job.cross:
+                    sg.Actor.create(f"cross-{flow.src}-{flow.dst}", hosts[0], cross_actor,
+                                    flow, t2)
+            if policy is not None:
+                pending.append(_observation(decision, t2 - t1, t2 - t0, codec, size))
+                if len(pending) > 1:  # step s is observed when step s+1 is done
+                    decision = policy.observe(pending.pop(0))
+            if job.steps is not None and step >= job.steps:
+                break
+            if job.time_limit_s is not None and e.clock - origin >= job.time_limit_s:
+                break
+            if job.steps is None and job.time_limit_s is None:
+                raise ValueError("job: give steps or time_limit_s")
+        for c in bulk:
+            c.cancel()
+        bulk.clear()
+        sg.this_actor.exit()
+
+    sg.Actor.create("controller", hosts[0], controller)
+    e.run()
+    return SimResult(out, time.perf_counter() - wall0, probe, state["cross_t"])
+
+
+def _observation(decision: Any, comm_s: float, step_s: float, codec_s: float,
+                 size: float) -> Any:
+    return Observation(decision=decision, comm_s=comm_s, exposed_s=comm_s,
+                       compute_s=step_s - comm_s, codec_s=codec_s, bytes_sent=size,
+                       collectives=1.0)
+
+
+def _start_policy(job: Job, probe: dict[str, float], collective: Any, e: Any) -> tuple[Any, Any]:
+    """The registration probe, simulated as the hook runs it, and the policy's first
+    decision."""
+    def timed(kind: str, size: float) -> float:
+        t = e.clock
+        collective(kind, size)
+        return e.clock - t
+
+    lat = min(timed("allreduce", 4.0) for _ in range(PROBE_REPEATS))
+    glat = min(timed("allgather", 1.0) for _ in range(PROBE_REPEATS))
+    n = max(1, min(int(job.dense_bytes // 4), PROBE_BYTES // 4))
+    sec = timed("allreduce", 4.0 * n)
+    s_per_byte = max(sec - lat, 0.1 * sec) / (4 * n)
+    codec = {"none": 0.0, "fp16": job.compute.at("fp16")[1], "int8": job.compute.at("int8")[1],
+             "topk": job.compute.at("topk", 0.01)[1]}
+    probe.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
+    policy = NetSensePolicy(prior=convergence.load(job.convergence))
+    decision = policy.calibrate(Calibration(
+        dense_bytes=job.dense_bytes, world_size=job.fabric.workers, latency_s=lat,
+        s_per_byte=s_per_byte, codec_s=codec,
+        topk_bytes_per_element=job.topk_bytes_per_element, gather_latency_s=glat))
+    return policy, decision
+
+
+def _simulate_dict(job: Job) -> dict[str, Any]:
+    return simulate(job).as_dict()
+
+
+def simulate_isolated(jobs: list[Job], workers: int = 1) -> list[SimResult]:
+    """Each job in a fresh process (a SimGrid engine runs once per process)."""
+    out = []
+    for d in engine.run_isolated(_simulate_dict, jobs, workers):
+        out.append(SimResult([StepRecord(**s) for s in d["steps"]], d["wall_s"], d["probe"],
+                             d["cross_started_t"]))
+    return out
