@@ -1,5 +1,5 @@
 """The ``netsense`` command: run, show, list, schema, doctor, clean, calibrate (+ sweep,
-plot, report, compare, export, sensing from analysis.py).
+plot, report, compare, export, sensing from analysis.py; simulate from simulate.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from testbed.cli import simulate
 from testbed.cli.common import (
     DEFAULT_RESULTS,
     ResultsOption,
@@ -497,6 +498,7 @@ def _register_analysis() -> None:
         importlib.import_module("testbed.cli.analysis").register(app)
 
 _register_analysis()
+simulate.register(app)
 
 def main(argv: list[str] | None = None) -> int:
     """The ``netsense`` console entry: typer's app, with its usage errors in our one style.

@@ -1,0 +1,321 @@
+"""``netsense simulate``: the SimGrid step model, from run folders to predictions at scale.
+
+Three commands, one per question:
+
+* ``calibrate RUNS...``: fit the model on calibration run folders and write the fit (JSON);
+* ``validate --calibration CAL --runs HELD_OUT...``: predict held-out runs the fit never saw
+  and print the error table (and write it as CSV): is the model right?
+* ``predict SCENARIO --workers 8,64,1024``: step time, throughput, time to accuracy and
+  NetSenseML's chosen level per method and worker count on a bigger fabric.
+
+``--calibration`` takes either a fit written by ``calibrate`` or calibration run folders
+(fitted on the spot), so one command goes from a sweep's folder to a table. Every refusal is
+one line naming the option or field (exit 2), and a machine without SimGrid is told to run
+``make setup`` before anything else is read.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from testbed.cli.common import fail
+
+app = typer.Typer(help="the SimGrid step model: calibrate on run folders, validate on "
+                  "held-out runs, predict at scale", no_args_is_help=True,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+FABRICS = ("fattree", "dragonfly", "scenario")
+DEFAULT_METHODS = "allreduce,fp16,int8,topk:0.1,topk:0.01,netsenseml"
+MAX_WORKERS = 4096
+CPUS = os.cpu_count() or 1
+VALIDATION_COLUMNS = ["method", "workers", "condition", "payload_kB", "levels_pred",
+                      "comm_meas_s", "comm_pred_s", "step_meas_s", "step_pred_s",
+                      "step_err_pct", "thr_meas", "thr_pred", "thr_err_pct", "run"]
+PREDICTION_COLUMNS = ["method", "workers", "fabric", "step_s", "comm_s", "compute_s",
+                      "throughput", "steps_to_target", "tta_s", "level", "levels",
+                      "sim_wall_s"]
+
+CalibrationOption = Annotated[list[Path], typer.Option(
+    "--calibration", "-c", metavar="FILE|DIR",
+    help="a fit written by `simulate calibrate`, or calibration run folders (repeatable)")]
+JobsOption = Annotated[int, typer.Option(
+    "--jobs", "-j", min=1, help="simulations run at once (one process each)")]
+
+
+def _need_simgrid() -> None:
+    from testbed.simulation import engine
+
+    try:
+        engine.load()
+    except engine.SimGridMissing as exc:
+        fail(f"{exc}")
+
+
+def _runs(folders: list[Path], option: str) -> list[Any]:
+    from testbed.simulation.calibrate import load_runs
+
+    runs = []
+    for f in folders:
+        if not f.is_dir():
+            fail(f"{option}: no such folder {str(f)!r}")
+        found = load_runs(f)
+        if not found:
+            fail(f"{option}: no ok run folders the simulation can replay under {str(f)!r} "
+                 "(star, dumbbell or leafspine; allreduce, fp16, bf16, int8, topk:R, "
+                 "netsenseml)")
+        runs.extend(found)
+    return runs
+
+
+def _calibration(sources: list[Path], jobs: int) -> Any:
+    from testbed.simulation.calibrate import calibrate, load_calibration
+
+    if not sources:
+        fail("--calibration: give a fit (`simulate calibrate -o FILE`) or calibration run "
+             "folders")
+    if len(sources) == 1 and sources[0].is_file():
+        try:
+            return load_calibration(sources[0])
+        except ValueError as exc:
+            fail(f"--calibration: {exc}")
+    runs = _runs(sources, "--calibration")
+    typer.echo(f"calibrating on {len(runs)} runs ...", err=True)
+    try:
+        return calibrate(runs, workers=jobs)
+    except ValueError as exc:
+        fail(f"--calibration: {exc}")
+
+
+def _csv(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _check(path: Path, option: str) -> None:
+    from testbed.common.outputs import OutputError, check_file
+
+    try:
+        check_file(path, option)
+    except OutputError as exc:
+        fail(str(exc))
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    from testbed.common.files import atomic_write_text
+
+    _check(path, option)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+
+
+def _net_line(cal: Any) -> str:
+    n = cal.net
+    return (f"network: latency factor {n.latency_factor:g}, bandwidth factor "
+            f"{n.bandwidth_factor:g}, per-message CPU {n.msg_cpu_s * 1e3:g} ms, standing "
+            f"queue {n.queue_fraction:g} of full; calibration runs' median |step error| "
+            f"{cal.error_pct} %")
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUNS...",
+                                               help="calibration run folders")],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE",
+                                      help="where the fit is written (JSON)")]
+    = Path("simcal.json"),
+    jobs: JobsOption = CPUS,
+) -> None:
+    """Fit the network factors and compute per level on calibration runs only."""
+    from testbed.simulation.calibrate import save_calibration
+
+    _check(out, "--out")
+    _need_simgrid()
+    cal = _calibration(list(runs), jobs)
+    save_calibration(cal, out)
+    typer.echo(_net_line(cal))
+    typer.echo(f"wrote {out}")
+
+
+def error_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per method: median and worst |error| of step time and throughput, in %."""
+    out = []
+    for m in dict.fromkeys(r["method"] for r in rows):
+        rs = [r for r in rows if r["method"] == m]
+        step = [abs(r["step_err_pct"]) for r in rs]
+        thr = [abs(r["thr_err_pct"]) for r in rs]
+        out.append({"method": m, "runs": len(rs),
+                    "step_median_pct": round(statistics.median(step), 1),
+                    "step_worst_pct": round(max(step), 1),
+                    "thr_median_pct": round(statistics.median(thr), 1),
+                    "thr_worst_pct": round(max(thr), 1)})
+    return out
+
+
+@app.command("validate")
+def validate_cmd(
+    calibration: CalibrationOption = [],  # noqa: B006 - typer reads the default
+    runs: Annotated[list[Path], typer.Option(
+        "--runs", metavar="DIR", help="held-out run folders to predict (repeatable)")] = [],  # noqa: B006
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", metavar="FILE", help="the error table as CSV")] = None,
+    jobs: JobsOption = CPUS,
+) -> None:
+    """Predict held-out runs with a calibration that never saw them; print the errors."""
+    from testbed.simulation.calibrate import validate
+    from testbed.simulation.scale import markdown
+
+    if not runs:
+        fail("--runs: give the held-out run folders to predict")
+    _need_simgrid()
+    held = _runs(list(runs), "--runs")
+    cal = _calibration(list(calibration), jobs)
+    overlap = set(cal.runs) & {r.path for r in held}
+    if overlap:
+        fail(f"--runs: {len(overlap)} run(s) are also calibration runs (e.g. "
+             f"{sorted(overlap)[0]}); validation needs held-out runs")
+    rows = validate(held, cal, workers=jobs)
+    typer.echo(_net_line(cal))
+    cols = [c for c in VALIDATION_COLUMNS if c not in ("run", "levels_pred")]
+    typer.echo(markdown(rows, cols))
+    summary = error_summary(rows)
+    typer.echo("")
+    typer.echo(markdown(summary, list(summary[0])))
+    step = [abs(r["step_err_pct"]) for r in rows]
+    thr = [abs(r["thr_err_pct"]) for r in rows]
+    typer.echo(f"all {len(rows)} runs: step |error| median {statistics.median(step):.1f} %, "
+               f"worst {max(step):.1f} %; throughput median {statistics.median(thr):.1f} %, "
+               f"worst {max(thr):.1f} %")
+    if out is not None:
+        _write(out, _csv(rows, VALIDATION_COLUMNS), "--out")
+        typer.echo(f"wrote {out}")
+
+
+def parse_workers(text: str) -> list[int]:
+    """``8,64,1024`` -> [8, 64, 1024]; one error line on anything else."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 2 <= int(part) <= MAX_WORKERS:
+            fail(f"--workers: {part!r} is not a worker count in 2..{MAX_WORKERS} "
+                 "(comma-separated, e.g. 8,64,1024)")
+        out.append(int(part))
+    return sorted(set(out))
+
+
+def parse_methods(text: str) -> list[str]:
+    from testbed.simulation.sim import level_of
+
+    out = []
+    for m in (p.strip() for p in text.split(",")):
+        if m == "netsenseml":
+            out.append(m)
+            continue
+        try:
+            level_of(m)
+        except ValueError as exc:
+            fail(f"--methods: {exc}")
+        out.append(m)
+    return out
+
+
+@app.command("predict")
+def predict_cmd(
+    scenario: Annotated[str, typer.Argument(
+        help="scenario name (netsense list) or YAML path: its links' rate, and its own "
+        "topology for --fabric scenario")],
+    calibration: CalibrationOption = [],  # noqa: B006
+    workers: Annotated[str, typer.Option(
+        "--workers", "-w", metavar="W,W,...", help="worker counts")] = "8,64,1024",
+    fabric: Annotated[str, typer.Option(
+        "--fabric", help="fattree | dragonfly (the scenario's rate, over-subscribed "
+        "uplinks, another job's flows) | scenario (the scenario's own topology grown)")]
+    = "fattree",
+    methods: Annotated[str, typer.Option(
+        "--methods", "-m", help="comma-separated methods")] = DEFAULT_METHODS,
+    background: Annotated[int, typer.Option(
+        "--background", min=0, help="fattree/dragonfly: bulk flows per leaf of another job "
+        "(0: an idle fabric)")] = 4,
+    oversub: Annotated[float, typer.Option(
+        "--oversub", min=1.0, help="fattree/dragonfly: leaf over-subscription")] = 4.0,
+    steps: Annotated[int, typer.Option("--steps", min=5, max=10000,
+                                       help="simulated steps per point")] = 30,
+    base_steps: Annotated[float, typer.Option(
+        "--base-steps", min=1.0, help="allreduce's steps to the target when the scenario "
+        "has no convergence table")] = 1000.0,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", metavar="FILE", help="the table as CSV")] = None,
+    figure: Annotated[Path | None, typer.Option(
+        "--figure", metavar="PNG", help="throughput and TTA against W, drawn from --out")]
+    = None,
+    jobs: JobsOption = CPUS,
+) -> None:
+    """Step time, throughput and time to accuracy per method and W; NetSenseML's level."""
+    from testbed.config.scenario import ScenarioError, load_scenario
+
+    if fabric not in FABRICS:
+        fail(f"--fabric: {fabric!r} is not one of {', '.join(FABRICS)}")
+    sizes = parse_workers(workers)
+    if figure is not None and out is None:
+        fail("--figure: needs --out (the figure is drawn from the CSV)")
+    for path, option in ((out, "--out"), (figure, "--figure")):
+        if path is not None:
+            _check(path, option)
+    _need_simgrid()
+    meths = parse_methods(methods)
+    try:
+        scn = load_scenario(scenario, skip_kernel_checks=True)
+    except ScenarioError as exc:
+        fail(str(exc))
+    from testbed.simulation import scale
+    from testbed.simulation.calibrate import cross_flows
+
+    cal = _calibration(list(calibration), jobs)
+    wl = scn.workload
+    mine = (wl.model, wl.dataset, wl.batch_size)
+    theirs = (cal.workload.get("model"), cal.workload.get("dataset"),
+              cal.workload.get("batch_size"))
+    if mine != theirs:
+        fail(f"scenario: workload (model, dataset, batch_size) {mine} is not the "
+             f"calibration's {theirs}; calibrate on runs of this workload")
+    topo = scn.topology.model_dump(mode="json")
+    timeline = [e.model_dump(mode="json") if hasattr(e, "model_dump") else dict(e)
+                for e in (scn.timeline or [])]
+    try:
+        scale.fabric_for(topo, sizes[0], fabric)
+    except ValueError as exc:
+        fail(str(exc))
+    t0 = time.perf_counter()
+    rows = scale.predict(cal, topo, meths, sizes, fabric=fabric, steps=steps, parallel=jobs,
+                         fabric_options={"background": background, "oversub": oversub},
+                         cross=cross_flows(timeline),
+                         convergence_path=scn.convergence, default_base_steps=base_steps)
+    typer.echo(scale.markdown(rows, [c for c in PREDICTION_COLUMNS if c != "levels"]))
+    source = scn.convergence or f"--base-steps {base_steps:g} and the default prior"
+    typer.echo(f"time to accuracy: allreduce's steps to the target from {source}; "
+               f"{len(rows)} simulations in {time.perf_counter() - t0:.1f} s")
+    if out is not None:
+        _write(out, _csv(rows, PREDICTION_COLUMNS), "--out")
+        typer.echo(f"wrote {out}")
+    if figure is not None and out is not None:
+        from testbed.simulation.figure import figure as draw
+
+        _check(figure, "--figure")
+        draw(out, figure, f"{scn.name}: {fabric}, {background} background flows per leaf, "
+             f"oversubscription {oversub:g}")
+        typer.echo(f"wrote {figure}")
+
+
+def register(parent: typer.Typer) -> None:
+    """Add ``simulate`` to the ``netsense`` command."""
+    parent.add_typer(app, name="simulate")
