@@ -122,8 +122,9 @@ def _write(path: Path, text: str, option: str) -> None:
 def _net_line(cal: Any) -> str:
     n = cal.net
     return (f"network: latency factor {n.latency_factor:g}, bandwidth factor "
-            f"{n.bandwidth_factor:g}, per-message CPU {n.msg_cpu_s * 1e3:g} ms, standing "
-            f"queue {n.queue_fraction:g} of full; calibration runs' median |step error| "
+            f"{n.bandwidth_factor:g}, per-message CPU {n.msg_cpu_s * 1e3:g} ms (contention "
+            f"share {n.msg_share:g}), standing queue {n.queue_fraction:g} of full, iperf3 "
+            f"stream weight {n.cross_weight:g}; calibration runs' median |step error| "
             f"{cal.error_pct} %")
 
 
@@ -148,17 +149,21 @@ def calibrate_cmd(
 
 
 def error_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per method: median and worst |error| of step time and throughput, in %."""
+    """Per method and condition (idle, congested, all): median and worst |error| of step
+    time and throughput, in %."""
     out = []
     for m in dict.fromkeys(r["method"] for r in rows):
-        rs = [r for r in rows if r["method"] == m]
-        step = [abs(r["step_err_pct"]) for r in rs]
-        thr = [abs(r["thr_err_pct"]) for r in rs]
-        out.append({"method": m, "runs": len(rs),
-                    "step_median_pct": round(statistics.median(step), 1),
-                    "step_worst_pct": round(max(step), 1),
-                    "thr_median_pct": round(statistics.median(thr), 1),
-                    "thr_worst_pct": round(max(thr), 1)})
+        for cond in ("idle", "congested", "all"):
+            rs = [r for r in rows if r["method"] == m and cond in ("all", r["condition"])]
+            if not rs:
+                continue
+            step = [abs(r["step_err_pct"]) for r in rs]
+            thr = [abs(r["thr_err_pct"]) for r in rs]
+            out.append({"method": m, "condition": cond, "runs": len(rs),
+                        "step_median_pct": round(statistics.median(step), 1),
+                        "step_worst_pct": round(max(step), 1),
+                        "thr_median_pct": round(statistics.median(thr), 1),
+                        "thr_worst_pct": round(max(thr), 1)})
     return out
 
 
@@ -191,14 +196,20 @@ def validate_cmd(
     summary = error_summary(rows)
     typer.echo("")
     typer.echo(markdown(summary, list(summary[0])))
-    step = [abs(r["step_err_pct"]) for r in rows]
-    thr = [abs(r["thr_err_pct"]) for r in rows]
-    typer.echo(f"all {len(rows)} runs: step |error| median {statistics.median(step):.1f} %, "
-               f"worst {max(step):.1f} %; throughput median {statistics.median(thr):.1f} %, "
-               f"worst {max(thr):.1f} %")
+    for cond in ("idle", "congested", "all"):
+        rs = [r for r in rows if cond in ("all", r["condition"])]
+        if not rs:
+            continue
+        step = [abs(r["step_err_pct"]) for r in rs]
+        thr = [abs(r["thr_err_pct"]) for r in rs]
+        typer.echo(f"{cond}, {len(rs)} runs: step |error| median "
+                   f"{statistics.median(step):.1f} %, worst {max(step):.1f} %; throughput "
+                   f"median {statistics.median(thr):.1f} %, worst {max(thr):.1f} %")
     if out is not None:
         _write(out, _csv(rows, VALIDATION_COLUMNS), "--out")
-        typer.echo(f"wrote {out}")
+        summary_path = out.with_name(out.stem + "-summary.csv")
+        _write(summary_path, _csv(summary, list(summary[0])), "--out")
+        typer.echo(f"wrote {out} and {summary_path}")
 
 
 def parse_workers(text: str) -> list[int]:

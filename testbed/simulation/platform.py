@@ -86,9 +86,8 @@ class Built:
     background: list[tuple[str, str]] = field(default_factory=list)
 
 
-def build(sg: Any, fab: Fabric, machine_cores: int | None = None) -> Built:
-    """The platform in the current engine; ``machine_cores`` adds a host ``m0`` with that
-    many cores and no network: the one machine whose cores every worker's compute shares."""
+def build(sg: Any, fab: Fabric) -> Built:
+    """The platform in the current engine."""
     if fab.kind in ("fattree", "dragonfly"):
         return _cluster(sg, fab)
     root = sg.NetZone.create_full_zone("root")
@@ -151,10 +150,6 @@ def build(sg: Any, fab: Fabric, machine_cores: int | None = None) -> Built:
             if a != z:
                 root.add_route(hosts[a].netpoint, hosts[z].netpoint, None, None,
                                [link_in_route(b.links[k]) for k in route(a, z)], False)
-    if machine_cores:
-        m = root.create_host("m0", HOST_SPEED)
-        m.core_count = machine_cores
-        hosts["m0"] = m.seal()
     root.seal()
     b.route = route
     return b

@@ -12,8 +12,10 @@ ring really sends (``Comm`` between the hosts, over the platform's routes):
 
 A phase starts when the previous one has completed on every rank (the ring moves at its
 slowest link); each message first costs ``msg_cpu_s`` of CPU on its sender (gloo's
-per-message work: copies, syscalls, a wake-up), an ``Exec`` too, so on one emulating machine
-whose ``cores`` all workers share these contend for them; then it crosses the
+per-message work: copies, syscalls, a wake-up), an ``Exec`` too, stretched like compute
+when n ranks share one emulating machine's ``cores`` (by ``1 + msg_share x (n / cores -
+1)``, the share fitted: ranks waiting in the ring leave their core to others); then it
+crosses the
 network under SimGrid's flow model (LV08: max-min sharing, ``network/latency-factor`` and
 ``network/bandwidth-factor`` calibrated from run folders).
 
@@ -27,7 +29,8 @@ emulation's own settings, not fitted:
 * a standing queue: while bulk cross traffic fills a shaped link (iperf3's streams keep
   its drop-tail queue full), every message through it waits behind up to ``queue_pkts``
   frames, ``queue_fraction x queue_pkts x 1514 x 8 / rate`` seconds (the fraction fitted:
-  TCP's losses keep the queue below full part of the time), and the link has no tokens
+  below 1 where TCP's losses keep the queue below full part of the time, above 1 where a
+  message's own losses and retransmissions add to its wait), and the link has no tokens
   left.
 
 Cross traffic is competing flows: each iperf3 stream a SimGrid comm that never ends while
@@ -60,6 +63,7 @@ from typing import Any
 from netsenseml import convergence, methods
 from netsenseml.policy import Calibration, NetSensePolicy, Observation, bytes_ratio
 from testbed.simulation import engine
+from testbed.simulation.model import oversubscription
 from testbed.simulation.platform import HOST_SPEED, Fabric, build
 from topologies.shaping import burst_bytes
 
@@ -79,6 +83,7 @@ class NetCalibration:
     latency_factor: float = 1.0
     bandwidth_factor: float = 1.0
     msg_cpu_s: float = 0.0
+    msg_share: float = 1.0  # contention share of the per-message CPU, as compute's ``k``
     queue_fraction: float = 1.0  # of a full drop-tail queue that a message waits behind
     cross_weight: float = 1.0  # shares of a link one iperf3 stream takes per share of a ring flow
 
@@ -135,7 +140,7 @@ class Job:
     cal: NetCalibration = NetCalibration()
     topk_bytes_per_element: float = 8.0
     cross: tuple[CrossFlow, ...] = ()
-    cores: int | None = None  # one machine's CPUs all messages' CPU work shares; None: one each
+    cores: int | None = None  # the one emulating machine's CPUs; None: a machine per worker
     htb: bool = True
     time_limit_s: float | None = None
     steps: int | None = None
@@ -233,10 +238,10 @@ def simulate(job: Job) -> SimResult:
         "network/crosstraffic": "0",  # the ring's acks do not load the reverse direction
     }))
     fab = job.fabric
-    built = build(sg, fab, machine_cores=job.cores)
+    built = build(sg, fab)
     w = fab.workers
     hosts = [built.hosts[n] for n in built.workers]
-    msg_cpu = [built.hosts["m0"]] * w if job.cores else hosts
+    msg_s = cal.msg_cpu_s * (1 + cal.msg_share * (oversubscription(w, job.cores) - 1))
     routes = ([built.route(built.workers[i], built.workers[(i + 1) % w]) for i in range(w)]
               if built.route else [[] for _ in range(w)])
     buckets = _Buckets(built.shaped, job.htb and built.route is not None)
@@ -262,8 +267,8 @@ def simulate(job: Job) -> SimResult:
             x.wait()
 
     def phase(size: float) -> None:
-        if cal.msg_cpu_s > 0:
-            run_execs([cal.msg_cpu_s] * w, msg_cpu)
+        if msg_s > 0:
+            run_execs([msg_s] * w, hosts)
         t0 = e.clock
         eff = []
         for i in range(w):
@@ -322,8 +327,10 @@ def simulate(job: Job) -> SimResult:
                     built.links[k].set_latency(fab.link_latency_s)
 
     def controller() -> None:
-        for src, dst in built.background:
-            bulk.append(sg.Comm.sendto_async(built.hosts[src], built.hosts[dst], BULK_BYTES))
+        for src, dst in built.background:  # another job's bulk TCP flows, weighted alike
+            for _ in range(max(1, round(cal.cross_weight))):
+                bulk.append(sg.Comm.sendto_async(built.hosts[src], built.hosts[dst],
+                                                 BULK_BYTES))
         policy, decision = None, None
         if job.method == "netsenseml":
             policy, decision = _start_policy(job, probe, collective, e)
