@@ -1,0 +1,102 @@
+"""``netsense simulate``: bad input is one line naming the option and its allowed values
+(exit 2, no traceback, nothing simulated), a machine without SimGrid is told to run
+``make setup``, and a fit refuses files that are not one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.cli.app import main
+from testbed.simulation import engine
+from testbed.simulation.calibrate import Calibration, RunFacts, fit_compute, load_calibration
+from testbed.simulation.platform import Fabric
+from testbed.simulation.sim import NetCalibration
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    rc = main(argv)
+    out = capsys.readouterr()
+    assert rc == 2, (argv, out.err)
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1, out.err
+    assert lines[0].startswith("error: ") and "Traceback" not in out.err + out.out
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--fabric", "torus"], "--fabric: 'torus' is not one of fattree, dragonfly, scenario"),
+    (["--workers", "8,x"], "--workers: 'x' is not a worker count in 2..4096"),
+    (["--workers", "1"], "--workers: '1' is not a worker count"),
+    (["--steps", "2"], "--steps"),
+    (["--figure", "a.png"], "--figure: needs --out"),
+])
+def test_predict_refuses_bad_options(capsys: pytest.CaptureFixture[str], args: list[str],
+                                     needle: str) -> None:
+    line = _one_line(capsys, ["simulate", "predict", "sim-star", *args])
+    assert needle in line, line
+
+
+@pytest.mark.skipif(not engine.available(), reason="simgrid not importable")
+def test_predict_refuses_bad_method_scenario_and_calibration(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = _one_line(capsys, ["simulate", "predict", "sim-star", "-m", "allreduce,powersgd:2"])
+    assert "--methods: method 'powersgd:2'" in line and "topk:R" in line, line
+    line = _one_line(capsys, ["simulate", "predict", "no-such-scenario", "-c", "x.json"])
+    assert "unknown scenario 'no-such-scenario'" in line, line
+    bad = tmp_path / "cal.json"
+    bad.write_text(json.dumps({"format": "other"}))
+    line = _one_line(capsys, ["simulate", "predict", "sim-star", "-c", str(bad)])
+    assert "--calibration: calibration: format 'other'" in line, line
+    line = _one_line(capsys, ["simulate", "predict", "sim-star", "-c", str(tmp_path)])
+    assert "--calibration: no ok run folders" in line, line
+    line = _one_line(capsys, ["simulate", "validate", "-c", str(bad)])
+    assert "--runs:" in line, line
+
+
+def test_without_simgrid_the_error_names_make_setup(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "simgrid", None)  # `import simgrid` raises ImportError
+    monkeypatch.setattr(engine, "DEBIAN_DIR", str(tmp_path))
+    line = _one_line(capsys, ["simulate", "predict", "sim-star", "-c", "x.json"])
+    assert "simgrid" in line and "make setup" in line, line
+
+
+def test_a_fit_round_trips_and_refuses_what_is_not_one(tmp_path: Path) -> None:
+    cal = Calibration(NetCalibration(2.0, 0.9, 1e-3, 0.5), {"idle": {"none": 0.01}},
+                      {"idle": {"none": 0.0}}, ["r"], 3.0,
+                      {"model": "mlp", "dataset": "digits", "batch_size": 16,
+                       "dense_bytes": 1e5, "topk_bytes_per_element": 8.0},
+                      {"idle": {"none": 0.5}})
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(cal.as_dict()))
+    assert load_calibration(p) == cal
+    p.write_text("[1]")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        load_calibration(p)
+    p.write_text(json.dumps({**cal.as_dict(), "net": {"bogus": 1}}))
+    with pytest.raises(ValueError, match="missing or bad field"):
+        load_calibration(p)
+
+
+def _facts(method: str, n: int, compute_s: float) -> RunFacts:
+    return RunFacts(path=f"{method}-{n}", method=method, n=n,
+                    fabric=Fabric("star", n, 20.0), cross=(), cpus=2, batch_size=16,
+                    time_limit_s=6.0, steps_limit=None, dense_bytes=1e5,
+                    topk_bytes_per_element=8.0, steps=10, compute_s=compute_s, codec_s=0.0,
+                    comm_s=0.1, step_s=0.1 + compute_s, bytes_sent=1e5, throughput=1.0)
+
+
+def test_compute_contention_is_fitted_not_assumed() -> None:
+    # c = 10 ms uncontended, k = 0.4: 3 workers on 2 cores -> x1.2, 6 -> x1.8
+    compute, _, share = fit_compute([_facts("allreduce", 3, 0.012),
+                                     _facts("allreduce", 6, 0.018),
+                                     _facts("fp16", 6, 0.009)])
+    assert share["idle"]["none"] == pytest.approx(0.4)
+    assert compute["idle"]["none"] == pytest.approx(0.010)
+    assert share["idle"]["fp16"] == pytest.approx(0.4)  # one worker count: the others' k
+    assert compute["idle"]["fp16"] == pytest.approx(0.005)
