@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
@@ -100,3 +101,32 @@ def test_compute_contention_is_fitted_not_assumed() -> None:
     assert compute["idle"]["none"] == pytest.approx(0.010)
     assert share["idle"]["fp16"] == pytest.approx(0.4)  # one worker count: the others' k
     assert compute["idle"]["fp16"] == pytest.approx(0.005)
+
+
+@pytest.mark.skipif(not engine.available(), reason="simgrid not importable")
+def test_predict_writes_the_table_and_the_figure(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    comp = {"none": 0.003, "fp16": 0.003, "int8": 0.006, "topk:0.01": 0.004,
+            "topk:0.1": 0.004}
+    cal = Calibration(NetCalibration(5.0, 1.0, 5e-4, 1.0), {"idle": comp},
+                      {"idle": dict.fromkeys(comp, 0.0)}, [], None,
+                      {"model": "mlp", "dataset": "digits", "batch_size": 16,
+                       "dense_bytes": 340008.0, "topk_bytes_per_element": 8.0},
+                      {"idle": dict.fromkeys(comp, 0.0)})
+    (tmp_path / "cal.json").write_text(json.dumps(cal.as_dict()))
+    out, png = tmp_path / "p.csv", tmp_path / "p.png"
+    rc = main(["simulate", "predict", "sim-star", "-c", str(tmp_path / "cal.json"),
+               "--workers", "8,32", "-m", "allreduce,topk:0.01,netsenseml", "--steps", "6",
+               "-o", str(out), "--figure", str(png)])
+    assert rc == 0, capsys.readouterr().err
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["method"], r["workers"]) for r in rows] == [
+        ("allreduce", "8"), ("allreduce", "32"), ("topk:0.01", "8"), ("topk:0.01", "32"),
+        ("netsenseml", "8"), ("netsenseml", "32")]
+    by = {(r["method"], int(r["workers"])): r for r in rows}
+    # the all-gather's step grows with W much faster than the allreduce's
+    tk = float(by["topk:0.01", 32]["step_s"]) / float(by["topk:0.01", 8]["step_s"])
+    ar = float(by["allreduce", 32]["step_s"]) / float(by["allreduce", 8]["step_s"])
+    assert tk > ar
+    assert all(float(r["tta_s"]) > 0 and r["level"] for r in rows)
+    assert png.stat().st_size > 10_000
