@@ -34,11 +34,12 @@ emulation's own settings, not fitted:
   left.
 
 Cross traffic is competing flows: each iperf3 stream a SimGrid comm that never ends while
-the stream runs (max-min gives it one share of each link it crosses). A bulk TCP stream
-that keeps a drop-tail queue full takes more than the fair share from a ring flow that
-sends in bursts and waits (its window is always open, the ring's restarts every phase), so
-``k`` streams are entered as ``round(k x cross_weight)`` comms, ``cross_weight`` fitted on
-the congested calibration runs.
+the stream runs (max-min gives it one share of each link it crosses). TCP streams over one
+drop-tail queue do not split it evenly with a ring flow (losses hit the streams'
+synchronised windows together, and a ring message that arrives into a full queue takes
+the share the streams just backed off from), so ``k`` streams are entered as
+``round(k x cross_weight)`` comms, ``cross_weight`` fitted on the congested calibration
+runs (on the build machine 0.5: four iperf3 streams took what two fair flows would).
 
 NetSenseML runs its real policy (``netsenseml.policy.NetSensePolicy``, pure Python): the
 registration probe is simulated (one-element allreduces, one-byte all-gathers, one 256 kB
