@@ -1,9 +1,10 @@
 """One data-parallel job in SimGrid: every step of every worker as SimGrid activities.
 
 A step is what DDP does with the gloo hooks of this project (one bucket for the models the
-testbed runs): every worker computes its forward + backward + codec (an ``Exec`` of the
-calibrated seconds on its own host; on the emulating machine those seconds already hold
-the CPU sharing of n ranks, ``calibrate.compute_table``), then the ranks run the method's collective as the messages a
+testbed runs): every worker computes its forward + backward + codec (the
+calibrated seconds on its own host, simulated as the time every worker is busy; on the
+emulating machine those seconds already hold the CPU sharing of n ranks,
+``calibrate.compute_table``), then the ranks run the method's collective as the messages a
 ring really sends (``Comm`` between the hosts, over the platform's routes):
 
 * ring allreduce of ``B`` bytes (allreduce, fp16, bf16): ``2 (W-1)`` phases, each rank
@@ -12,7 +13,7 @@ ring really sends (``Comm`` between the hosts, over the platform's routes):
 
 A phase starts when the previous one has completed on every rank (the ring moves at its
 slowest link); each message first costs ``msg_cpu_s`` of CPU on its sender (gloo's
-per-message work: copies, syscalls, a wake-up), an ``Exec`` too, stretched like compute
+per-message work: copies, syscalls, a wake-up), stretched like compute
 when n ranks share one emulating machine's ``cores`` (by ``1 + msg_share x (n / cores -
 1)``, the share fitted: ranks waiting in the ring leave their core to others); then it
 crosses the
@@ -65,7 +66,7 @@ from netsenseml import convergence, methods
 from netsenseml.policy import Calibration, NetSensePolicy, Observation, bytes_ratio
 from testbed.simulation import engine
 from testbed.simulation.model import oversubscription
-from testbed.simulation.platform import HOST_SPEED, Fabric, build
+from testbed.simulation.platform import Fabric, build
 from topologies.shaping import burst_bytes
 
 FRAME_BYTES = 1514
@@ -254,22 +255,17 @@ def simulate(job: Job) -> SimResult:
     state: dict[str, Any] = {"cross_t": None}
     wall0 = time.perf_counter()
 
-    def run_execs(seconds: list[float], where: list[Any]) -> None:
-        if not any(s > 0 for s in seconds):
-            return
-        acts = []
-        for h, s in zip(where, seconds, strict=True):
-            if s > 0:
-                x = sg.this_actor.exec_init(s * HOST_SPEED)
-                x.host = h
-                x.start()
-                acts.append(x)
-        for x in acts:
-            x.wait()
+    def busy(seconds: float) -> None:
+        """Every worker busy on its own CPU for ``seconds`` (compute, or a message's CPU
+        work); the step waits for all of them. Each worker is alone on its host and every
+        worker's share is the same, so this is one sleep of the controller, not W ``Exec``s
+        waited for one by one (which cost two thread switches each: at W = 1024 most of
+        the simulation's time); bulk flows go on meanwhile."""
+        if seconds > 0:
+            sg.this_actor.sleep_for(seconds)
 
     def phase(size: float) -> None:
-        if msg_s > 0:
-            run_execs([msg_s] * w, hosts)
+        busy(msg_s)
         t0 = e.clock
         eff = []
         for i in range(w):
@@ -348,7 +344,7 @@ def simulate(job: Job) -> SimResult:
             t0 = e.clock
             if origin is None:
                 origin = t0
-            run_execs([comp] * w, hosts)
+            busy(comp)
             t1 = e.clock
             kind = "allgather" if level in GATHERED_LEVELS else "allreduce"
             size = payload_bytes(job, level, ratio)
