@@ -131,6 +131,8 @@ def predict(cal: Calibration, topology: dict[str, Any], methods: list[str],
 
 
 def markdown(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    """A markdown table of ``cols`` (4 significant digits; empty for None)."""
+
     def fmt(v: Any) -> str:
         if v is None:
             return ""
