@@ -1,6 +1,8 @@
 """The adaptive policy as it was before the monitor-driven step model: a frozen copy,
-kept only as the regression reference of ``test_replay_calibrated.py`` (the calibrated
-replay must show its idle toggling, and the current policy's absence of it).
+kept as the reference ``benchmarks/replay_calibrated.py`` replays beside today's policy on
+a link calibrated from this policy's own runs (``tests/netsenseml/data/eval-onoff-legacy``).
+It is not a test: that replay does not reproduce these runs' idle toggling closely enough
+to pin it (the benchmark prints by how much).
 
 Its own docstring follows unchanged.
 
