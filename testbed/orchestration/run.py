@@ -68,9 +68,6 @@ TEARDOWN_STEP_S = {"cross-traffic": 10.0, "workers": 10.0, "emulation": 15.0, "z
 STOPPED_RANK_S = 2.0
 
 
-_RunFailed = RunFailed  # the phases below raise it under this name
-
-
 def sanitize_method(method: str) -> str:
     """Method spec as a path component: 'topk:0.01' -> 'topk-0.01'."""
     return slug(method)
@@ -133,7 +130,7 @@ class _Run(RunLifecycle):
             ("cross hosts", topo.cross_hosts(), list(self.emu.cross_hosts)),
         ):
             if expected != actual:
-                raise _RunFailed(f"{what} differ from the emulation's: declared {expected}, "
+                raise RunFailed(f"{what} differ from the emulation's: declared {expected}, "
                                  f"built {actual}")
 
     def _probe(self) -> None:
@@ -183,7 +180,7 @@ class _Run(RunLifecycle):
     def _launch(self) -> None:
         hosts = list(self.emu.worker_hosts)
         if len(hosts) != self.scn.world_size:
-            raise _RunFailed(f"emulation has {len(hosts)} worker hosts, scenario wants "
+            raise RunFailed(f"emulation has {len(hosts)} worker hosts, scenario wants "
                              f"{self.scn.world_size}")
         self.workers = WorkerGroup(self.emu, self.folder.workers, gpus=self.gpu_plan.per_rank)
         zygote = self._ready_zygote()
@@ -230,16 +227,16 @@ class _Run(RunLifecycle):
             codes = self.workers.exit_codes()
             failure = self.workers.failure(codes)
             if failure:
-                raise _RunFailed(failure)
+                raise RunFailed(failure)
             if all(c is not None for c in codes):
                 self.timing["workers_done_wall"] = time.time()
                 self.counters_after = self._read_counters()
                 return
             if self.timeline.error:
-                raise _RunFailed(f"timeline event failed: {self.timeline.error}")
+                raise RunFailed(f"timeline event failed: {self.timeline.error}")
             self._check_health()
             if time.monotonic() > deadline:
-                raise _RunFailed(f"timeout: workers still running after "
+                raise RunFailed(f"timeout: workers still running after "
                                  f"{self.scn.deadline_s():.0f} s")
             rec = records.last_step(rank0)
             if rec is not None and not self.timeline.started:
@@ -252,7 +249,7 @@ class _Run(RunLifecycle):
         emulated host whose shell died, a worker stopped by a signal."""
         dead = self.emu.dead_hosts() if hasattr(self.emu, "dead_hosts") else []
         if dead:
-            raise _RunFailed(f"emulated host {', '.join(dead)} is gone: its shell died "
+            raise RunFailed(f"emulated host {', '.join(dead)} is gone: its shell died "
                              "during the run (killed, or the OOM killer)")
         assert self.workers is not None
         now = time.monotonic()
@@ -262,7 +259,7 @@ class _Run(RunLifecycle):
                 continue
             since = self._stopped_since.setdefault(rank, now)
             if now - since >= STOPPED_RANK_S:
-                raise _RunFailed(f"rank {rank} is stuck: its process is stopped (state "
+                raise RunFailed(f"rank {rank} is stuck: its process is stopped (state "
                                  f"{state}, e.g. SIGSTOP) for {now - since:.0f} s; its peers "
                                  "wait for it in their collectives")
 
