@@ -71,7 +71,7 @@ def codecs(tmp_path, monkeypatch):
 def _train(tmp: Path, method: str, steps: int = 40, expect: int = 0) -> list[list[dict]]:
     tmp.mkdir(parents=True, exist_ok=True)
     codes = run_ranks(tmp, [*TINY["mlp"], "--method", method, "--steps", str(steps),
-                            "--batch-size", "32", "--seed", "0", "--eval-every", "10",
+                            "--batch-size", "32", "--seed", "0", "--eval-every", "8",
                             "--lr", "0.1"], timeout=120)
     assert codes == [expect, expect], outputs(tmp)
     return [read_log(tmp, r) for r in range(2)]
@@ -107,7 +107,7 @@ def test_a_zero_codec_is_not_learning_and_the_trend_check_agrees(tmp_path, codec
     # past the worker's own check, e.g. a hook adding noise): flagged, with the losses.
     frozen = [[dict(r, loss=2.3) if r["kind"] in ("step", "eval") else r for r in recs]
               + [{"kind": "eval", "step": 10 * i, "loss": 2.3, "accuracy": 0.1}
-                 for i in (1, 2, 3)] for recs in logs]
+                 for i in range(1, health.K + 1)] for recs in logs]
     verdict = health.learning(dict(enumerate(frozen)))
     assert verdict is not None and not verdict["ok"] and "never fell" in verdict["why"]
 
