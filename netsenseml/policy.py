@@ -82,15 +82,18 @@ when the fit has seen one size of its kind for ``probe_every`` steps, one step g
 predicted extra cost); and after a regime change to a faster path while compressing, one
 step goes at the least compressed level the link would call for if it were as fast as the
 fastest rate seen (``Decision.probe``; the decision itself does not change).
-
-**Timing.** Ranks take identical decisions: the policy sees the mean over ranks of each
-step's measurements, piggy-backed on the next step's bucket-0 collective; its decision
-applies from the step after (``netsenseml.hooks``). The first decision comes from the
-registration probe with ``initial_compute_s`` as the compute time.
-
-Settings: one frozen, validated :class:`PolicyConfig` (a bad value is a one-line
-ValueError naming the field and what it accepts); the parts are usable and testable alone.
-Pure Python (no torch) and deterministic.
+Both are priced by the model, and the model prices a dense level at the rate last sensed --
+which, while the policy sends only all-gathers (no rate samples: they are too short), is
+the rate of whenever it last sent a dense step. If the path got faster without a regime
+change the detector could confirm (noisy small transfers, a ratio that moved meanwhile),
+that stale rate prices the dense level so high that no budgeted probe ever goes, and the
+policy stays compressed on a fast link. So a **stale-rate probe** is not priced by the
+model: after ``probe_every`` observations in a row at all-gather levels, one step goes at the least compressed level the fastest rate
+seen would call for (when that is a dense level); the next waits in proportion to what
+this one cost (:meth:`Prober.probed`: a probe that took twice the current step waits
+``probe_every`` observations, one that took 5x waits 4 x as long), so on a link that stays
+slow they cost about ``1 / probe_every`` of the time, and after the path got faster the
+policy learns it within a gap.
 """
 
 from __future__ import annotations
@@ -571,6 +574,9 @@ class Prober:
         self.since_up = 0  # steps since the last probe toward less compression
         self.count = 0
         self.after_faster = False  # a probe is due: the path got faster while compressing
+        self.since_rate = 0  # observations at an all-gather level: none sampled the rate
+        self.stale_gap = config.probe_every  # ... before a stale-rate probe (see probed)
+        self.stale_probe: Decision | None = None  # the stale-rate probe in flight
 
     def _up(self, policy: NetSensePolicy) -> Decision | None:
         """The least compressed level the link would call for at the fastest rate seen,
@@ -583,8 +589,45 @@ class Prober:
             return None  # measured: the decision itself can move there
         return target
 
+    def _stale(self, policy: NetSensePolicy) -> Decision | None:
+        """A dense probe when the sensed rate is stale (module docstring, "Probes")."""
+        cur = policy.decision
+        if kind_of(cur.level) == "allreduce":  # every step samples the rate
+            self.since_rate = 0
+            return None
+        self.since_rate += 1
+        if self.since_rate < self.stale_gap:
+            return None
+        target = policy.best_at_rate(policy.model.top_rate)
+        if kind_of(target.level) != "allreduce":
+            return None  # even at the fastest rate seen it would compress: nothing to learn
+        self.since_rate = self.since_up = self.unprobed = 0
+        self.count += 1
+        self.stale_probe = dataclasses.replace(target, probe=True)
+        return self.stale_probe
+
+    def probed(self, policy: NetSensePolicy, obs: Observation) -> None:
+        """Prices the next stale-rate probe by what this one cost: a probe that took ``x``
+        times the current decision's step waits ``probe_every x (x - 1)`` observations
+        (at least ``probe_every``), so on a link that stays slow such probes cost about
+        ``1 / probe_every`` of the time."""
+        if obs.decision != self.stale_probe:
+            return
+        self.stale_probe = None
+        step = policy.step_s(policy.decision)
+        x = (obs.compute_s + obs.exposed_s) / step if step > 0 else 1.0
+        every = self.config.probe_every
+        self.stale_gap = max(every, math.ceil(every * (x - 1.0)))
+
+    def new_regime(self) -> None:
+        """A new regime: the next stale-rate probe's cost is unknown again."""
+        self.stale_gap = self.config.probe_every
+
     def next(self, policy: NetSensePolicy) -> Decision | None:
         c, m, cur = self.config, policy.model, policy.decision
+        stale = self._stale(policy)
+        if stale is not None:
+            return stale
         self.since_up += 1
         first = m.steps <= 1
         if first or self.after_faster or self.since_up >= 4 * c.probe_every:
@@ -773,6 +816,7 @@ class NetSensePolicy:
             m.new_regime(abs(n))
             m.restart_rate()
             self.hysteresis.reset()
+            self.prober.new_regime()
             # young only after a large slowdown: compressing is then the safe side (a
             # faster path is left on measurements, as ever); a mild one (a few competing
             # streams on a fast link) is judged with the error bars
@@ -780,7 +824,9 @@ class NetSensePolicy:
             self._urgent = (self.config.change_confirm + self.config.decide_confirm) if big else 0
             if n < 0 and self.fidelity(self.decision) > self.fidelity(self._candidates[0]):
                 self.prober.after_faster = True
-        if not obs.decision.probe:  # a probe is a measurement; it does not vote
+        if obs.decision.probe:  # a probe is a measurement; it does not vote
+            self.prober.probed(self, obs)
+        else:
             self._decide()
         return self.prober.next(self) or self.decision
 

@@ -363,3 +363,45 @@ def test_a_young_slower_regime_compresses_within_a_few_observations():
         p.observe(seen(p.decision, comm, 0.0))
     assert moved is not None and moved <= 4, moved
     assert p.decision.level == "topk"
+
+
+def _stale_at_topk():
+    """A policy compressing with a stale, congested rate: the model prices a dense step at
+    ~1 s, so no budgeted probe would ever go (the failure seen in the 4-worker on/off runs)."""
+    p = NetSensePolicy(prior=PRIOR)  # probe_every 20
+    p.calibrate(cal(MLP, link(rate=8 * GBIT)))  # the fastest rate seen: the idle link's
+    k = Decision("topk", min(p.config.ratios(), key=lambda r: abs(r - 0.01)))  # on the grid
+    p.decision = k
+    p.model.rate = 1e6  # B/s, sensed during the congestion
+    assert p.step_s(Decision("fp16")) > 20 * p.step_s(k)
+    return p, k
+
+
+def _feed(p, comm, n):
+    """``n`` observations of the held decision (a top-k all-gather: no rate sample)."""
+    return [p.observe(obs(p.decision, comm)) for _ in range(n)]
+
+
+def test_a_stale_rate_sends_a_dense_probe_and_the_next_waits_by_its_cost():
+    p, k = _stale_at_topk()
+    got = _feed(p, 4e-3, 20)
+    assert [i for i, d in enumerate(got) if d.probe] == [0, 19]  # the start's probe, then it
+    probe = got[19]
+    assert probe.level in ("none", "fp16")
+    # the probe found the path still slow: its step took 5x the current one
+    step = p.step_s(p.decision)
+    p.observe(obs(probe, 5 * step - 0.009))
+    assert p.decision.level == "topk"  # a probe does not vote
+    got = _feed(p, 4e-3, 80)
+    dense = [i for i, d in enumerate(got) if d.probe and d.level in ("none", "fp16")]
+    assert dense == [78]  # 20 x (5 - 1) = 80 observations after it, its own included
+
+
+def test_a_stale_rate_probe_that_finds_a_fast_path_releases_the_compression():
+    p, k = _stale_at_topk()
+    probe = _feed(p, 8e-3, 20)[-1]
+    assert probe.probe and probe.level in ("none", "fp16")
+    rate = 1e9  # B/s: the path is fast again, and the probe's allreduce sensed it
+    p.observe(obs(probe, p.model.wire_bytes(probe) / rate, rate=rate))
+    _feed(p, 8e-3, 6)
+    assert p.decision.level in ("none", "fp16"), p.decision
