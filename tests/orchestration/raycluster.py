@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tests.orchestration.procs import kill_pids, terminate
 
 RAY = str(Path(sys.executable).with_name("ray"))
 
@@ -95,20 +96,8 @@ class LocalRayCluster:
         return [pid for p in self.procs for pid in session_pids(p.pid)]
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        terminate(reversed(self.procs), timeout_s=30)
         time.sleep(1)
         for p in self.procs:
-            for pid in session_pids(p.pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            kill_pids(session_pids(p.pid))
         subprocess.run(["rm", "-rf", "--", str(self.dir)], check=False)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
+
+from tests.orchestration.procs import kill_pids, terminate
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP = Path("/run/sshd")
@@ -179,21 +180,9 @@ class SshHosts:
         return found
 
     def close(self) -> None:
-        for p in self.sshd:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.sshd:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        terminate(self.sshd, timeout_s=10)
         for ns in reversed(self.namespaces):
-            for pid in self.pids_in(ns):  # a session that outlived its sshd: ours, in our ns
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            kill_pids(self.pids_in(ns))  # a session that outlived its sshd: ours, in our ns
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
         self.namespaces.clear()
         if self.made_privsep:
