@@ -88,14 +88,12 @@ the rate of whenever it last sent a dense step. If the path got faster without a
 change the detector could confirm (noisy small transfers, a ratio that moved meanwhile),
 that stale rate prices the dense level so high that no budgeted probe ever goes, and the
 policy stays compressed on a fast link. So a **stale-rate probe** is not priced by the
-model: after ``probe_every`` observations in a row at all-gather levels, one step goes at
-the least compressed level the fastest rate seen would call for on the path as the
-registration probe found it (its fixed costs, no queue: those fitted since may be the
-congestion's and would price every dense level out), when that is a dense level; the next
-waits in proportion to what this one cost (:meth:`Prober.probed`: a probe that took twice
-the current step waits ``probe_every`` observations, one that took 5x waits 4 x as long),
-so on a link that stays slow they cost about ``1 / probe_every`` of the time, and after the
-path got faster the policy learns it within a gap.
+model: after ``probe_every`` observations in a row at all-gather levels, one step goes at the least compressed level the fastest rate
+seen would call for (when that is a dense level); the next waits in proportion to what
+this one cost (:meth:`Prober.probed`: a probe that took twice the current step waits
+``probe_every`` observations, one that took 5x waits 4 x as long), so on a link that stays
+slow they cost about ``1 / probe_every`` of the time, and after the path got faster the
+policy learns it within a gap.
 """
 
 from __future__ import annotations
@@ -313,7 +311,9 @@ class StepModel:
         self.collectives = 1.0
         self._points: dict[str, deque[tuple[float, float, int]]] = {
             k: deque(maxlen=config.fit_window) for k in ("allreduce", "allgather")}
-        self._fixed = self.registration_fixed()
+        self._fixed = {"allreduce": max(0.0, cal.latency_s),
+                       "allgather": max(0.0, cal.gather_latency_s if cal.gather_latency_s is not None
+                                        else cal.latency_s)}
         self._fixed_per_collective = True  # until a step measured it
         self.queue = 0.0  # the monitor's queueing delay now (mean over ranks)
         self._queue_at = {"allreduce": 0.0, "allgather": 0.0}  # ... when _fixed was identified
@@ -324,13 +324,6 @@ class StepModel:
         self._hidden: deque[float] = deque(maxlen=config.overlap_window)
         self._codec: dict[str, deque[float]] = {}
         self.steps = 0
-
-    def registration_fixed(self) -> dict[str, float]:
-        """Each kind's fixed cost as the registration probe measured it (the path at the
-        job's start, before any congestion could be folded into a fit)."""
-        cal = self.cal
-        gather = cal.gather_latency_s if cal.gather_latency_s is not None else cal.latency_s
-        return {"allreduce": max(0.0, cal.latency_s), "allgather": max(0.0, gather)}
 
     # -- inputs
     def wire_bytes(self, d: Decision) -> float:
@@ -605,10 +598,7 @@ class Prober:
         self.since_rate += 1
         if self.since_rate < self.stale_gap:
             return None
-        # At the fastest rate seen on the path as the registration probe found it: the
-        # fixed costs fitted since may be the congestion's, and would price every dense
-        # level out (the 4-worker star's on/off runs never probed with them).
-        target = policy.best_at_rate(policy.model.top_rate, registration_path=True)
+        target = policy.best_at_rate(policy.model.top_rate)
         if kind_of(target.level) != "allreduce":
             return None  # even at the fastest rate seen it would compress: nothing to learn
         self.since_rate = self.since_up = self.unprobed = 0
@@ -773,20 +763,14 @@ class NetSensePolicy:
         return next(d for d in self._candidates
                     if js[d][0] - js[best][0] <= self.band(d, best, js[d], js[best]))
 
-    def best_at_rate(self, rate: float, registration_path: bool = False) -> Decision:
-        """The candidate of smallest ``J`` were the sensed rate ``rate`` (probes); with
-        ``registration_path`` also the fixed costs the registration probe measured and no
-        queueing delay (the path as it was before any congestion)."""
+    def best_at_rate(self, rate: float) -> Decision:
+        """The candidate of smallest ``J`` were the sensed rate ``rate`` (probes)."""
         m = self._model()
         saved = (m.rate, m.rate_fresh, {k: deque(v, maxlen=v.maxlen) for k, v in m._points.items()},
-                 dict(m._fixed), dict(m._queue_at), m.queue)
+                 dict(m._fixed), dict(m._queue_at))
         m.rate, m.rate_fresh = rate, True
         for pts in m._points.values():
             pts.clear()
-        if registration_path:
-            m._fixed.update(m.registration_fixed())
-            m.queue = 0.0
-            m._queue_at.update({k: 0.0 for k in m._queue_at})
         try:
             return self.best()
         finally:
@@ -794,7 +778,6 @@ class NetSensePolicy:
             m._points.update(saved[2])
             m._fixed.update(saved[3])
             m._queue_at.update(saved[4])
-            m.queue = saved[5]
 
     def stats(self) -> dict[str, float]:
         """The model behind the current decision, for step logs (units in the names)."""

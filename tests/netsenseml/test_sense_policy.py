@@ -405,13 +405,3 @@ def test_a_stale_rate_probe_that_finds_a_fast_path_releases_the_compression():
     p.observe(obs(probe, p.model.wire_bytes(probe) / rate, rate=rate))
     _feed(p, 8e-3, 6)
     assert p.decision.level in ("none", "fp16"), p.decision
-
-
-def test_a_stale_rate_probe_goes_even_where_congestion_set_the_fixed_costs():
-    """The 4-worker star's on/off runs: the fixed cost the congested regime fitted for the
-    allreduce family priced every dense level out even at the fastest rate seen."""
-    p, k = _stale_at_topk()
-    p.model._fixed["allreduce"] = 0.5  # s per step: a full queue and its losses, fitted
-    assert p.best_at_rate(p.model.top_rate).level == "topk"
-    got = _feed(p, 4e-3, 20)
-    assert got[19].probe and got[19].level in ("none", "fp16")
