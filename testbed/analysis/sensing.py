@@ -69,6 +69,21 @@ class SensingError(ValueError):
     """The run folder lacks what the validation needs; the message says what."""
 
 
+def _why_no_rate(steps: pd.DataFrame) -> str:
+    """Why a run has no rate estimate, where steps.csv says: the monitor takes rate samples
+    from dense allreduces only (``netsenseml.sense``), so a run whose policy used only
+    all-gathered levels (top-k, int8) never gives one."""
+    if "est_min_rtt_s" not in steps.columns or "level" not in steps.columns:
+        return " (steps.csv has no est_* columns: not a NetSenseML-monitored run?)"
+    levels = sorted(steps.loc[steps["rank"] == 0, "level"].dropna().astype(str).unique())
+    dense = [lv for lv in levels if lv in ("none", "fp16", "bf16")]
+    if dense:
+        return f" (rank 0's levels: {', '.join(levels)})"
+    return (f": rank 0 used only {', '.join(levels)}, all-gathered levels, and the monitor "
+            "takes rate samples from dense allreduces (none/fp16/bf16) only; its min RTT is "
+            "in steps.csv (est_min_rtt_s)")
+
+
 def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     steps_path, truth_path = run_dir / "steps.csv", run_dir / "bottleneck.csv"
     for p in (steps_path, truth_path, run_dir / "config.json"):
@@ -78,8 +93,8 @@ def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     config = json.loads((run_dir / "config.json").read_text())
     steps = loading.upgrade_step_columns(pd.read_csv(steps_path))
     truth = pd.read_csv(truth_path)
-    if "est_rate_mbit" not in steps.columns:
-        raise SensingError(f"{run_dir}: steps.csv has no monitor estimates (est_rate_mbit)")
+    if "est_rate_mbit" not in steps.columns or steps["est_rate_mbit"].isna().all():
+        raise SensingError(f"{run_dir}: the monitor gave no rate estimate in this run" + _why_no_rate(steps))
     if truth.empty:
         raise SensingError(f"{run_dir}: bottleneck.csv has no samples")
     return steps, truth, config
@@ -209,7 +224,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
     r0 = steps[(steps["rank"] == 0) & steps["est_rate_mbit"].notna()].copy()
     if r0.empty:
-        raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate")
+        raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate" + _why_no_rate(steps))
     t = r0["t"].to_numpy(float)
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
     factor = np.full(len(levels), 2 * (world - 1) / world if world > 1 else 1.0)
