@@ -30,6 +30,13 @@ What is compared, and why so:
   hooks' second sensor): the path's base RTT as TCP sees it, without gloo's software
   time; ``min_rtt_ratio`` is their ratio (medians over the run).
 * **The training traffic's share** = what the bottleneck end delivered - the cross traffic.
+* **Level changes per segment**: rank 0's level (probe steps left out: a one-step probe
+  and its return are not a change) over every step, cut into segments at the applied
+  ``cross_start`` / ``cross_stop`` events of ``events.csv`` (idle and congested
+  segments, I C I ... for an on/off scenario; a ramp's levels are segments of their own);
+  a change is counted inside a segment only: the first step of a segment is compared with
+  none (as ``netsenseml.replay.segment_changes`` counts the replays), so the reaction to
+  the edge itself is not a change, a second decision later in the segment is.
 * **Queueing delay**: truth = backlog bytes / configured rate; the monitor's
   ``est_queue_delay_s`` is its latest sample's delay beyond the ideal at its extremes.
 
@@ -62,6 +69,21 @@ class SensingError(ValueError):
     """The run folder lacks what the validation needs; the message says what."""
 
 
+def _why_no_rate(steps: pd.DataFrame) -> str:
+    """Why a run has no rate estimate, where steps.csv says: the monitor takes rate samples
+    from dense allreduces only (``netsenseml.sense``), so a run whose policy used only
+    all-gathered levels (top-k, int8) never gives one."""
+    if "est_min_rtt_s" not in steps.columns or "level" not in steps.columns:
+        return " (steps.csv has no est_* columns: not a NetSenseML-monitored run?)"
+    levels = sorted(steps.loc[steps["rank"] == 0, "level"].dropna().astype(str).unique())
+    dense = [lv for lv in levels if lv in ("none", "fp16", "bf16")]
+    if dense:
+        return f" (rank 0's levels: {', '.join(levels)})"
+    return (f": rank 0 used only {', '.join(levels)}, all-gathered levels, and the monitor "
+            "takes rate samples from dense allreduces (none/fp16/bf16) only; its min RTT is "
+            "in steps.csv (est_min_rtt_s)")
+
+
 def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     steps_path, truth_path = run_dir / "steps.csv", run_dir / "bottleneck.csv"
     for p in (steps_path, truth_path, run_dir / "config.json"):
@@ -71,8 +93,8 @@ def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     config = json.loads((run_dir / "config.json").read_text())
     steps = loading.upgrade_step_columns(pd.read_csv(steps_path))
     truth = pd.read_csv(truth_path)
-    if "est_rate_mbit" not in steps.columns:
-        raise SensingError(f"{run_dir}: steps.csv has no monitor estimates (est_rate_mbit)")
+    if "est_rate_mbit" not in steps.columns or steps["est_rate_mbit"].isna().all():
+        raise SensingError(f"{run_dir}: the monitor gave no rate estimate in this run" + _why_no_rate(steps))
     if truth.empty:
         raise SensingError(f"{run_dir}: bottleneck.csv has no samples")
     return steps, truth, config
@@ -140,6 +162,42 @@ def _received(run_dir: Path, times: np.ndarray, index: pd.Index) -> pd.Series | 
     return pd.Series(total, index=index)
 
 
+def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
+    """Level changes per cross-traffic segment of rank 0 (module doc); [] without events.csv."""
+    events_path = Path(run_dir) / "events.csv"
+    r0 = steps[steps["rank"] == 0].sort_values("step")
+    if not events_path.exists() or r0.empty or "level" not in r0:
+        return []
+    if "probe" in r0:
+        r0 = r0[pd.to_numeric(r0["probe"], errors="coerce").fillna(0) == 0]
+    events = pd.read_csv(events_path)
+    events = events[events["kind"].isin(["cross_start", "cross_stop"])]
+    applied = pd.to_numeric(events["t_applied"], errors="coerce").fillna(
+        pd.to_numeric(events["t_scheduled"], errors="coerce"))
+    edges = sorted(float(t) for t in applied.dropna())
+    active, flows = [], 0  # cross flows running after each edge
+    for _, ev in events.assign(t=applied).sort_values("t").iterrows():
+        flows += 1 if ev["kind"] == "cross_start" else -1
+        active.append(max(0, flows))
+    t = r0["t"].to_numpy(float)
+    seg = np.searchsorted(np.asarray(edges), t, side="right")
+    levels = r0["level"].astype(str).to_numpy()
+    out = []
+    for i in range(len(edges) + 1):
+        mask = seg == i
+        if not mask.any():
+            continue
+        lv = levels[mask]
+        out.append({
+            "phase": "congested" if i > 0 and active[i - 1] > 0 else "idle",
+            "t0": round(edges[i - 1], 3) if i > 0 else round(float(t[0]), 3),
+            "t1": round(edges[i], 3) if i < len(edges) else round(float(t[-1]), 3),
+            "steps": int(mask.sum()),
+            "changes": int((lv[1:] != lv[:-1]).sum()),
+        })
+    return out
+
+
 def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The per-step table and the summary (MAE) of one run folder."""
     run_dir = Path(run_dir)
@@ -166,7 +224,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
     r0 = steps[(steps["rank"] == 0) & steps["est_rate_mbit"].notna()].copy()
     if r0.empty:
-        raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate")
+        raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate" + _why_no_rate(steps))
     t = r0["t"].to_numpy(float)
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
     factor = np.full(len(levels), 2 * (world - 1) / world if world > 1 else 1.0)
@@ -221,6 +279,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "est_min_rtt_ms": round(rtt, 4),
         "tcp_min_rtt_ms": round(tcp_rtt, 4) if np.isfinite(tcp_rtt) else None,
         "min_rtt_ratio": round(rtt / tcp_rtt, 3) if np.isfinite(tcp_rtt) and tcp_rtt > 0 else None,
+        "segments": segment_changes(run_dir, steps),
     }
     return table, summary
 

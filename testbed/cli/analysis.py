@@ -349,6 +349,18 @@ def sensing_cmd(
            if rel is not None else "")
         + f", bias {summary['rate_bias_mbit']} Mbit/s; queueing-delay MAE "
         f"{summary['queue_mae_ms']} ms", highlight=False)
+    phases = "; ".join(
+        f"{ph}: {summary[f'steps_{ph}']} steps, median |error| "
+        + (f"{summary[f'rate_medae_rel_{ph}']:.0%}" if summary[f"rate_medae_rel_{ph}"] is not None
+           else "-") + " of the available rate"
+        for ph in ("idle", "congested"))
+    Console().print(f"{phases}; coverage {summary['coverage']:.0%}", highlight=False)
+    Console().print(
+        f"min RTT: monitor {summary['est_min_rtt_ms']} ms, kernel (tcpi_min_rtt) "
+        f"{summary['tcp_min_rtt_ms']} ms, ratio {summary['min_rtt_ratio']}", highlight=False)
+    if summary.get("segments"):
+        Console().print("level changes per segment (probes left out): " + ", ".join(
+            f"{s['phase'][0].upper()} {s['changes']}" for s in summary["segments"]), highlight=False)
     for p in written:
         Console().print(str(p), highlight=False)
 

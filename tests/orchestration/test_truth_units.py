@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from testbed.analysis import sensing
@@ -133,6 +134,24 @@ def test_sensing_compares_the_estimate_with_the_available_rate(tmp_path, names):
     assert summary["max_truth_queue_ms"] == pytest.approx(10.0)  # 125 kB at 100 Mbit/s
     assert all(p.exists() for p in written)
     assert json.loads((tmp_path / "sensing.json").read_text())["steps_compared"] == 20
+
+
+def test_sensing_counts_level_changes_per_segment(tmp_path):
+    """Segments cut at the applied cross-traffic edges; a probe step (and its return) is no
+    change; the first step of a segment (the reaction to the edge) is compared with none."""
+    files.write_csv(tmp_path / "events.csv", ["t_scheduled", "t_applied", "kind", "target"], [
+        {"t_scheduled": 1.0, "t_applied": 1.01, "kind": "cross_start", "target": "on1"},
+        {"t_scheduled": 2.0, "t_applied": 2.01, "kind": "cross_stop", "target": "on1"}])
+    #        idle: fp16 fp16 [probe none] fp16 | congested: topk topk fp16 topk | idle: fp16 fp16
+    t = [0.2, 0.4, 0.6, 0.8, 1.1, 1.3, 1.5, 1.7, 2.1, 2.3]
+    level = ["fp16", "fp16", "none", "fp16", "topk", "topk", "fp16", "topk", "fp16", "fp16"]
+    probe = [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+    steps = pd.DataFrame({"rank": 0, "step": range(10), "t": t, "level": level, "probe": probe})
+    steps = pd.concat([steps, steps.assign(rank=1, level="none")])  # rank 1 is not read
+    segs = sensing.segment_changes(tmp_path, steps)
+    assert [(s["phase"], s["steps"], s["changes"]) for s in segs] == [
+        ("idle", 3, 0), ("congested", 4, 2), ("idle", 2, 0)]
+    assert sensing.segment_changes(tmp_path / "none", steps) == []
 
 
 def test_capture_analysis_classes_and_retransmissions(tmp_path):
