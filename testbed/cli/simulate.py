@@ -4,7 +4,9 @@ Three commands, one per question:
 
 * ``calibrate RUNS...``: fit the model on calibration run folders and write the fit (JSON);
 * ``validate --calibration CAL --runs HELD_OUT...``: predict held-out runs the fit never saw
-  and print the error table (and write it as CSV): is the model right?
+  and print the error table (and write it as CSV): is the model right? The runs of one
+  point's seeds (``--runs`` may name several sweeps' folders) are averaged into its ground
+  truth, their spread printed beside the error;
 * ``predict SCENARIO --workers 8,64,1024``: step time, throughput, time to accuracy and
   NetSenseML's chosen level per method and worker count on a bigger fabric.
 
@@ -36,9 +38,10 @@ FABRICS = ("fattree", "dragonfly", "scenario")
 DEFAULT_METHODS = "allreduce,fp16,int8,topk:0.1,topk:0.01,netsenseml"
 MAX_WORKERS = 4096
 CPUS = os.cpu_count() or 1
-VALIDATION_COLUMNS = ["method", "workers", "condition", "payload_kB", "levels_pred",
-                      "comm_meas_s", "comm_pred_s", "step_meas_s", "step_pred_s",
-                      "step_err_pct", "thr_meas", "thr_pred", "thr_err_pct", "run"]
+VALIDATION_COLUMNS = ["method", "workers", "condition", "seeds", "payload_kB", "levels_pred",
+                      "comm_meas_s", "comm_pred_s", "step_meas_s", "step_spread_pct",
+                      "step_pred_s", "step_err_pct", "thr_meas", "thr_spread_pct", "thr_pred",
+                      "thr_err_pct", "step_seeds_s", "run"]
 PREDICTION_COLUMNS = ["method", "workers", "fabric", "step_s", "comm_s", "compute_s",
                       "throughput", "steps_to_target", "tta_s", "level", "levels",
                       "sim_wall_s"]
@@ -150,21 +153,30 @@ def calibrate_cmd(
 
 def error_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per method and condition (idle, congested, all): median and worst |error| of step
-    time and throughput, in %."""
+    time and throughput over the points, in %, each point's error against its seeds' mean;
+    beside them the fewest seeds of a point and the median seed spread, so that an error
+    reads against how far the emulated runs themselves are apart."""
     out = []
     for m in dict.fromkeys(r["method"] for r in rows):
         for cond in ("idle", "congested", "all"):
             rs = [r for r in rows if r["method"] == m and cond in ("all", r["condition"])]
-            if not rs:
-                continue
-            step = [abs(r["step_err_pct"]) for r in rs]
-            thr = [abs(r["thr_err_pct"]) for r in rs]
-            out.append({"method": m, "condition": cond, "runs": len(rs),
-                        "step_median_pct": round(statistics.median(step), 1),
-                        "step_worst_pct": round(max(step), 1),
-                        "thr_median_pct": round(statistics.median(thr), 1),
-                        "thr_worst_pct": round(max(thr), 1)})
+            if rs:
+                out.append({"method": m, "condition": cond, **_errors(rs)})
     return out
+
+
+def _errors(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    step = [abs(r["step_err_pct"]) for r in rs]
+    thr = [abs(r["thr_err_pct"]) for r in rs]
+    return {"points": len(rs), "seeds_min": min(r["seeds"] for r in rs),
+            "step_median_pct": round(statistics.median(step), 1),
+            "step_worst_pct": round(max(step), 1),
+            "step_spread_median_pct": round(statistics.median(r["step_spread_pct"]
+                                                              for r in rs), 1),
+            "thr_median_pct": round(statistics.median(thr), 1),
+            "thr_worst_pct": round(max(thr), 1),
+            "thr_spread_median_pct": round(statistics.median(r["thr_spread_pct"]
+                                                             for r in rs), 1)}
 
 
 @app.command("validate")
@@ -176,7 +188,8 @@ def validate_cmd(
         "--out", "-o", metavar="FILE", help="the error table as CSV")] = None,
     jobs: JobsOption = CPUS,
 ) -> None:
-    """Predict held-out runs with a calibration that never saw them; print the errors."""
+    """Predict held-out runs with a calibration that never saw them; print the errors
+    (per point: its seeds averaged, their spread beside the error)."""
     from testbed.simulation.calibrate import validate
     from testbed.simulation.scale import markdown
 
@@ -191,7 +204,7 @@ def validate_cmd(
              f"{sorted(overlap)[0]}); validation needs held-out runs")
     rows = validate(held, cal, workers=jobs)
     typer.echo(_net_line(cal))
-    cols = [c for c in VALIDATION_COLUMNS if c not in ("run", "levels_pred")]
+    cols = [c for c in VALIDATION_COLUMNS if c not in ("run", "levels_pred", "step_seeds_s")]
     typer.echo(markdown(rows, cols))
     summary = error_summary(rows)
     typer.echo("")
@@ -200,11 +213,12 @@ def validate_cmd(
         rs = [r for r in rows if cond in ("all", r["condition"])]
         if not rs:
             continue
-        step = [abs(r["step_err_pct"]) for r in rs]
-        thr = [abs(r["thr_err_pct"]) for r in rs]
-        typer.echo(f"{cond}, {len(rs)} runs: step |error| median "
-                   f"{statistics.median(step):.1f} %, worst {max(step):.1f} %; throughput "
-                   f"median {statistics.median(thr):.1f} %, worst {max(thr):.1f} %")
+        e = _errors(rs)
+        typer.echo(f"{cond}, {e['points']} points (>= {e['seeds_min']} seeds each): step "
+                   f"|error| median {e['step_median_pct']:.1f} %, worst "
+                   f"{e['step_worst_pct']:.1f} % (seed spread median "
+                   f"{e['step_spread_median_pct']:.1f} %); throughput median "
+                   f"{e['thr_median_pct']:.1f} %, worst {e['thr_worst_pct']:.1f} %")
     if out is not None:
         _write(out, _csv(rows, VALIDATION_COLUMNS), "--out")
         summary_path = out.with_name(out.stem + "-summary.csv")

@@ -13,7 +13,14 @@ import pytest
 
 from testbed.cli.app import main
 from testbed.simulation import engine
-from testbed.simulation.calibrate import Calibration, RunFacts, fit_compute, load_calibration
+from testbed.simulation.calibrate import (
+    Calibration,
+    RunFacts,
+    fit_compute,
+    load_calibration,
+    seed_groups,
+    spread_pct,
+)
 from testbed.simulation.platform import Fabric
 from testbed.simulation.sim import NetCalibration
 
@@ -130,3 +137,12 @@ def test_predict_writes_the_table_and_the_figure(capsys: pytest.CaptureFixture[s
     assert tk > ar
     assert all(float(r["tta_s"]) > 0 and r["level"] for r in rows)
     assert png.stat().st_size > 10_000
+
+
+def test_seeds_of_one_point_are_one_ground_truth() -> None:
+    # three seeds of one point and one run of another W: two points, the seeds together
+    runs = [_facts("allreduce", 4, c) for c in (0.01, 0.02, 0.03)] + [_facts("allreduce", 8, 0.01)]
+    groups = seed_groups(runs)
+    assert [len(g) for g in groups] == [3, 1]
+    assert spread_pct([q.step_s for q in groups[0]]) == pytest.approx(100 * 0.02 / 0.12)
+    assert spread_pct([1.0]) == 0.0
