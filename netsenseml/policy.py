@@ -88,12 +88,21 @@ the rate of whenever it last sent a dense step. If the path got faster without a
 change the detector could confirm (noisy small transfers, a ratio that moved meanwhile),
 that stale rate prices the dense level so high that no budgeted probe ever goes, and the
 policy stays compressed on a fast link. So a **stale-rate probe** is not priced by the
-model: after ``probe_every`` observations in a row at all-gather levels, one step goes at the least compressed level the fastest rate
-seen would call for (when that is a dense level); the next waits in proportion to what
-this one cost (:meth:`Prober.probed`: a probe that took twice the current step waits
-``probe_every`` observations, one that took 5x waits 4 x as long), so on a link that stays
-slow they cost about ``1 / probe_every`` of the time, and after the path got faster the
-policy learns it within a gap.
+model: after ``probe_every`` observations in a row at all-gather levels, one step goes at
+the least compressed level the fastest rate seen would call for (when that is a dense
+level); the next waits in proportion to what this one cost (:meth:`Prober.probed`: a probe
+that took twice the current step waits ``probe_every`` observations, one that took 5x waits
+4 x as long), so on a link that stays slow they cost about ``1 / probe_every`` of the time,
+and after the path got faster the policy learns it within a gap.
+
+**Timing.** Ranks take identical decisions: the policy sees the mean over ranks of each
+step's measurements, piggy-backed on the next step's bucket-0 collective; its decision
+applies from the step after (``netsenseml.hooks``). The first decision comes from the
+registration probe with ``initial_compute_s`` as the compute time.
+
+Settings: one frozen, validated :class:`PolicyConfig` (a bad value is a one-line
+ValueError naming the field and what it accepts); the parts are usable and testable alone.
+Pure Python (no torch) and deterministic.
 """
 
 from __future__ import annotations
