@@ -174,11 +174,10 @@ def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
     events = events[events["kind"].isin(["cross_start", "cross_stop"])]
     applied = pd.to_numeric(events["t_applied"], errors="coerce").fillna(
         pd.to_numeric(events["t_scheduled"], errors="coerce"))
-    edges = sorted(float(t) for t in applied.dropna())
-    active, flows = [], 0  # cross flows running after each edge
-    for _, ev in events.assign(t=applied).sort_values("t").iterrows():
-        flows += 1 if ev["kind"] == "cross_start" else -1
-        active.append(max(0, flows))
+    events = events.assign(t=applied).dropna(subset=["t"]).sort_values("t", kind="stable")
+    edges = events["t"].astype(float).tolist()
+    # cross flows running after each edge
+    active = events["kind"].map({"cross_start": 1, "cross_stop": -1}).cumsum().clip(lower=0).tolist()
     t = r0["t"].to_numpy(float)
     seg = np.searchsorted(np.asarray(edges), t, side="right")
     levels = r0["level"].astype(str).to_numpy()
