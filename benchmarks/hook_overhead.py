@@ -80,13 +80,12 @@ def _worker(rank: int, port: int, method: str, options: dict, steps: int, out: d
         if i >= 20:
             step_s.append(t1 - t0)
             codec_s.append(float(stats.get("codec_s", 0.0)))
-    levels = {str(state.decision)}
     dist.destroy_process_group()
     if rank == 0:
-        out[method + (" (pinned)" if options else "")] = (step_s, codec_s, levels)
+        out[method + (" (pinned)" if options else "")] = (step_s, codec_s)
 
 
-def run_one(method: str, options: dict, steps: int) -> tuple[list[float], list[float], set]:
+def run_one(method: str, options: dict, steps: int) -> tuple[list[float], list[float]]:
     with mp.Manager() as m:
         out = m.dict()
         mp.spawn(_worker, args=(_free_port(), method, options, steps, out), nprocs=2)
@@ -102,13 +101,11 @@ def main() -> None:
     for _ in range(args.rounds):
         for level, pin in PAIRS:
             for method, options in ((level, {}), ("netsenseml", pin)):
-                step, codec, levels = run_one(method, options, args.steps)
+                step, codec = run_one(method, options, args.steps)
                 key = f"{level} {'pinned netsenseml' if options else 'fixed'}"
                 a = acc.setdefault(key, [[], []])
                 a[0] += step
                 a[1] += codec
-                if options:
-                    acc.setdefault(key + " levels", [sorted(levels)])
     print(f"{'method':<28} {'step ms':>8} {'codec ms':>9} {'extra ms':>9} {'extra %':>8}")
     for level, _ in PAIRS:
         fixed = statistics.median(acc[f"{level} fixed"][0]) * 1e3
