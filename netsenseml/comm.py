@@ -16,13 +16,25 @@ measurements), so that ranks agree without an extra round trip.
 
 :class:`CommRecorder` counts the bytes of every tensor this rank hands to
 ``torch.distributed`` as input (``all_reduce``'s tensor, ``all_gather``'s input tensor) and
-the time collectives are in flight, and feeds one monitor sample per collective: its bytes
-in fp32-allreduce-equivalent units (an all-gather's input x W/2: per byte handed, a W-rank
-ring all-gather moves W/2 times what a ring allreduce moves) and its *service time*, from
-the later of its launch and the previous collective's completion to its completion (a
-group runs its collectives one after the other: a collective queued behind another has
-not started while it waits; and one launched right after a tiny collective starts after
-every rank has arrived, so its time holds no rank skew).
+the time collectives are in flight, and feeds the monitor samples ``(bytes, seconds)``, the
+bytes in fp32-allreduce-equivalent units (an all-gather's input x W/2: per byte handed, a
+W-rank ring all-gather moves W/2 times what a ring allreduce moves):
+
+* **Payloads in flight together are one sample.** gloo runs a group's collectives
+  concurrently (a process group has two worker threads: a 4-byte allreduce launched after
+  a 50 MB one finishes first), so DDP's buckets share the path while they overlap, and the
+  time of any one of them says nothing about the rate. A *period* opens when a payload is
+  launched with none in flight and closes when the last payload in flight completes; its
+  sample is the payloads' summed bytes over the time from the period's start (the later of
+  the first launch and the last completion before it: a collective launched while another
+  still runs has not started) to its close.
+* **Tiny collectives** (``tiny_bytes`` or fewer: the hooks' RTT probe, an all-gather's size
+  exchange) are samples of their own at once, for the min RTT; they neither open nor close
+  a period; one launched right before a period's first payload delays the period's start
+  to its completion (every rank has then arrived: the period's time holds no rank skew).
+
+``service_time=False`` gives each collective's (bytes handed, launch to completion), as the
+NetSenseML prototype measured them (``netsenseml.paper_rule``).
 """
 
 from __future__ import annotations
@@ -61,11 +73,11 @@ class CommRecorder:
     the process group's threads, hence the lock.
     """
 
-    def __init__(self, monitor: SampleSink | None = None, service_time: bool = True) -> None:
-        # service_time=False: (bytes handed, launch to completion), as the NetSenseML
-        # prototype measured them (``netsenseml.paper_rule``).
+    def __init__(self, monitor: SampleSink | None = None, service_time: bool = True,
+                 tiny_bytes: int = 64) -> None:
         self.monitor = monitor
         self.service_time = service_time
+        self.tiny_bytes = tiny_bytes
         self._lock = threading.Lock()
         self.bytes_sent = 0  # cumulative, never reset: users take differences
         self.busy_s = 0.0
@@ -74,16 +86,23 @@ class CommRecorder:
         self.last_launch = 0.0
         self._inflight = 0
         self._busy_since = 0.0
+        # the open period of payload collectives (module docstring)
+        self._period_open = 0
+        self._period_start = 0.0
+        self._period_first_launch = 0.0
+        self._period_bytes = 0.0
+        self._period_rate_ok = True
 
     def launch(self, nbytes: int, at: float | None = None,
-               equiv: float | None = None, rate_ok: bool = True) -> tuple[float, float, float, bool]:
+               equiv: float | None = None, rate_ok: bool = True) -> tuple[float, float, float, bool, bool]:
         """Counts a collective launched now (or at ``at``); returns a token for :meth:`done`.
 
         ``equiv``: its fp32-allreduce-equivalent bytes for the monitor (default ``nbytes``);
-        ``rate_ok=False``: a sample for the min RTT only (an all-gather's time holds extra
-        rounds and framing that are no part of the path's rate).
+        ``rate_ok=False``: its period is a sample for the min RTT only.
         """
         now = time.perf_counter() if at is None else at
+        eq = float(nbytes if equiv is None else equiv)
+        payload = self.service_time and nbytes > self.tiny_bytes
         with self._lock:
             self.bytes_sent += nbytes
             self.collectives += 1
@@ -91,22 +110,44 @@ class CommRecorder:
             if self._inflight == 0:
                 self._busy_since = now
             self._inflight += 1
-        return now, float(nbytes if equiv is None else equiv), float(nbytes), rate_ok
+            if payload:
+                if self._period_open == 0:
+                    self._period_start = max(now, self.last_done)
+                    self._period_first_launch = now
+                    self._period_bytes = 0.0
+                    self._period_rate_ok = True
+                self._period_open += 1
+                self._period_bytes += eq
+                self._period_rate_ok = self._period_rate_ok and rate_ok
+        return now, eq, float(nbytes), rate_ok, payload
 
-    def done(self, token: tuple[float, float, float, bool]) -> None:
-        now = time.perf_counter()
-        t0, equiv, nbytes, rate_ok = token
+    def done(self, token: tuple[float, float, float, bool, bool], at: float | None = None) -> None:
+        """Counts the completion (now, or at ``at``) of the collective ``token`` names."""
+        now = time.perf_counter() if at is None else at
+        t0, equiv, nbytes, rate_ok, payload = token
+        sample: tuple[float, float, bool] | None = None
         with self._lock:
             self._inflight -= 1
             if self._inflight == 0:
                 self.busy_s += now - self._busy_since
-            start = max(t0, self.last_done) if self.service_time else t0
-            self.last_done = now
-            if self.monitor is not None:
+            if not self.service_time:
+                sample = (nbytes, now - t0, rate_ok)
+            elif payload:
+                self._period_open -= 1
+                if self._period_open == 0:
+                    sample = (self._period_bytes, now - self._period_start, self._period_rate_ok)
+            else:
+                sample = (equiv, now - max(t0, self.last_done), rate_ok)
+                if self._period_open and t0 <= self._period_first_launch:
+                    # the RTT probe launched right before the payloads: all ranks had
+                    # arrived when it completed, so the period's time holds no rank skew
+                    self._period_start = max(self._period_start, now)
+            self.last_done = max(self.last_done, now)
+            if self.monitor is not None and sample is not None:
                 if self.service_time:
-                    self.monitor.add(equiv, now - start, rate_ok=rate_ok)  # type: ignore[call-arg]
+                    self.monitor.add(sample[0], sample[1], rate_ok=sample[2])  # type: ignore[call-arg]
                 else:
-                    self.monitor.add(nbytes, now - start)
+                    self.monitor.add(sample[0], sample[1])
 
     def totals(self) -> CommTotals:
         """The cumulative counts and the last completion and launch times, read together."""
@@ -194,7 +235,7 @@ def allgather_bytes(
         sizes, cap = None, capacity
     padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
     outs = [torch.empty(cap, dtype=torch.uint8, device=buf.device) for _ in range(world)]
-    token = recorder.launch(_nbytes(padded), equiv=_nbytes(padded) * max(1.0, world / 2), rate_ok=False)
+    token = recorder.launch(_nbytes(padded), equiv=_nbytes(padded) * max(1.0, world / 2))
     work = dist.all_gather(outs, padded, group=group, async_op=True)
 
     def finish(f: torch.futures.Future) -> list[torch.Tensor]:

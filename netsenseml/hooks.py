@@ -160,7 +160,10 @@ class NetSenseState:
       ``est_min_rtt_s``, ``est_rate_age`` (samples since its latest rate sample) and, once
       a rate was sensed, ``est_rate_mbit`` (windowed max delivery rate, fp32-allreduce-
       equivalent payload, Mbit/s),
-      ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`),
+      ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`); on a step that
+      gave the monitor a rate sample, the newest one: ``est_sample_bytes``, ``est_sample_s``
+      and the min RTT it was taken against, ``est_sample_rtt_s`` (to re-derive the estimate
+      offline),
     * ``tcp_*`` -- the kernel's view of this rank's peer sockets (``TCP_INFO``):
       ``tcp_delivery_rate_mbit``, ``tcp_app_limited``, ``tcp_min_rtt_s``, ``tcp_sockets``,
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
@@ -241,6 +244,7 @@ class NetSenseState:
         self._prev_obs: torch.Tensor | None = None
         # Stats since the last pop.
         self._stats_totals = self.recorder.totals()
+        self._rate_samples_seen = 0
         self._kept = 0
         self._elements = 0
         self._codec_s = 0.0
@@ -281,6 +285,11 @@ class NetSenseState:
                 if est.max_rate is not None:
                     out.update(est_rate_mbit=float(est.max_rate) * 8e-6, est_bdp_bytes=float(est.bdp),
                                est_queue_delay_s=float(est.queue_delay))
+                last = self.monitor.last_rate_sample
+                if est.rate_samples > self._rate_samples_seen and last is not None:
+                    out.update(est_sample_bytes=float(last[0]), est_sample_s=float(last[1]),
+                               est_sample_rtt_s=float(last[2]))
+                self._rate_samples_seen = est.rate_samples
             tcp = self.tcp.read()
             if tcp is not None:  # the kernel's view (TCP_INFO of the peer sockets)
                 out.update(tcp_delivery_rate_mbit=tcp.delivery_rate_Bps * 8e-6,

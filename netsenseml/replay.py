@@ -157,13 +157,16 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
             monitor.add(4.0, tiny)
     else:
         comm += 0.5 * job.skew_s * rng.random()  # the mean rank waits for the last
+    payload_s = 0.0
     for _ in range(job.buckets):
         seconds = noisy(link.seconds(per_bucket, job.gather_fixed_s if gathered else 0.0))
         comm += seconds
+        payload_s += seconds
         if isinstance(policy, PaperRule):
             policy.add(per_bucket, seconds, clock + comm)
-        if monitor is not None:
-            monitor.add(per_bucket, seconds, rate_ok=not gathered)
+    if monitor is not None:
+        # the buckets are in flight together in a real run: one sample (netsenseml.comm)
+        monitor.add(per_bucket * job.buckets, payload_s)
     codec = job.codec_s.get(decision.level, 0.0)
     compute = job.compute_s
     if compute_jitter:

@@ -1,20 +1,22 @@
 """The network monitor: the base RTT and the available rate of the path the collectives take.
 
-Every collective is a sample ``(bytes, seconds)``: the payload this rank handed to
-``torch.distributed`` and its *service time* (``netsenseml.comm.CommRecorder``: from the
-later of its launch and the previous collective's completion to its own completion; gloo
-runs a group's collectives one after the other, so a collective queued behind another
-does not start before it ends). Two sensors are kept, like Linux's ``tcp_rate.c`` and
-BBR (Cardwell et al. 2016), and for the same reasons:
+Every collective, or every set of payload collectives in flight together, is a sample
+``(bytes, seconds)``: the payload this rank handed to ``torch.distributed``, in
+fp32-allreduce-equivalent bytes, and its *service time* (``netsenseml.comm.CommRecorder``
+says how concurrent collectives are combined). Two sensors are kept, like Linux's
+``tcp_rate.c`` and BBR (Cardwell et al. 2016), and for the same reasons:
 
 * **min RTT** -- the smallest service time over the last ``rtt_window`` samples. It must
   come from collectives too small to carry any transfer time, so the hooks issue one
   (a 4-byte allreduce through the recorder) every few steps; a collective that carries a
   payload is a sample too, but only ever a larger one.
-* **delivery rate** -- ``bytes / (seconds - min_rtt)`` of the allreduces that can mean
-  something (an all-gather's time holds extra rounds and framing: min RTT only), the maximum over the last ``rate_window`` of them (a window counted in
+* **delivery rate** -- ``bytes / (seconds - min_rtt)`` of the samples that can mean
+  something, the maximum over the last ``rate_window`` of them (a window counted in
   samples, i.e. in steps: a rate that falls is seen ``rate_window`` samples later, however
-  long the steps). A sample is **discarded**, not floored, when
+  long the steps). An estimate whose newest rate sample is more than ``rate_max_age``
+  samples old is no estimate (the job sent only short transfers since: the path may have
+  changed, and the windowed max would hold the old rate forever); the next rate sample
+  starts a new window. A sample is **discarded**, not floored, when
 
   - its bytes are below ``min_rate_bytes`` or ``bdp_multiple`` x the current BDP: a
     shaper's token bucket (HTB lets its burst out at the line's speed) and the first
@@ -129,8 +131,9 @@ class CountedExtreme:
 class NetworkEstimate:
     """A snapshot of the monitor (units: bytes, seconds, bytes/second).
 
-    ``max_rate`` is None while no sample could mean a rate; ``rate_age`` counts the
-    samples (of any size) since the newest one in the rate window.
+    ``max_rate`` is None while no sample could mean a rate, and once the newest one is
+    more than the monitor's ``rate_max_age`` samples old; ``rate_age`` counts the samples
+    (of any size) since the newest rate sample.
     """
 
     max_rate: float | None
@@ -147,9 +150,10 @@ class NetworkMonitor:
 
     def __init__(self, rate_window: int = 8, rtt_window: int = 200,
                  min_rate_bytes: float = 1 << 19, bdp_multiple: float = 4.0,
-                 queue_window: int = 5, tiny_bytes: float = 64) -> None:
-        if rate_window < 1 or rtt_window < 1:
-            raise ValueError(f"rate_window and rtt_window must be >= 1, got {rate_window}, {rtt_window}")
+                 queue_window: int = 5, tiny_bytes: float = 64, rate_max_age: int = 32) -> None:
+        if rate_window < 1 or rtt_window < 1 or rate_max_age < 1:
+            raise ValueError(f"rate_window, rtt_window and rate_max_age must be >= 1, got "
+                             f"{rate_window}, {rtt_window}, {rate_max_age}")
         if min_rate_bytes < 0 or bdp_multiple < 0:
             raise ValueError("min_rate_bytes and bdp_multiple must be >= 0")
         self.min_rate_bytes = min_rate_bytes
@@ -158,6 +162,8 @@ class NetworkMonitor:
         self._rtt = CountedExtreme(rtt_window, "min")
         self._last: tuple[float, float] | None = None
         self._last_rate_at = -1
+        self.rate_max_age = rate_max_age
+        self.last_rate_sample: tuple[float, float, float] | None = None  # (bytes, s, min RTT)
         self._tiny: deque[float] = deque(maxlen=max(1, queue_window))
         self.tiny_bytes = tiny_bytes
         self.samples = 0
@@ -167,9 +173,12 @@ class NetworkMonitor:
     def min_rtt(self) -> float | None:
         return self._rtt.value()
 
+    def _expired(self) -> bool:
+        return self._last_rate_at < 0 or self.samples - self._last_rate_at > self.rate_max_age
+
     @property
     def max_rate(self) -> float | None:
-        return self._rate.value()
+        return None if self._expired() else self._rate.value()
 
     def restart_rate(self) -> None:
         """Forgets the rate samples (the path changed: the policy saw a new regime)."""
@@ -178,7 +187,7 @@ class NetworkMonitor:
 
     def rate_threshold(self) -> float:
         """Fewest bytes a sample needs to count as a rate sample now."""
-        rtt, rate = self._rtt.value(), self._rate.value()
+        rtt, rate = self._rtt.value(), self.max_rate
         bdp = rtt * rate if rtt is not None and rate is not None else 0.0
         return max(self.min_rate_bytes, self.bdp_multiple * bdp)
 
@@ -204,8 +213,11 @@ class NetworkMonitor:
         if transfer < rtt or transfer <= 0:
             self.discarded += 1
             return False
+        if self._expired():
+            self._rate.clear()  # the old window says nothing about the path now
         self._rate.add(nbytes / transfer)
         self._last_rate_at = self.samples
+        self.last_rate_sample = (nbytes, seconds, rtt)
         return True
 
     def estimate(self, now: float | None = None) -> NetworkEstimate | None:
@@ -214,7 +226,7 @@ class NetworkMonitor:
         rtt = self._rtt.value()
         if rtt is None or self._last is None:
             return None
-        rate = self._rate.value()
+        rate = self.max_rate
         recent = sorted(self._tiny)
         queue = max(0.0, recent[len(recent) // 2] - rtt) if recent else 0.0
         age = self.samples - self._last_rate_at if self._last_rate_at >= 0 else self.samples

@@ -321,6 +321,39 @@ def _switch_drains_the_residual(rank, world):
               f"{true:.4g}; residual {res0:.4g} -> {norms[-1]:.3g} in 40 steps")
 
 
+def _recorder_one_sample_for_concurrent_payloads(rank, world):
+    """gloo runs a group's collectives concurrently (two threads per group): a small
+    allreduce launched after a large one completes first, so per-collective times would
+    make the second look free. The recorder makes both one monitor sample."""
+    import time
+
+    from netsenseml.comm import CommRecorder, allreduce
+
+    class Sink:
+        def __init__(self):
+            self.samples = []
+
+        def add(self, nbytes, seconds, t=None, rate_ok=True):
+            self.samples.append((nbytes, seconds))
+
+    sink = Sink()
+    rec = CommRecorder(sink)
+    big, small = torch.ones(12_500_000), torch.ones(1000)  # 50 MB, 4 kB
+    done = {}
+    t0 = time.perf_counter()
+    f_big = allreduce(big, None, rec).then(lambda f: done.setdefault("big", time.perf_counter()))
+    f_small = allreduce(small, None, rec).then(lambda f: done.setdefault("small", time.perf_counter()))
+    f_big.wait()
+    f_small.wait()
+    elapsed = max(done.values()) - t0
+    assert done["small"] < done["big"], f"gloo ran the collectives one after the other: {done}"
+    assert len(sink.samples) == 1, sink.samples
+    nbytes, seconds = sink.samples[0]
+    assert nbytes == 4 * (12_500_000 + 1000)
+    assert 0 < seconds <= elapsed + 1e-3
+    assert torch.all(small == world) and torch.all(big[:10] == world)
+
+
 SCENARIOS = {
     "allreduce": _allreduce_equals_no_hook,
     "fp16": _fp16_bit_identical_to_torch,
@@ -331,6 +364,7 @@ SCENARIOS = {
     "paper": _paper_rule_runs_agreed_and_averages,
     "convergence": _convergence_table_loaded_and_used,
     "switch": _switch_drains_the_residual,
+    "recorder": _recorder_one_sample_for_concurrent_payloads,
 }
 
 

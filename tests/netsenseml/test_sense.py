@@ -73,10 +73,28 @@ def test_short_transfers_are_no_rate_samples_and_do_not_inflate_the_rate():
     feed(mon, 20, 1.1e6, 62.5e6, rng, burst=125e3)
     before = mon.estimate().max_rate
     # top-k sized payloads within the burst would read as ~20x the rate
-    for _ in range(50):
+    for _ in range(20):
         assert not mon.add(60e3, payload(60e3, 62.5e6, burst=125e3))
     assert mon.estimate().max_rate == before
-    assert mon.estimate().rate_age == 50
+    assert mon.estimate().rate_age == 20
+
+
+def test_a_rate_with_no_sample_for_rate_max_age_samples_is_no_estimate():
+    """A job that sends only short transfers for a while (top-k on a fast path) must not
+    keep a rate sensed before the path changed; the next rate sample starts afresh."""
+    rng = random.Random(3)
+    mon = NetworkMonitor(rate_max_age=32)
+    feed(mon, 20, 1.1e6, 62.5e6, rng)
+    for _ in range(32):
+        mon.add(60e3, payload(60e3, 62.5e6))
+    assert mon.estimate().max_rate is not None
+    mon.add(60e3, payload(60e3, 62.5e6))
+    assert mon.estimate().max_rate is None and mon.estimate().rate_age == 33
+    assert mon.rate_threshold() == mon.min_rate_bytes  # no BDP from an expired rate
+    # the path is now 10x slower: the first sample is the estimate, not the old max
+    assert mon.add(1.1e6, payload(1.1e6, 6.25e6))
+    assert mon.estimate().max_rate == pytest.approx(6.25e6, rel=0.01)
+    assert mon.last_rate_sample[0] == 1.1e6 and mon.last_rate_sample[2] == mon.min_rtt
 
 
 def test_a_sample_below_one_min_rtt_of_transfer_is_discarded_not_floored():

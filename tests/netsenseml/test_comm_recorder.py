@@ -1,0 +1,110 @@
+"""How the communicator's recorder turns collectives into monitor samples (netsenseml.comm).
+
+Synthetic launch/completion times (``at=``), so each rule is checked exactly: payloads in
+flight together are one sample, tiny collectives are their own, the RTT probe launched
+before the payloads moves the period's start to its completion. The gloo behaviour that
+makes the first rule necessary (collectives of one group run concurrently) is checked on
+real processes in ``test_hooks_distributed.py`` ("recorder").
+"""
+
+import pytest
+
+from netsenseml.comm import CommRecorder
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, bool]] = []
+
+    def add(self, nbytes, seconds, t=None, rate_ok=True):
+        self.samples.append((nbytes, seconds, rate_ok))
+
+
+class PrototypeSink:
+    """The prototype rule's interface: no rate_ok."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+
+    def add(self, nbytes, seconds, t=None):
+        self.samples.append((nbytes, seconds))
+
+
+def test_payloads_in_flight_together_are_one_sample():
+    sink = Sink()
+    rec = CommRecorder(sink)
+    a = rec.launch(1_000_000, at=10.0)
+    b = rec.launch(1_200_000, at=10.001)
+    rec.done(b, at=10.030)  # gloo may finish the later one first
+    assert sink.samples == []
+    rec.done(a, at=10.040)
+    assert sink.samples == [(2_200_000, pytest.approx(0.040), True)]
+    assert rec.busy_s == pytest.approx(0.040) and rec.bytes_sent == 2_200_000
+
+
+def test_a_payload_after_the_previous_period_starts_at_the_later_of_launch_and_that_end():
+    sink = Sink()
+    rec = CommRecorder(sink)
+    a = rec.launch(1_000_000, at=1.0)
+    rec.done(a, at=1.020)
+    # stamped before a's completion (another thread's clock read), counted after it: the
+    # link was busy with a until 1.020
+    b = rec.launch(500_000, at=1.010)
+    rec.done(b, at=1.030)
+    c = rec.launch(500_000, at=1.040)  # the link idle since 1.030: starts at its launch
+    rec.done(c, at=1.050)
+    assert [s[0] for s in sink.samples] == [1_000_000, 500_000, 500_000]
+    assert [s[1] for s in sink.samples] == [pytest.approx(0.020), pytest.approx(0.010),
+                                            pytest.approx(0.010)]
+
+
+def test_tiny_collectives_are_their_own_samples_and_leave_the_period_open():
+    sink = Sink()
+    rec = CommRecorder(sink)
+    p = rec.launch(1_000_000, at=0.0)
+    t = rec.launch(4, at=0.005)
+    rec.done(t, at=0.0053)
+    assert sink.samples == [(4, pytest.approx(0.0003), True)]
+    rec.done(p, at=0.020)
+    assert sink.samples[-1] == (1_000_000, pytest.approx(0.020), True)
+
+
+def test_the_rtt_probe_before_the_payloads_moves_the_start_to_its_completion():
+    """Every rank had arrived when the probe completed: what the payload took before is
+    the wait for the last rank, no part of the transfer."""
+    sink = Sink()
+    rec = CommRecorder(sink)
+    probe = rec.launch(4, at=0.0)
+    p = rec.launch(1_000_000, at=0.0001)
+    rec.done(probe, at=0.003)  # 3 ms of rank skew
+    rec.done(p, at=0.013)
+    assert sink.samples[0] == (4, pytest.approx(0.003), True)
+    assert sink.samples[1] == (1_000_000, pytest.approx(0.010), True)
+
+
+def test_one_member_that_cannot_mean_a_rate_makes_the_period_rtt_only():
+    sink = Sink()
+    rec = CommRecorder(sink)
+    a = rec.launch(1_000_000, at=0.0)
+    b = rec.launch(1_000_000, at=0.0, rate_ok=False)
+    rec.done(a, at=0.01)
+    rec.done(b, at=0.02)
+    assert sink.samples == [(2_000_000, pytest.approx(0.02), False)]
+
+
+def test_equivalent_bytes_are_what_the_monitor_gets_and_handed_bytes_what_is_counted():
+    sink = Sink()
+    rec = CommRecorder(sink)
+    g = rec.launch(100_000, at=0.0, equiv=200_000)  # a 4-rank all-gather's input x W/2
+    rec.done(g, at=0.01)
+    assert sink.samples == [(200_000, pytest.approx(0.01), True)] and rec.bytes_sent == 100_000
+
+
+def test_prototype_mode_gives_each_collective_its_launch_to_completion_time():
+    sink = PrototypeSink()
+    rec = CommRecorder(sink, service_time=False)
+    a = rec.launch(1_000_000, at=0.0)
+    b = rec.launch(1_000_000, at=0.001)
+    rec.done(a, at=0.01)
+    rec.done(b, at=0.02)
+    assert sink.samples == [(1_000_000, pytest.approx(0.01)), (1_000_000, pytest.approx(0.019))]
