@@ -22,6 +22,13 @@ What is compared, and why so:
   them on each link, so the estimate is multiplied by that, and both sides are link
   Mbit/s. Steps without an estimate (no rate sample since the policy's last regime change)
   are left out of the errors and counted (``coverage``).
+* **Fair share** = the max-min share of one more TCP flow beside the cross streams running
+  at that time (``events.csv``'s applied starts and stops, each stream capped at its
+  group's ``bitrate_mbit``): what a job whose collectives kept one flow busy across the
+  bottleneck would get. The available rate is what the job could get with the link to
+  itself; under congestion the two differ by the stream count (8 streams on 500 Mbit/s:
+  available 0-60, fair 56), and the summary gives the error against both
+  (``rate_medae_rel_<phase>`` and ``rate_medae_rel_<phase>_fair``).
 * **Phases.** A step is *congested* where the cross traffic delivers more than 5 % of the
   configured rate, *idle* otherwise; the summary gives the median absolute error relative
   to the available rate per phase (``rate_medae_rel_idle`` / ``_congested``).
@@ -60,7 +67,7 @@ from testbed.common import files
 
 SMOOTH_S = 0.5
 COLUMNS = ["t", "step", "level", "est_rate_mbit", "est_link_mbit", "configured_mbit",
-           "cross_mbit", "available_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
+           "cross_mbit", "available_mbit", "fair_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
            "backlog_bytes", "drops_per_s", "est_min_rtt_ms", "est_bdp_kB", "tcp_min_rtt_ms",
            "tcp_rate_mbit", "phase"]
 
@@ -71,17 +78,14 @@ class SensingError(ValueError):
 
 def _why_no_rate(steps: pd.DataFrame) -> str:
     """Why a run has no rate estimate, where steps.csv says: the monitor takes rate samples
-    from dense allreduces only (``netsenseml.sense``), so a run whose policy used only
-    all-gathered levels (top-k, int8) never gives one."""
+    only from payloads long enough to hold a rate (``netsenseml.sense``), so a run whose
+    collectives were all short (a fixed top-k on a fast link) never gives one."""
     if "est_min_rtt_s" not in steps.columns or "level" not in steps.columns:
         return " (steps.csv has no est_* columns: not a NetSenseML-monitored run?)"
     levels = sorted(steps.loc[steps["rank"] == 0, "level"].dropna().astype(str).unique())
-    dense = [lv for lv in levels if lv in ("none", "fp16", "bf16")]
-    if dense:
-        return f" (rank 0's levels: {', '.join(levels)})"
-    return (f": rank 0 used only {', '.join(levels)}, all-gathered levels, and the monitor "
-            "takes rate samples from dense allreduces (none/fp16/bf16) only; its min RTT is "
-            "in steps.csv (est_min_rtt_s)")
+    return (f" (rank 0's levels: {', '.join(levels)}; the monitor discards payloads below "
+            "its min_rate_bytes or 4 BDP, and samples whose transfer time is under one min "
+            "RTT; its min RTT is in steps.csv, est_min_rtt_s)")
 
 
 def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
@@ -162,6 +166,59 @@ def _received(run_dir: Path, times: np.ndarray, index: pd.Index) -> pd.Series | 
     return pd.Series(total, index=index)
 
 
+def _water_fill(capacity: float, caps: list[float | None]) -> list[float]:
+    """Max-min fair shares of ``capacity`` among flows with rate caps (None: uncapped)."""
+    share = [0.0] * len(caps)
+    left, open_ = capacity, list(range(len(caps)))
+    while open_ and left > 1e-12:
+        each = left / len(open_)
+        capped = [i for i in open_ if caps[i] is not None and caps[i] - share[i] <= each]
+        if not capped:
+            for i in open_:
+                share[i] += each
+            break
+        for i in capped:
+            left -= caps[i] - share[i]  # type: ignore[operator]
+            share[i] = caps[i]  # type: ignore[assignment]
+        open_ = [i for i in open_ if i not in capped]
+    return share
+
+
+def fair_share(run_dir: Path, config: dict[str, Any], times: np.ndarray,
+               configured: np.ndarray) -> np.ndarray:
+    """The job's max-min share (one flow) beside the cross streams running at ``times``
+    (module doc); the configured rate where events.csv is missing."""
+    events_path = Path(run_dir) / "events.csv"
+    if not events_path.exists():
+        return np.asarray(configured, float)
+    caps = {ev.get("id"): ev.get("bitrate_mbit")
+            for ev in config.get("scenario", {}).get("timeline", []) if ev.get("id")}
+    ev = pd.read_csv(events_path)
+    ev = ev[ev["kind"].isin(["cross_start", "cross_stop"])]
+    at = pd.to_numeric(ev["t_applied"], errors="coerce").fillna(
+        pd.to_numeric(ev["t_scheduled"], errors="coerce"))
+    ev = ev.assign(t=at).dropna(subset=["t"]).sort_values("t", kind="stable")
+    edges: list[tuple[float, dict[str, int]]] = []
+    running: dict[str, int] = {}
+    for row in ev.itertuples():
+        group = str(row.target)
+        if row.kind == "cross_start":
+            running[group] = running.get(group, 0) + int(pd.to_numeric(row.value, errors="coerce") or 1)
+        else:
+            running.pop(group, None)
+        edges.append((float(row.t), dict(running)))
+    starts = np.asarray([e[0] for e in edges])
+    out = np.empty(len(times))
+    for i, (t, c) in enumerate(zip(times, configured, strict=True)):
+        k = int(np.searchsorted(starts, t, side="right"))
+        groups = edges[k - 1][1] if k else {}
+        flows: list[float | None] = [None]  # the job
+        for group, n in groups.items():
+            flows += [caps.get(group)] * n
+        out[i] = _water_fill(float(c), flows)[0]
+    return out
+
+
 def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
     """Level changes per cross-traffic segment of rank 0 (module doc); [] without events.csv."""
     events_path = Path(run_dir) / "events.csv"
@@ -233,6 +290,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
         "configured_mbit": _at(configured, t), "cross_mbit": _at(cross, t).round(3),
         "available_mbit": _at(available, t).round(3),
+        "fair_mbit": fair_share(run_dir, config, t, _at(configured, t)).round(3),
         "training_mbit": _at(training, t).round(3),
         "est_queue_ms": (r0["est_queue_delay_s"].to_numpy(float) * 1e3).round(3),
         "truth_queue_ms": _at(queue_ms, t).round(3),
@@ -259,6 +317,9 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         phases[f"rate_medae_rel_{ph}"] = round(float(rel.median()), 4) if len(rel) else None
         phases[f"rate_bias_rel_{ph}"] = (round(float((ok["error_mbit"] / ok["available_mbit"]).median()), 4)
                                          if len(ok) else None)
+        fair = sub[sub["fair_mbit"] > 0]
+        rel_fair = (fair["est_link_mbit"] - fair["fair_mbit"]).abs() / fair["fair_mbit"]
+        phases[f"rate_medae_rel_{ph}_fair"] = round(float(rel_fair.median()), 4) if len(fair) else None
         phases[f"steps_{ph}"] = int(len(sub))
     rtt = float(table["est_min_rtt_ms"].median())
     tcp_rtt = float(pd.to_numeric(table["tcp_min_rtt_ms"], errors="coerce").median())
@@ -294,6 +355,8 @@ def figure(table: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
     ax[0].plot(table["t"], table["configured_mbit"], "k--", lw=1, label="configured")
     ax[0].plot(table["t"], table["available_mbit"], "g-", lw=1.5,
                label="available (configured - cross traffic)")
+    ax[0].plot(table["t"], table["fair_mbit"], color="orange", lw=1,
+               label="fair share (one flow beside the cross streams)")
     ax[0].plot(table["t"], table["est_link_mbit"], "b.", ms=3,
                label="monitor: max delivery rate (link Mbit/s; what the policy uses)")
     if table["tcp_rate_mbit"].notna().any():

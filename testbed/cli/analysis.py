@@ -352,7 +352,9 @@ def sensing_cmd(
     phases = "; ".join(
         f"{ph}: {summary[f'steps_{ph}']} steps, median |error| "
         + (f"{summary[f'rate_medae_rel_{ph}']:.0%}" if summary[f"rate_medae_rel_{ph}"] is not None
-           else "-") + " of the available rate"
+           else "-") + " of the available rate, "
+        + (f"{summary[f'rate_medae_rel_{ph}_fair']:.0%}" if summary.get(f"rate_medae_rel_{ph}_fair")
+           is not None else "-") + " of the fair share"
         for ph in ("idle", "congested"))
     Console().print(f"{phases}; coverage {summary['coverage']:.0%}", highlight=False)
     Console().print(

@@ -160,3 +160,27 @@ def test_bottleneck_truth_follows_cross_traffic(tmp_path):
     assert classes["training"]["bytes"] > 0, classes
     # drops at the full queue are retransmitted
     assert classes["cross:a"]["retransmits"] + classes["cross:b"]["retransmits"] > 0
+
+
+def test_the_monitor_reads_the_shaped_rate_the_qdisc_reports(tmp_path):
+    """NetSenseML on an idle 500 Mbit/s bottleneck: the monitor's estimate (link Mbit/s)
+    against the qdisc's configured rate in bottleneck.csv, at rank 0's steps. Before the
+    recorder made DDP's concurrent buckets one sample, the estimate read 2x the line rate;
+    the issue's target is a median error within 25 % (30 % here: 4 s of a 2-core machine)."""
+    from testbed.analysis import sensing
+
+    scn = apply_overrides(load_scenario("xover-static"), {
+        "topology.bottleneck_mbit": 500, "workload.time_limit_s": 4})
+    out = run_scenario(scn, "netsenseml", 0, tmp_path / "mon", progress=False)
+    assert out.status == "ok", out.summary
+    assert_gone(out)
+    table, summary = sensing.validate(out.run_dir)
+    print({k: summary[k] for k in ("steps_compared", "coverage", "rate_medae_rel_idle",
+                                   "rate_bias_rel_idle", "est_min_rtt_ms", "tcp_min_rtt_ms")},
+          table["level"].value_counts().to_dict())
+    assert summary["steps_congested"] == 0
+    assert summary["coverage"] >= 0.5, summary
+    assert summary["rate_medae_rel_idle"] <= 0.30, summary
+    # the min RTT is a round trip of gloo's tiny collective: above the kernel's, well
+    # below one 1 MB transfer at this rate (16.8 ms)
+    assert 0 < summary["est_min_rtt_ms"] < 2.0, summary

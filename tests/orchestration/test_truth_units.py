@@ -154,6 +154,27 @@ def test_sensing_counts_level_changes_per_segment(tmp_path):
     assert sensing.segment_changes(tmp_path / "none", steps) == []
 
 
+def test_fair_share_follows_the_running_streams_and_their_caps(tmp_path):
+    """Max-min share of one more flow: 8 uncapped streams on 500 -> 500/9; a group of 4
+    streams capped at 20 Mbit/s beside it leaves (500 - 80) / 9 each to the rest."""
+    assert sensing._water_fill(100.0, [None, 10.0, None]) == pytest.approx([45.0, 10.0, 45.0])
+    assert sensing._water_fill(100.0, [None]) == pytest.approx([100.0])
+    config = {"scenario": {"timeline": [
+        {"kind": "cross_start", "at": 1, "id": "a", "src": "x0", "dst": "x1", "streams": 8},
+        {"kind": "cross_start", "at": 2, "id": "c", "src": "x0", "dst": "x1", "streams": 4,
+         "bitrate_mbit": 20},
+        {"kind": "cross_stop", "at": 3, "id": "a"}]}}
+    files.write_csv(tmp_path / "events.csv", ["t_scheduled", "t_applied", "kind", "target", "value"], [
+        {"t_scheduled": 1.0, "t_applied": 1.01, "kind": "cross_start", "target": "a", "value": 8},
+        {"t_scheduled": 2.0, "t_applied": 2.01, "kind": "cross_start", "target": "c", "value": 4},
+        {"t_scheduled": 3.0, "t_applied": 3.01, "kind": "cross_stop", "target": "a", "value": ""}])
+    t = [0.5, 1.5, 2.5, 3.5]
+    fair = sensing.fair_share(tmp_path, config, t, [500.0] * 4)
+    assert fair == pytest.approx([500.0, 500 / 9, (500 - 80) / 9, 500 - 80])
+    # without events.csv: the configured rate
+    assert list(sensing.fair_share(tmp_path / "none", config, t, [500.0] * 4)) == [500.0] * 4
+
+
 def test_capture_analysis_classes_and_retransmissions(tmp_path):
     """A pcap written here: a training flow between two worker addresses, a cross flow on an
     iperf3 port with one segment sent twice, and a flow of neither kind."""
