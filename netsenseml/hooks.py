@@ -102,7 +102,8 @@ from netsenseml.sense import NetworkMonitor, TcpInfoSensor, rtt_probe_due
 EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB",
           "collectives", "overlap_ms", "congested", "samples", "has_rate", "rate_MBps", "rtt_ms", "queue_ms")
 N_EXTRAS = len(EXTRAS)
-_COMMON_OPTIONS = ("monitor_rate_window", "monitor_min_rate_bytes", "rtt_probe_every",
+_COMMON_OPTIONS = ("monitor_rate_window", "monitor_rate_filter", "monitor_min_rate_bytes",
+                   "rtt_probe_every",
                    "residual_drain", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
 _PROBE_OPTIONS = ("probe_bytes", "probe_ratio")
 
@@ -158,7 +159,7 @@ class NetSenseState:
       wire however small; the testbed's byte-conservation band needs the count),
     * ``est_*`` -- the network monitor's estimate at the pop, once it has a sample:
       ``est_min_rtt_s``, ``est_rate_age`` (samples since its latest rate sample) and, once
-      a rate was sensed, ``est_rate_mbit`` (windowed max delivery rate, fp32-allreduce-
+      a rate was sensed, ``est_rate_mbit`` (windowed delivery rate, fp32-allreduce-
       equivalent payload, Mbit/s),
       ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`); on a step that
       gave the monitor a rate sample, the newest one: ``est_sample_bytes``, ``est_sample_s``
@@ -178,7 +179,8 @@ class NetSenseState:
         method: MethodSpec,
         process_group: Any = None,
         error_feedback: bool = True,
-        monitor_rate_window: int = 8,
+        monitor_rate_window: int = 4,
+        monitor_rate_filter: str = "median",
         monitor_min_rate_bytes: float = 512 * 1024,
         rtt_probe_every: int = 4,
         residual_drain: float = 1.0,
@@ -198,7 +200,8 @@ class NetSenseState:
         if rtt_probe_every < 1 or residual_drain <= 0:
             raise ValueError(f"need rtt_probe_every >= 1 and residual_drain > 0, got "
                              f"{rtt_probe_every}, {residual_drain}")
-        self.monitor = NetworkMonitor(monitor_rate_window, min_rate_bytes=monitor_min_rate_bytes)
+        self.monitor = NetworkMonitor(monitor_rate_window, min_rate_bytes=monitor_min_rate_bytes,
+                                      rate_filter=monitor_rate_filter)
         paper = isinstance(policy, PaperRule)
         self.recorder = CommRecorder(policy if paper else self.monitor, service_time=not paper)
         port = os.environ.get("MASTER_PORT", "")
@@ -638,7 +641,8 @@ def register(
     ``package.module:Name[:ARG]`` (``netsenseml/PLUGINS.md``); a failed import or a class
     that is no compressor is a one-line ValueError before the model is touched.
 
-    Options: ``monitor_rate_window`` (8 rate samples), ``monitor_min_rate_bytes`` (512 KiB:
+    Options: ``monitor_rate_window`` (4 rate samples), ``monitor_rate_filter`` ("median"
+    of the window, or "max" as BBR: ``netsenseml.sense``), ``monitor_min_rate_bytes`` (512 KiB:
     shorter transfers are no rate samples), ``rtt_probe_every`` (4: netsenseml's tiny RTT
     collective every 4 steps, and on every dense step), ``residual_drain`` (1.0: a dense
     level adds at most this times the gradient's norm of the residual per step),

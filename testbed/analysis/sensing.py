@@ -358,7 +358,7 @@ def figure(table: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
     ax[0].plot(table["t"], table["fair_mbit"], color="orange", lw=1,
                label="fair share (one flow beside the cross streams)")
     ax[0].plot(table["t"], table["est_link_mbit"], "b.", ms=3,
-               label="monitor: max delivery rate (link Mbit/s; what the policy uses)")
+               label="monitor: windowed delivery rate (link Mbit/s; what the policy uses)")
     if table["tcp_rate_mbit"].notna().any():
         ax[0].plot(table["t"], table["tcp_rate_mbit"], "c.", ms=2, alpha=0.5,
                    label="kernel: tcpi_delivery_rate of the peer sockets")
