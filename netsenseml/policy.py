@@ -32,7 +32,7 @@ communication is modelled per *collective kind*, because the link treats them di
   comes from small all-gathers (under drop-tail congestion it is several times the fair
   share a large transfer gets);
 * otherwise ``b_k`` is the inverse of the **rate the monitor senses** (``netsenseml.sense``:
-  windowed max delivery rate of transfers long enough to mean one, mean over ranks) and
+  windowed delivery rate of transfers long enough to mean one, mean over ranks) and
   ``a_k`` what the kind's measured comm time leaves beyond ``b_k x bytes`` (at least 0);
   a kind not measured in the regime keeps its last identified ``a_k`` (the registration
   probe's latency at first);

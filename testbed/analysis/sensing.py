@@ -44,6 +44,8 @@ What is compared, and why so:
   a change is counted inside a segment only: the first step of a segment is compared with
   none (as ``netsenseml.replay.segment_changes`` counts the replays), so the reaction to
   the edge itself is not a change, a second decision later in the segment is.
+  ``changes`` counts level labels (fp16 -> top-k), ``ladder_changes`` rungs of the ladder
+  (a top-k ratio move too).
 * **Queueing delay**: truth = backlog bytes / configured rate; the monitor's
   ``est_queue_delay_s`` is its latest sample's delay beyond the ideal at its extremes.
 
@@ -238,6 +240,10 @@ def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
     t = r0["t"].to_numpy(float)
     seg = np.searchsorted(np.asarray(edges), t, side="right")
     levels = r0["level"].astype(str).to_numpy()
+    # the ladder's rung: the level and, for top-k, its kept fraction
+    ratios = (pd.to_numeric(r0["ratio"], errors="coerce").fillna(1.0).round(6).astype(str).to_numpy()
+              if "ratio" in r0 else np.full(len(levels), ""))
+    rungs = np.char.add(np.char.add(levels.astype(str), ":"), ratios.astype(str))
     out = []
     for i in range(len(edges) + 1):
         mask = seg == i
@@ -250,6 +256,7 @@ def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
             "t1": round(edges[i], 3) if i < len(edges) else round(float(t[-1]), 3),
             "steps": int(mask.sum()),
             "changes": int((lv[1:] != lv[:-1]).sum()),
+            "ladder_changes": int((rungs[mask][1:] != rungs[mask][:-1]).sum()),
         })
     return out
 

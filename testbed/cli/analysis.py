@@ -362,7 +362,10 @@ def sensing_cmd(
         f"{summary['tcp_min_rtt_ms']} ms, ratio {summary['min_rtt_ratio']}", highlight=False)
     if summary.get("segments"):
         Console().print("level changes per segment (probes left out): " + ", ".join(
-            f"{s['phase'][0].upper()} {s['changes']}" for s in summary["segments"]), highlight=False)
+            f"{s['phase'][0].upper()} {s['changes']}" for s in summary["segments"])
+            + "; ladder rungs incl. top-k ratio moves: " + ", ".join(
+            f"{s['phase'][0].upper()} {s.get('ladder_changes', '-')}" for s in summary["segments"]),
+            highlight=False)
     for p in written:
         Console().print(str(p), highlight=False)
 

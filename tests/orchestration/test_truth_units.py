@@ -146,11 +146,14 @@ def test_sensing_counts_level_changes_per_segment(tmp_path):
     t = [0.2, 0.4, 0.6, 0.8, 1.1, 1.3, 1.5, 1.7, 2.1, 2.3]
     level = ["fp16", "fp16", "none", "fp16", "topk", "topk", "fp16", "topk", "fp16", "fp16"]
     probe = [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
-    steps = pd.DataFrame({"rank": 0, "step": range(10), "t": t, "level": level, "probe": probe})
+    ratio = [1, 1, 1, 1, 0.01, 0.02, 1, 0.02, 1, 1]  # a top-k ratio move is a rung, no label change
+    steps = pd.DataFrame({"rank": 0, "step": range(10), "t": t, "level": level, "probe": probe,
+                          "ratio": ratio})
     steps = pd.concat([steps, steps.assign(rank=1, level="none")])  # rank 1 is not read
     segs = sensing.segment_changes(tmp_path, steps)
     assert [(s["phase"], s["steps"], s["changes"]) for s in segs] == [
         ("idle", 3, 0), ("congested", 4, 2), ("idle", 2, 0)]
+    assert [s["ladder_changes"] for s in segs] == [0, 3, 0]
     assert sensing.segment_changes(tmp_path / "none", steps) == []
 
 
