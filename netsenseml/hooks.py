@@ -179,8 +179,8 @@ class NetSenseState:
         method: MethodSpec,
         process_group: Any = None,
         error_feedback: bool = True,
-        monitor_rate_window: int = 4,
-        monitor_rate_filter: str = "median",
+        monitor_rate_window: int = 8,
+        monitor_rate_filter: str = "max",
         monitor_min_rate_bytes: float = 512 * 1024,
         rtt_probe_every: int = 4,
         residual_drain: float = 1.0,
@@ -641,8 +641,8 @@ def register(
     ``package.module:Name[:ARG]`` (``netsenseml/PLUGINS.md``); a failed import or a class
     that is no compressor is a one-line ValueError before the model is touched.
 
-    Options: ``monitor_rate_window`` (4 rate samples), ``monitor_rate_filter`` ("median"
-    of the window, or "max" as BBR: ``netsenseml.sense``), ``monitor_min_rate_bytes`` (512 KiB:
+    Options: ``monitor_rate_window`` (8 rate samples), ``monitor_rate_filter`` ("max" of
+    the window, as BBR, or "median": ``netsenseml.sense``), ``monitor_min_rate_bytes`` (512 KiB:
     shorter transfers are no rate samples), ``rtt_probe_every`` (4: netsenseml's tiny RTT
     collective every 4 steps, and on every dense step), ``residual_drain`` (1.0: a dense
     level adds at most this times the gradient's norm of the residual per step),
