@@ -1,0 +1,60 @@
+"""The network monitor's error against the bottleneck's truth, over NetSenseML runs.
+
+Issue 19's sensing targets (median |error| of the rate estimate <= 25 % of the available
+rate in idle and in congested phases; min RTT within 2x of the path's base RTT; <= 1 level
+change per segment) are judged on real emulated runs, so this script only reads run
+folders; make them first (root, ~25 s a run on the 2-core build machine):
+
+    flock /tmp/netsense-heavy.lock netsense run eval-onoff -m netsenseml -s 0 -s 1 -s 2 -r /tmp/sense
+    flock /tmp/netsense-heavy.lock netsense run eval-ramp -m netsenseml -s 0 -s 1 -s 2 -r /tmp/sense
+    python benchmarks/sensing_error.py /tmp/sense
+
+One row per run (``testbed.analysis.sensing.validate``): coverage (rank-0 steps with an
+estimate), median |error| relative to the available rate and to the fair share per phase,
+the monitor's min RTT beside the kernel's ``tcpi_min_rtt``, and level changes per
+cross-traffic segment, as labels (fp16 -> top-k) and as ladder rungs (a top-k ratio move is
+one), probes left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f} %"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("roots", nargs="+", type=Path,
+                    help="results folders (or run folders) holding netsenseml runs")
+    args = ap.parse_args()
+    from testbed.analysis import sensing
+
+    runs = sorted({p.parent for r in args.roots for p in r.rglob("steps.csv")
+                   if "netsenseml" in p.parent.name})
+    if not runs:
+        raise SystemExit("no netsenseml run folders (steps.csv) under " + ", ".join(map(str, args.roots)))
+    print("| run | coverage | idle vs avail | idle vs fair | congested vs avail | congested vs fair "
+          "| min RTT ms (monitor / kernel) | label changes per segment | rung changes per segment |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for run in runs:
+        name = f"{run.parent.name}/{run.name}"
+        try:
+            _, s = sensing.validate(run)
+        except sensing.SensingError as exc:
+            print(f"| {name} | no estimate: {str(exc).split(': ', 1)[-1][:80]} |  |  |  |  |  |  |  |")
+            continue
+        segs = s["segments"]
+        print(f"| {name} | {_pct(s['coverage'])} | {_pct(s['rate_medae_rel_idle'])} "
+              f"| {_pct(s.get('rate_medae_rel_idle_fair'))} | {_pct(s['rate_medae_rel_congested'])} "
+              f"| {_pct(s.get('rate_medae_rel_congested_fair'))} "
+              f"| {s['est_min_rtt_ms']} / {s['tcp_min_rtt_ms']} "
+              f"| {' '.join(x['phase'][0] + str(x['changes']) for x in segs)} "
+              f"| {' '.join(x['phase'][0] + str(x.get('ladder_changes', '-')) for x in segs)} |")
+
+
+if __name__ == "__main__":
+    main()
