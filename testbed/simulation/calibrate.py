@@ -60,6 +60,8 @@ CALIB_STEPS = 40  # simulated steps per calibration run: the step means are stea
 IDLE_GRID = {
     "bandwidth_factor": [0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15],
     "msg_cpu_s": [0.0, 2e-4, 4e-4, 6e-4, 8e-4, 1e-3, 1.25e-3, 1.5e-3, 2e-3, 3e-3],
+    "msg_fixed_s": [0.0, 1e-4, 2e-4, 3e-4, 5e-4],
+    "msg_cap_bytes": [0.0, 2e3, 4e3, 8e3, 16e3, 32e3],
     "msg_share": [0.0, 0.25, 0.5, 0.75, 1.0],
     "latency_factor": [1, 2, 5, 10, 15, 20, 30, 50],
 }

@@ -12,8 +12,9 @@ ring really sends (``Comm`` between the hosts, over the platform's routes):
 * ring all-gather of ``B`` bytes per rank (int8, top-k): ``W - 1`` phases of ``B`` each.
 
 A phase starts when the previous one has completed on every rank (the ring moves at its
-slowest link); each message first costs ``msg_cpu_s`` of CPU on its sender (gloo's
-per-message work: copies, syscalls, a wake-up), stretched like compute
+slowest link); each message first costs CPU on its sender (gloo's per-message work:
+copies, syscalls, wake-ups; ``message_cpu_s``: a fixed part plus a part that grows with the
+message's bytes up to a cap), stretched like compute
 when n ranks share one emulating machine's ``cores`` (by ``1 + msg_share x (n / cores -
 1)``, the share fitted: ranks waiting in the ring leave their core to others); then it
 crosses the
@@ -28,11 +29,10 @@ emulation's own settings, not fitted:
   every shaped link on its route (they leave at veth speed, in no time), only the rest is
   rate-limited. That is why a small top-k message between steps costs latency, not bytes;
 * a standing queue: while bulk cross traffic fills a shaped link (iperf3's streams keep
-  its drop-tail queue full), every message through it waits behind up to ``queue_pkts``
-  frames, ``queue_fraction x queue_pkts x 1514 x 8 / rate`` seconds (the fraction fitted:
-  below 1 where TCP's losses keep the queue below full part of the time, above 1 where a
-  message's own losses and retransmissions add to its wait), and the link has no tokens
-  left.
+  its drop-tail queue full), every message through it waits behind the standing queue,
+  ``standing_queue_bytes x 8 / rate`` seconds (``queue_fraction`` of the measured backlog
+  ``queue_bytes`` where the calibration has one, else of ``queue_pkts`` full frames; the
+  fraction fitted), and the link has no tokens left.
 
 Cross traffic is competing flows: each iperf3 stream a SimGrid comm that never ends while
 the stream runs (max-min gives it one share of each link it crosses). TCP streams over one
@@ -84,10 +84,41 @@ class NetCalibration:
 
     latency_factor: float = 1.0
     bandwidth_factor: float = 1.0
-    msg_cpu_s: float = 0.0
+    msg_cpu_s: float = 0.0  # per-message CPU of a message of ``msg_cap_bytes`` or more
     msg_share: float = 1.0  # contention share of the per-message CPU, as compute's ``k``
-    queue_fraction: float = 1.0  # of a full drop-tail queue that a message waits behind
+    queue_fraction: float = 1.0  # of the standing queue that a message waits behind
     cross_weight: float = 1.0  # shares of a link one iperf3 stream takes per share of a ring flow
+    msg_fixed_s: float = 0.0  # per-message CPU of an empty message (``message_cpu_s``)
+    msg_cap_bytes: float = 0.0  # size from which ``msg_cpu_s`` is charged in full (0: always)
+    queue_bytes: float = 0.0  # measured standing backlog (0: ``queue_pkts`` full frames)
+
+
+def message_cpu_s(cal: NetCalibration, size: float) -> float:
+    """Uncontended CPU seconds one ring message of ``size`` bytes costs its sender before it
+    crosses the network: ``msg_fixed_s + msg_cpu_s x min(1, size / msg_cap_bytes)``.
+
+    Why size-dependent: a gloo ring message is not one syscall. Its bytes go out and come
+    in as TCP segments, each a copy and, on a machine whose ranks share its cores, a
+    wake-up of the receiving rank that has to be scheduled; a 1-byte message is one of
+    those (the registration probe measured 0.3-1 ms per hop), a 7 kB top-k message several.
+    Once a message is long enough to be rate-limited by its link, that work overlaps its
+    own transfer and stops adding to its time, so the per-byte part stops at
+    ``msg_cap_bytes``. A flat cost fitted on the calibration steps (all of them kilobytes
+    or more) charged a 1-byte probe message in full, 3-7x what the emulation measured,
+    and NetSenseML's simulated policy saw no per-byte slope in its first top-k steps.
+    ``msg_cap_bytes = 0`` is the flat cost (``msg_fixed_s + msg_cpu_s``)."""
+    if cal.msg_cap_bytes <= 0:
+        return cal.msg_fixed_s + cal.msg_cpu_s
+    return cal.msg_fixed_s + cal.msg_cpu_s * min(1.0, max(0.0, size) / cal.msg_cap_bytes)
+
+
+def standing_queue_bytes(cal: NetCalibration, queue_pkts: int) -> float:
+    """Bytes of the standing queue a message waits behind while bulk streams fill a link:
+    ``queue_fraction`` of the measured backlog (``queue_bytes``: the median backlog of the
+    congested calibration runs' bottleneck.csv; pfifo's limit counts GSO segments of up to
+    ~64 kB, not 1514-byte frames), else of ``queue_pkts`` full frames."""
+    full = cal.queue_bytes if cal.queue_bytes > 0 else queue_pkts * FRAME_BYTES
+    return cal.queue_fraction * full
 
 
 @dataclass(frozen=True)
@@ -243,11 +274,11 @@ def simulate(job: Job) -> SimResult:
     built = build(sg, fab)
     w = fab.workers
     hosts = [built.hosts[n] for n in built.workers]
-    msg_s = cal.msg_cpu_s * (1 + cal.msg_share * (oversubscription(w, job.cores) - 1))
+    stretch = 1 + cal.msg_share * (oversubscription(w, job.cores) - 1)
     routes = ([built.route(built.workers[i], built.workers[(i + 1) % w]) for i in range(w)]
               if built.route else [[] for _ in range(w)])
     buckets = _Buckets(built.shaped, job.htb and built.route is not None)
-    queue_delay = {k: cal.queue_fraction * fab.queue_pkts * FRAME_BYTES / (mbit * 1e6 / 8)
+    queue_delay = {k: standing_queue_bytes(cal, fab.queue_pkts) / (mbit * 1e6 / 8)
                    for k, mbit in built.shaped.items()}
     out: list[StepRecord] = []
     probe: dict[str, float] = {}
@@ -265,7 +296,7 @@ def simulate(job: Job) -> SimResult:
             sg.this_actor.sleep_for(seconds)
 
     def phase(size: float) -> None:
-        busy(msg_s)
+        busy(message_cpu_s(cal, size) * stretch)
         t0 = e.clock
         eff = []
         for i in range(w):

@@ -102,3 +102,23 @@ def test_netsenseml_compresses_on_a_slow_star_not_on_a_fast_one() -> None:
              fabric=Fabric("star", 4, 100_000.0, cross=1))], workers=2)
     assert slow.steps[-1].level != "none"
     assert slow.steps[-1].bytes_sent < fast.steps[-1].bytes_sent
+
+
+def test_per_message_cpu_grows_with_the_message_up_to_its_cap() -> None:
+    # a flat 1.5 ms charged a 1-byte probe message in full; a size-dependent cost charges
+    # it msg_fixed_s, and a message at or beyond the cap the full msg_fixed_s + msg_cpu_s
+    from testbed.simulation.sim import NetCalibration, message_cpu_s
+    size_dep = NetCalibration(msg_fixed_s=2e-4, msg_cpu_s=1.3e-3, msg_cap_bytes=8e3)
+    assert message_cpu_s(size_dep, 1.0) == pytest.approx(2e-4, rel=1e-3)
+    assert message_cpu_s(size_dep, 4e3) == pytest.approx(2e-4 + 0.65e-3)
+    assert message_cpu_s(size_dep, 1e6) == pytest.approx(1.5e-3)
+    assert message_cpu_s(NetCalibration(msg_cpu_s=1.5e-3), 1.0) == 1.5e-3  # cap 0: flat
+    # in SimGrid: an 8-rank 1-byte all-gather (7 phases) costs ~7 x 0.2 ms more than none,
+    # where the flat cost makes it ~7 x 1.5 ms
+    flat = Job(fabric=Fabric("star", 8, RATE_MBIT, cross=1), method="topk:0.01",
+               dense_bytes=4.0 / 0.02, batch_size=16, compute=NO_COMPUTE, htb=True, steps=2,
+               cal=NetCalibration(msg_cpu_s=1.5e-3))
+    small, big = simulate_isolated([
+        Job(**{**flat.__dict__, "cal": size_dep}), flat], workers=2)
+    assert small.steps[-1].comm_s < 0.5 * big.steps[-1].comm_s
+    assert big.steps[-1].comm_s == pytest.approx(7 * (1.5e-3 + 2 * LAT), rel=0.05)
