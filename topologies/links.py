@@ -27,6 +27,28 @@ except ImportError:  # pragma: no cover - only when mn runs outside an installed
     from topologies import shaping
 
 
+_RC_MARK = "__netsense_rc="
+
+
+def run_checked(node, command: str) -> tuple[int, str]:
+    """Run a command in a node's shell; its exit status and what it printed.
+
+    Why not "any output means failure": iproute2 prints warnings on success -- e.g. "Dump
+    was interrupted and may be inconsistent." when another run adds interfaces while tc
+    or ip dumps the link table (sweeps on Ray build networks concurrently). The status,
+    not the text, says whether the command failed; the text goes into the error.
+    """
+    out = node.cmd(f"{command}; echo {_RC_MARK}$?")
+    text, sep, tail = out.rpartition(_RC_MARK)
+    if not sep:  # the marker never came back: the shell itself failed
+        return 1, out.strip()
+    try:
+        rc = int(tail.strip().split()[0])
+    except (IndexError, ValueError):
+        rc = 1
+    return rc, text.strip()
+
+
 class ShapedIntf(Intf):
     """Interface shaped by ``topologies.shaping`` (HTB + pfifo, netem only if requested)."""
 
@@ -38,9 +60,9 @@ class ShapedIntf(Intf):
                 self.name, float(bw), int(max_queue_size or shaping.DEFAULT_QUEUE_PKTS),
                 delay_ms=delay, jitter_ms=jitter, loss_pct=loss)
             for line in lines:
-                out = self.cmd("tc " + line)
-                if out.strip():
-                    raise RuntimeError(f"tc failed on {self.name}: tc {line}: {out.strip()}")
+                rc, out = run_checked(self, "tc " + line)
+                if rc != 0:
+                    raise RuntimeError(f"tc failed on {self.name} (exit {rc}): tc {line}: {out}")
         result["bw"] = bw
         return result
 
@@ -72,7 +94,7 @@ class Router(Node):
         result = Node.config(self, **params)
         self.cmd("sysctl -qw net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=1")
         for route in routes:
-            out = self.cmd("ip route replace " + route)
-            if out.strip():
-                raise RuntimeError(f"route on {self.name} failed: {route}: {out.strip()}")
+            rc, out = run_checked(self, "ip route replace " + route)
+            if rc != 0:
+                raise RuntimeError(f"route on {self.name} failed (exit {rc}): {route}: {out}")
         return result

@@ -200,16 +200,17 @@ class Emulation:
 
     def _isolate_resolver(self) -> None:
         """An unreachable route to each name server in every host (module doc)."""
+        from topologies.links import run_checked  # imports Mininet, as start() already has
         hosts = [h for h in self._net.hosts if h.inNamespace]  # never the root namespace
         used = {h.IP() for h in hosts if h.IP()}
         for server in name_servers():
             if server in used:  # an emulated host's own address: leave its traffic alone
                 continue
             for host in hosts:
-                out = host.cmd(f"ip route replace unreachable {server}/32")
-                if out.strip():
-                    raise EmulationError(f"route to name server {server} on {host.name}: "
-                                         f"{out.strip()}")
+                rc, out = run_checked(host, f"ip route replace unreachable {server}/32")
+                if rc != 0:
+                    raise EmulationError(f"route to name server {server} on {host.name} "
+                                         f"(exit {rc}): {out}")
 
     def _after_build(self) -> None:
         """Hook run after the network is up (tests use it to inject a late failure)."""

@@ -254,3 +254,23 @@ def test_name_servers_parses_ipv4_and_skips_loopback(tmp_path):
                     "nameserver 10.255.255.53\nnameserver 8.8.4.4\n")
     assert name_servers(conf) == ["10.255.255.53", "8.8.4.4"]
     assert name_servers(tmp_path / "missing") == []
+
+
+def test_node_commands_fail_on_their_exit_status_not_on_warnings():
+    """iproute2 warns on success ("Dump was interrupted ..." while another run adds links):
+    a shaping or route command is judged by its exit status, and a real failure still
+    raises with what the command printed (CI once failed a sweep on such a warning)."""
+    from mininet.node import Node
+
+    from topologies.links import run_checked
+
+    node = Node("nstrcchk", inNamespace=True)
+    try:
+        rc, out = run_checked(node, "echo 'Dump was interrupted and may be inconsistent.' >&2")
+        assert rc == 0 and "Dump was interrupted" in out
+        rc, out = run_checked(node, "ip route replace 10.77.0.0/24 via 10.78.0.1")
+        assert rc != 0 and out  # no route to the gateway: ip's own error comes back
+        rc, out = run_checked(node, "ip -o link show lo")
+        assert rc == 0 and "lo:" in out
+    finally:
+        node.terminate()
