@@ -149,14 +149,22 @@ def test_bottleneck_truth_follows_cross_traffic(tmp_path):
     print(out.summary["network"]["capture"], out.summary["network"]["cross_traffic"][0]
           ["achieved_mbit"])
     cross = out.summary["network"]["cross_traffic"]
-    assert len(cross) == 2 and all(c["achieved_mbit"] > 5 for c in cross), cross
-    assert all(0 < c["received_mbit"] <= c["achieved_mbit"] * 1.05 for c in cross), cross
+    # Together the 16 streams take most of the link. Not each source: both start at once
+    # into a 20-packet drop-tail queue, and a source whose SYNs meet the other's full queue
+    # on every retry (1, 3, 7 s) sends nothing in the 6 s window -- TCP lock-out, which
+    # CI once saw (x0: 0.0 Mbit/s, 18 packets; x1: 39 Mbit/s). Its report says so.
+    assert len(cross) == 2 and sum(c["achieved_mbit"] for c in cross) > 0.5 * 50, cross
+    assert all(0 <= c.get("received_mbit", 0) <= c["achieved_mbit"] * 1.05 + 0.01
+               for c in cross), cross
+    assert sum(c.get("received_mbit", 0) for c in cross) > 0, cross
     assert all((out.run_dir / "cross" / c["report"]).exists() for c in cross)
     # w1 carries the iperf3 flow: its bytes are reported, not judged; w0 is judged and ok
     ranks = {r["host"]: r for r in out.summary["network"]["bytes"]["ranks"]}
     assert not ranks["w1"]["judged"] and ranks["w0"]["judged"] and ranks["w0"]["ok"]
     classes = out.summary["network"]["capture"]["classes"]
+    # each source at least connected (its control connection); together they carried bulk
     assert classes["cross:a"]["bytes"] > 0 and classes["cross:b"]["bytes"] > 0, classes
+    assert classes["cross:a"]["bytes"] + classes["cross:b"]["bytes"] > 1e6, classes
     assert classes["training"]["bytes"] > 0, classes
     # drops at the full queue are retransmitted
     assert classes["cross:a"]["retransmits"] + classes["cross:b"]["retransmits"] > 0
