@@ -33,7 +33,10 @@ communication is modelled per *collective kind*, because the link treats them di
   share a large transfer gets);
 * otherwise ``b_k`` is the inverse of the **rate the monitor senses** (``netsenseml.sense``:
   windowed delivery rate of transfers long enough to mean one, mean over ranks) and
-  ``a_k`` what the kind's measured comm time leaves beyond ``b_k x bytes`` (at least 0);
+  ``a_k`` what the kind's measured comm time leaves beyond ``b_k x bytes`` (at least 0,
+  at most ``change_factor`` x the kind's last identified ``a_k``: one size cannot tell
+  latency from bandwidth, and a sensed rate above the true share would otherwise turn the
+  slowdown into a fixed cost that no compression removes; the rest goes to ``b_k``);
   a kind not measured in the regime keeps its last identified ``a_k`` (the registration
   probe's latency at first);
 * a size the regime *has* measured is predicted by its own median, not the line: a
@@ -59,7 +62,9 @@ flat ``J(r)`` (which would drift to the floor).
 **Regime changes** (:class:`RegimeDetector`). ``change_confirm`` consecutive steps of the
 same size whose comm time is ``change_factor`` above or below the prediction (at once when
 one is slower by more than ``spike_s``: a congested long transfer, not a spike) start a new
-regime: the fits restart from those steps, the monitor's rate window restarts (the hook
+regime (the steps of a streak are judged against the prediction made before it began, so
+that a gradual onset -- cross traffic ramping up over a few steps -- is not hidden by a
+prediction that rises with it): the fits restart from those steps, the monitor's rate window restarts (the hook
 does it on every rank at the same step), and the back-off resets. Nothing else resets it:
 a bandwidth estimate that moves with noise does not.
 
@@ -71,9 +76,12 @@ observations), a move is taken at once and judged without the error bars. Measur
 1000 -> 200 Mbit/s drop with 8 competing streams (xover-d50): int8 steps went from 25 ms to
 0.2-0.34 s, and with two stale-rate observations, a band wide from three samples, and calls
 interrupted by "stay", the policy took 10 steps (3 s of a 4 s phase) to compress.
-A level change that undoes the previous one within the same regime is an oscillation: it multiplies the confirmation
-count by ``backoff_factor`` (up to ``max_confirm``), like TCP's retransmission back-off
-(the band ``U`` already holds the noise; grown too, it would freeze a wrong level).
+A move against the direction of the regime's previous move is an oscillation -- across
+labels (fp16 -> top-k -> fp16) or along top-k's ratio grid (0.008 -> 0.08 -> 0.019 ->
+0.008: a flat ``J(r)`` whose noise decides): it multiplies the confirmation count by
+``backoff_factor`` (up to ``max_confirm``), like TCP's retransmission back-off (the band
+``U`` already holds the noise; grown too, it would freeze a wrong level). Moves taken at
+once (a young regime, the first steps) correct a guess and start the direction afresh.
 
 **Probes** (:class:`Prober`). The all-gather family's slope needs two sizes, and after the
 path got faster the rate sensed at a compressed level is stale. So (like BBR's probing)
@@ -445,11 +453,20 @@ class StepModel:
             return a, slope, rel, True
         x = xs[-1]
         if self.rate_fresh:
-            # One size and a sensed rate: the fixed cost is what the time leaves beyond it.
+            # One size and a sensed rate: the fixed cost is what the time leaves beyond it
+            # -- but never more than ``change_factor`` x the kind's last identified fixed cost
+            # (a drift the regime detector would not call a change). One size cannot
+            # tell latency from bandwidth; where the sensed rate is too high (under drop-tail
+            # congestion the monitor's samples reach several times the fair share), the
+            # remainder read as fixed cost would price every compressed level as slow as
+            # the current one and freeze it (eval-onoff: int8 at 120-180 ms a step with a
+            # "fixed cost" of 130 ms, where top-k 1.4 % took 45 ms). Less bandwidth is the
+            # safe side; a second size (the probes) identifies a grown fixed cost, and only
+            # that (or the registration probe) sets the bound: a bound this branch lowered
+            # would ratchet down on every quiet sample.
             b = 1.0 / self.rate if self.rate > 0 and math.isfinite(self.rate) else 0.0
-            a = max(0.0, med[x] - b * x)
-            self._identified(kind, a)
-            return a, b, rel, False
+            a = min(max(0.0, med[x] - b * x), self.config.change_factor * self._fixed[kind])
+            return a, max(b, (med[x] - a) / x), rel, False
         # One size, no rate sensed in this regime: the last identified fixed cost stands
         # and the slope takes the rest (a standing queue first reads as less bandwidth,
         # the safe side, until a second size or a rate sample separates the two).
@@ -512,6 +529,7 @@ class RegimeDetector:
         self._off = 0
         self._last_x = 0.0
         self._ratios: list[float] = []  # measured / predicted of the steps off
+        self._ref = 0.0  # the prediction the current streak of steps off started from
         self.direction = 0  # +1: slower, -1: faster (of the last new regime)
         self.factor = 1.0  # measured / predicted comm time at the last new regime
 
@@ -520,11 +538,21 @@ class RegimeDetector:
         c = self.config
         same = self._last_x > 0 and max(x, self._last_x) < c.min_spread * min(x, self._last_x)
         self._last_x = x
+        # Within a streak the steps are judged against the prediction made before it began:
+        # a prediction from the kind's own recent median takes the streak's samples in, and
+        # a gradual onset (TCP cross traffic ramps up over a few steps) would otherwise keep
+        # every step under change_factor x a prediction that rises with it.
+        if self._off > 0 and same:
+            predicted = min(predicted, self._ref)
+        elif self._off < 0 and same:
+            predicted = max(predicted, self._ref)
         if same and y > c.change_factor * predicted:
-            self._ratios = self._ratios if self._off > 0 else []
+            if self._off <= 0:
+                self._ratios, self._ref = [], predicted
             self._off = max(self._off, 0) + 1
         elif same and y * c.change_factor < predicted:
-            self._ratios = self._ratios if self._off < 0 else []
+            if self._off >= 0:
+                self._ratios, self._ref = [], predicted
             self._off = min(self._off, 0) - 1
         else:
             self._off, self._ratios = 0, []
@@ -541,7 +569,7 @@ class RegimeDetector:
 
 
 class Hysteresis:
-    """Confirmation and back-off of moves (module docstring)."""
+    """Confirmation and back-off of moves (module docstring, "Decisions")."""
 
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
@@ -549,10 +577,11 @@ class Hysteresis:
         self.band = 1.0
         self._dir: bool | None = None  # the direction being confirmed (True: release)
         self._count = 0
-        self._last_left: str | None = None  # the level the last level change left
+        self._last_move: bool | None = None  # the direction of the regime's last confirmed move
+        self.reversals = 0  # confirmed moves against the previous one's direction, all regimes
 
     def reset(self) -> None:
-        self.confirm, self.band, self._last_left = self.config.decide_confirm, 1.0, None
+        self.confirm, self.band, self._last_move = self.config.decide_confirm, 1.0, None
 
     def allow(self, cur: Decision, target: Decision, release: bool, at_once: bool) -> bool:
         """Counts a call for ``cur -> target`` (``release``: toward less compression);
@@ -565,12 +594,20 @@ class Hysteresis:
         if not at_once and self._count < self.confirm:
             return False
         self._dir, self._count = None, 0
-        if target.level != cur.level:
-            if self._last_left == target.level:  # undoes the previous level change
-                # the band U already holds the noise; what grows is the persistence asked
-                # of the next level change (a band grown too would freeze a wrong level)
-                self.confirm = min(round(self.config.backoff_factor * self.confirm), self.config.max_confirm)
-            self._last_left = cur.level
+        if at_once:
+            # a move the evidence of a new regime (or the first steps) takes at once starts
+            # the direction memory afresh: it corrects a guess, it is not a noise-driven move
+            self._last_move = None
+            return True
+        if self._last_move is not None and self._last_move != release:
+            # Against the previous move within the regime: an oscillation, whether it
+            # crosses a label (fp16 <-> top-k) or walks top-k's ratio grid back and forth
+            # (a flat J(r) whose noise decides). The band U already holds the noise; what
+            # grows is the persistence asked of the next move (a band grown too would
+            # freeze a wrong level).
+            self.confirm = min(round(self.config.backoff_factor * self.confirm), self.config.max_confirm)
+            self.reversals += 1
+        self._last_move = release
         return True
 
 

@@ -207,7 +207,7 @@ def test_regime_detector_needs_confirmed_or_large_changes():
 
 
 def test_hysteresis_confirms_and_backs_off_on_reversals():
-    h = Hysteresis(PolicyConfig(decide_confirm=2, backoff_factor=3))
+    h = Hysteresis(PolicyConfig(decide_confirm=2, backoff_factor=3, max_confirm=20))
     a, b = Decision("fp16"), Decision("topk", 0.1)
     assert not h.allow(a, b, release=False, at_once=False)
     assert h.allow(a, b, release=False, at_once=False)
@@ -216,6 +216,36 @@ def test_hysteresis_confirms_and_backs_off_on_reversals():
     assert h.allow(a, b, release=False, at_once=True)  # a new regime acts at once
     h.reset()
     assert h.confirm == 2 and h.band == 1.0
+
+
+def test_hysteresis_backs_off_when_top_k_walks_its_ratio_grid_back_and_forth():
+    """The wandering seen in eval-onoff's congested phases (0.008 -> 0.08 -> 0.019 -> 0.008
+    -> 0.019 ...) never crosses a label; each turn of direction is still an oscillation."""
+    h = Hysteresis(PolicyConfig(decide_confirm=2, backoff_factor=3, max_confirm=20))
+    r = [Decision("topk", x) for x in (0.0445, 0.0141, 0.0079, 0.079, 0.0187)]
+
+    def move(cur: Decision, to: Decision, release: bool) -> int:
+        """Calls until the move is allowed; returns how many calls it took."""
+        for n in range(1, 100):
+            if h.allow(cur, to, release=release, at_once=False):
+                return n
+        raise AssertionError("never allowed")
+
+    # moves the same way are no oscillation, however many
+    assert [move(r[0], r[1], False), move(r[1], r[2], False)] == [2, 2] and h.reversals == 0
+    assert move(r[2], r[3], True) == 2 and h.confirm == 6 and h.reversals == 1  # first turn
+    assert move(r[3], r[4], False) == 6 and h.confirm == 18  # second turn: asked 6, grows again
+    assert move(r[4], r[2], False) == 18 and h.confirm == 18  # same direction: no growth
+    assert move(r[2], r[4], True) == 18 and h.confirm == 20 and h.reversals == 3  # capped
+    # an interrupted confirmation starts over: the noise must persist, not recur
+    assert not h.allow(r[4], r[2], release=False, at_once=False)
+    assert not h.allow(r[4], r[4], release=False, at_once=False)
+    assert move(r[4], r[2], False) == 20
+    h.reset()
+    assert h.confirm == 2
+    # moves taken at once (a young regime) start the direction afresh
+    assert h.allow(r[0], r[2], release=False, at_once=True)
+    assert move(r[2], r[1], True) == 2 and h.confirm == 2
 
 
 def test_prober_probes_a_larger_allgather_after_probe_every_steps_at_one_size():
