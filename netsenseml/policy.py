@@ -54,10 +54,12 @@ compute estimates, outside the comm errors, may be off by), plus the prior's own
 ``resolution`` x J where the two differ in ``c`` (one evaluation interval of the table). In a
 young regime (below, "Decisions") the standard-error term is left out: the detector has
 confirmed the change, and the few samples since make every error bar wide. Within the band the
-policy stays -- except that within top-k it moves to a *less* compressed ratio whose ``J``
-is not larger than the current one: of equal costs the more faithful wins, the least
-compressed ratio within tolerance, not the bare argmin of a flat ``J(r)`` (which would
-drift to the floor). A change of level (int8 -> fp16) always needs the significant gain.
+policy stays -- except that it moves to a *less* compressed candidate whose ``J`` is not
+larger than the current one: of equal costs the more faithful wins, which within top-k
+means the least compressed ratio within tolerance, not the bare argmin of a flat ``J(r)``
+(which would drift to the floor). Such a tie moves across levels (top-k -> int8) only if
+the regime's last move was not toward more compression: a tie does not undo a
+significant gain.
 
 **Regime changes** (:class:`RegimeDetector`). ``change_confirm`` consecutive steps of the
 same size whose comm time is ``change_factor`` above or below the prediction (at once when
@@ -583,6 +585,11 @@ class Hysteresis:
     def reset(self) -> None:
         self.confirm, self.band, self._last_move = self.config.decide_confirm, 1.0, None
 
+    @property
+    def last_move(self) -> bool | None:
+        """The direction of the regime's last confirmed move (True: release; None: none)."""
+        return self._last_move
+
     def allow(self, cur: Decision, target: Decision, release: bool, at_once: bool) -> bool:
         """Counts a call for ``cur -> target`` (``release``: toward less compression);
         True when the move should happen now."""
@@ -924,12 +931,14 @@ class NetSensePolicy:
         if better:
             best = min(better, key=lambda d: (js[d][0], self.fidelity(d)))
             return next(d for d in better if js[d][0] - js[best][0] <= self.band(d, best, js[d], js[best]))
-        # Otherwise: a less compressed ratio of the same level that costs no more than now
-        # (a flat J(r) would otherwise drift to the floor). Not across levels: there a tie
-        # of J is a noisy stretch of the current level's samples as often as not
-        # (eval-onoff, idle 500 Mbit/s: five int8 steps at 15-20 ms instead of 9-11 priced
-        # it at fp16's 25 ms, and the policy went to fp16 and back), so a change of level
-        # needs a significant gain like any other move.
-        faithful = [d for d in eligible if d.level == cur.level
+        # Otherwise: a less compressed candidate that costs no more than now (of equal
+        # costs the more faithful; a flat J(r) would otherwise drift to the floor). Across
+        # levels not right after a move toward more compression: that move was a
+        # significant gain, and a tie that undoes it is a noisy stretch of the current
+        # level's samples as often as not (eval-onoff, idle 500 Mbit/s: five int8 steps at
+        # 15-20 ms instead of 9-11 priced int8 at fp16's J; the policy went to fp16 and
+        # back); only a significant gain undoes it.
+        across = self.hysteresis.last_move is not False
+        faithful = [d for d in eligible if (across or d.level == cur.level)
                     and self.fidelity(d) < self.fidelity(cur) and js[d][0] <= jc[0]]
         return faithful[0] if faithful else cur

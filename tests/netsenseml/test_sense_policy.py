@@ -206,6 +206,34 @@ def test_regime_detector_needs_confirmed_or_large_changes():
     assert r.check(3e6, 0.03, 0.01) == 0  # a change of size is no evidence
 
 
+def test_a_gradual_onset_is_a_new_regime_though_the_prediction_rises_with_it():
+    """Cross traffic ramps up over a few steps; the kind's own median follows the samples,
+    so each step is judged against the prediction made before the streak began."""
+    r = RegimeDetector(PolicyConfig(change_factor=2.0, change_confirm=3, spike_s=0.25))
+    assert r.check(1e6, 0.010, 0.010) == 0
+    # 21 ms against 10, then 26 against a median that rose to 14, 47 against 24
+    assert [r.check(1e6, y, pred) for y, pred in ((0.021, 0.010), (0.026, 0.014), (0.047, 0.024))] == [0, 0, 3]
+    assert r.factor == pytest.approx(2.6)  # the median of 2.1, 2.6, 4.7 (against 10 ms)
+    # a streak broken by one step on the prediction starts over
+    assert [r.check(1e6, y, 0.010) for y in (0.021, 0.011, 0.021, 0.021)] == [0, 0, 0, 0]
+
+
+def test_one_size_never_reads_a_too_high_sensed_rate_as_a_fixed_cost():
+    """Congested int8 at 120 ms a step with the monitor sensing 8x the true share: the
+    fixed cost stays near the identified one and the slowdown goes to the slope, so a
+    smaller all-gather is predicted cheaper (eval-onoff froze at int8 otherwise)."""
+    m = StepModel(PolicyConfig(), cal())
+    a0 = m.fit("allgather")[0]
+    int8, topk = Decision("int8"), Decision("topk", 0.01)
+    for _ in range(5):
+        m.add(obs(int8, 0.12, rate=62.5e6))  # sensed: 500 Mbit/s
+        m.add_point(int8, 0.12)
+    a, b, _, two = m.fit("allgather")
+    assert not two and a <= 2.0 * a0 + 1e-12
+    assert a + b * m.wire_bytes(int8) == pytest.approx(0.12)
+    assert m.comm(topk)[0] < 0.25 * 0.12
+
+
 def test_hysteresis_confirms_and_backs_off_on_reversals():
     h = Hysteresis(PolicyConfig(decide_confirm=2, backoff_factor=3, max_confirm=20))
     a, b = Decision("fp16"), Decision("topk", 0.1)
@@ -246,6 +274,29 @@ def test_hysteresis_backs_off_when_top_k_walks_its_ratio_grid_back_and_forth():
     # moves taken at once (a young regime) start the direction afresh
     assert h.allow(r[0], r[2], release=False, at_once=True)
     assert move(r[2], r[1], True) == 2 and h.confirm == 2
+
+
+def test_a_tie_releases_but_does_not_undo_a_significant_compression_across_levels():
+    """Of equal costs the more faithful wins -- except across levels right after the regime
+    moved toward more compression (a tie there is a noisy stretch as often as not)."""
+    p = NetSensePolicy(prior=PRIOR)
+    p.calibrate(cal())
+    cur = Decision("topk", p.config.ratios()[-1])
+    int8 = Decision("int8")
+    for d in (cur, int8):  # the regime measured both sizes (the all-gather family)
+        for _ in range(3):
+            p.model.add(obs(d, 5e-3))
+            p.model.add_point(d, 5e-3)
+    js = {d: (1.0, 0.0) for d in p.candidates()}  # every J equal, no error bars
+    assert p._target(cur, js) == int8  # the least compressed eligible candidate
+    # a compression confirmed for decide_confirm observations
+    moves = [p.hysteresis.allow(int8, cur, release=False, at_once=False)
+             for _ in range(p.config.decide_confirm)]
+    assert moves[-1] and p.hysteresis.last_move is False
+    got = p._target(cur, js)
+    assert got.level == "topk" and got.ratio > cur.ratio  # within top-k the tie still releases
+    js[int8] = (0.5, 0.0)  # a significant gain undoes it
+    assert p._target(cur, js) == int8
 
 
 def test_prober_probes_a_larger_allgather_after_probe_every_steps_at_one_size():
