@@ -125,9 +125,11 @@ def _write(path: Path, text: str, option: str) -> None:
 def _net_line(cal: Any) -> str:
     n = cal.net
     return (f"network: latency factor {n.latency_factor:g}, bandwidth factor "
-            f"{n.bandwidth_factor:g}, per-message CPU {n.msg_cpu_s * 1e3:g} ms (contention "
-            f"share {n.msg_share:g}), standing queue {n.queue_fraction:g} of full, iperf3 "
-            f"stream weight {n.cross_weight:g}; calibration runs' median |step error| "
+            f"{n.bandwidth_factor:g}, per-message CPU {n.msg_fixed_s * 1e3:g} ms + "
+            f"{n.msg_cpu_s * 1e3:g} ms up to {n.msg_cap_bytes:g} B (contention share "
+            f"{n.msg_share:g}), standing queue {n.queue_fraction:g} of full, iperf3 stream "
+            f"weight {n.cross_weight:g}, short messages' extra wait {n.short_wait_s * 1e3:g} ms "
+            f"below {n.short_bytes:g} B; calibration runs' median |step error| "
             f"{cal.error_pct} %")
 
 

@@ -68,8 +68,8 @@ IDLE_GRID = {
 CONGESTED_GRID = {
     "queue_fraction": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5],
     "cross_weight": [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0],
-    "loss_msg_s": [0.0, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 60e-3],  # (from every message ...
-    "loss_msg_bytes": [32e3, 128e3, 512e3, 2e6, 1e12],  # ... then below which size)
+    "short_wait_s": [0.0, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 60e-3],  # (from every message ...
+    "short_bytes": [32e3, 128e3, 512e3, 2e6, 1e12],  # ... then below which size)
 }
 
 
@@ -391,7 +391,7 @@ def calibrate(runs: list[RunFacts], workers: int = 2, rounds: int = 2,
         raise ValueError("calibration: no usable runs (ok runs on star/dumbbell/leafspine)")
     compute, codec, share = fit_compute(runs)
     cal = Calibration(NetCalibration(latency_factor=10.0, bandwidth_factor=1.0,
-                                     msg_cpu_s=5e-4, msg_share=0.5, loss_msg_bytes=1e12),
+                                     msg_cpu_s=5e-4, msg_share=0.5, short_bytes=1e12),
                       compute, codec,
                       [r.path for r in runs], workload=workload_of(runs), contention=share)
     best = cal.net

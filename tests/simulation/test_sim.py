@@ -124,21 +124,21 @@ def test_per_message_cpu_grows_with_the_message_up_to_its_cap() -> None:
     assert big.steps[-1].comm_s == pytest.approx(7 * (1.5e-3 + 2 * LAT), rel=0.05)
 
 
-def test_short_messages_pay_loss_recovery_only_through_a_full_queue() -> None:
+def test_short_messages_wait_longer_only_through_a_full_queue() -> None:
     # 4 ranks, top-k 1 % (6.8 kB messages, 3 ring phases a step) and allreduce (85 kB
-    # chunks): with loss_msg_bytes = 32 kB only top-k's phases pay 30 ms, only while the
+    # chunks): with short_bytes = 32 kB only top-k's phases pay 30 ms, only while the
     # cross flow runs, and each phase once
     from testbed.simulation.sim import NetCalibration
-    loss = NetCalibration(loss_msg_s=0.03, loss_msg_bytes=32e3)
+    extra = NetCalibration(short_wait_s=0.03, short_bytes=32e3)
     cross = (CrossFlow("x0", "w1", 4, 0.0),)
-    tk, tk_loss, tk_idle, tk_idle_loss, ar, ar_loss = simulate_isolated([
+    tk, tk_extra, tk_idle, tk_idle_extra, ar, ar_extra = simulate_isolated([
         _job("topk:0.01", 4, steps=6, cross=cross),
-        _job("topk:0.01", 4, steps=6, cross=cross, cal=loss),
+        _job("topk:0.01", 4, steps=6, cross=cross, cal=extra),
         _job("topk:0.01", 4, steps=6),
-        _job("topk:0.01", 4, steps=6, cal=loss),
+        _job("topk:0.01", 4, steps=6, cal=extra),
         _job("allreduce", 4, steps=6, cross=cross),
-        _job("allreduce", 4, steps=6, cross=cross, cal=loss)], workers=2)
-    assert tk_loss.steps[-1].comm_s - tk.steps[-1].comm_s == pytest.approx(3 * 0.03, rel=0.02)
-    # no cross traffic: no full queue, no loss
-    assert tk_idle_loss.steps[-1].comm_s == pytest.approx(tk_idle.steps[-1].comm_s, rel=1e-6)
-    assert ar_loss.steps[-1].comm_s == pytest.approx(ar.steps[-1].comm_s, rel=1e-6)
+        _job("allreduce", 4, steps=6, cross=cross, cal=extra)], workers=2)
+    assert tk_extra.steps[-1].comm_s - tk.steps[-1].comm_s == pytest.approx(3 * 0.03, rel=0.02)
+    # no cross traffic: no full queue, no extra wait
+    assert tk_idle_extra.steps[-1].comm_s == pytest.approx(tk_idle.steps[-1].comm_s, rel=1e-6)
+    assert ar_extra.steps[-1].comm_s == pytest.approx(ar.steps[-1].comm_s, rel=1e-6)
