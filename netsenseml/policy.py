@@ -687,13 +687,8 @@ class Prober:
         self.stale_gap = max(every, math.ceil(every * (x - 1.0)))
 
     def new_regime(self) -> None:
-        """A new regime: the next stale-rate probe's cost is unknown again, and its count
-        starts over. The detector has just measured the path: a slower one gives the probe
-        nothing to find for a while (xover-d30: a dense probe 4 steps into a congested phase
-        took 313 ms and the backlog it left 207 ms more, against ~30 ms top-k steps), and a
-        faster one gets its probe toward less compression at once (``after_faster``)."""
+        """A new regime: the next stale-rate probe's cost is unknown again."""
         self.stale_gap = self.config.probe_every
-        self.since_rate = 0
 
     def next(self, policy: NetSensePolicy) -> Decision | None:
         c, m, cur = self.config, policy.model, policy.decision

@@ -493,16 +493,3 @@ def test_a_stale_rate_probe_that_finds_a_fast_path_releases_the_compression():
     p.observe(obs(probe, p.model.wire_bytes(probe) / rate, rate=rate))
     _feed(p, 8e-3, 6)
     assert p.decision.level in ("none", "fp16"), p.decision
-
-
-def test_a_new_regime_restarts_the_count_to_the_next_stale_rate_probe():
-    """15 all-gather observations toward a stale-rate probe, then the path gets slower (a new
-    regime): the dense probe does not go 5 observations later, into the congestion
-    (xover-d30: 313 ms for it and 207 ms for the backlog it left), but probe_every after."""
-    p, k = _stale_at_topk()
-    _feed(p, 4e-3, 15)
-    got = [p.observe(obs(p.decision, 0.4)) for _ in range(3)]  # slower by > spike_s: at once
-    assert p.regime.direction == 1  # the detector called a slower regime
-    got += _feed(p, 0.4, 25)
-    dense = [i for i, d in enumerate(got) if d.probe and d.level in ("none", "fp16")]
-    assert dense and dense[0] >= p.config.probe_every, dense
