@@ -187,7 +187,11 @@ def test_the_monitor_reads_the_shaped_rate_the_qdisc_reports(tmp_path):
                                    "rate_bias_rel_idle", "est_min_rtt_ms", "tcp_min_rtt_ms")},
           table["level"].value_counts().to_dict())
     assert summary["steps_congested"] == 0
-    assert summary["coverage"] >= 0.5, summary
+    # At an all-gather level (int8, top-k) the monitor gets no rate sample until the next
+    # dense step or probe, so how many steps it covers is the policy's choice at this rate,
+    # where int8 and fp16 nearly tie (12-98 % of the steps over 7 runs of this test); the
+    # accuracy is judged on the steps it does cover, enough of them for a median.
+    assert summary["steps_compared"] >= 15, summary
     assert summary["rate_medae_rel_idle"] <= 0.30, summary
     # the min RTT is a round trip of gloo's tiny collective: above the kernel's, well
     # below one 1 MB transfer at this rate (16.8 ms)
