@@ -334,9 +334,9 @@ class StepModel:
                        "allgather": max(0.0, cal.gather_latency_s if cal.gather_latency_s is not None
                                         else cal.latency_s)}
         self._fixed_per_collective = True  # until a step measured it
-        # what bounds a one-size fixed cost (``fit``): the registration probe's latency per
-        # collective (x the step's collectives) until two sizes identified the kind's
-        self._fixed_two: dict[str, float | None] = {"allreduce": None, "allgather": None}
+        # whether two sizes identified the kind's fixed cost (``_identified``); until then
+        # ``_fixed`` holds the registration probe's latency of one collective
+        self._fixed_fitted = {"allreduce": False, "allgather": False}
         self.queue = 0.0  # the monitor's queueing delay now (mean over ranks)
         self._queue_at = {"allreduce": 0.0, "allgather": 0.0}  # ... when _fixed was identified
         self.rate = 1.0 / cal.s_per_byte if cal.s_per_byte > 0 else math.inf  # B/s, wire bytes
@@ -374,15 +374,9 @@ class StepModel:
     def add_point(self, d: Decision, comm_s: float) -> None:
         self._points[kind_of(d.level)].append((self.wire_bytes(d), max(comm_s, 0.0), self.steps))
 
-    def _fixed_registered(self, kind: str) -> float:
-        """The registration probe's fixed cost of ``kind`` for one step of the job's
-        collectives."""
-        cal = self.cal
-        per = cal.gather_latency_s if kind == "allgather" and cal.gather_latency_s is not None else cal.latency_s
-        return max(0.0, per) * self.collectives
-
     def _identified(self, kind: str, a: float) -> None:
         self._fixed[kind] = a
+        self._fixed_fitted[kind] = True
         self._queue_at[kind] = self.queue
 
     def new_regime(self, keep: int) -> None:
@@ -462,7 +456,6 @@ class StepModel:
             slope = max(0.0, sum(w[x] * (x - mx) * (med[x] - my) for x in xs) / sxx)
             a = max(0.0, my - slope * mx)
             self._identified(kind, a)
-            self._fixed_two[kind] = a
             return a, slope, rel, True
         x = xs[-1]
         if self.rate_fresh:
@@ -478,9 +471,7 @@ class StepModel:
             # that (or the registration probe) sets the bound: a bound this branch lowered
             # would ratchet down on every quiet sample.
             b = 1.0 / self.rate if self.rate > 0 and math.isfinite(self.rate) else 0.0
-            ref = self._fixed_two[kind]
-            if ref is None:
-                ref = self._fixed_registered(kind)
+            ref = self._fixed[kind] * (1.0 if self._fixed_fitted[kind] else self.collectives)
             a = min(max(0.0, med[x] - b * x), self.config.change_factor * ref)
             return a, max(b, (med[x] - a) / x), rel, False
         # One size, no rate sensed in this regime: the last identified fixed cost stands

@@ -13,7 +13,7 @@ run into the ``sim.Job`` that replays it in SimGrid.
   the runs at two worker counts give the uncontended seconds and the contention share);
 * SimGrid's ``network/bandwidth-factor`` and ``network/latency-factor``, the per-message
   CPU seconds, the standing queue's share, the iperf3 streams' weight against the
-  ring (``sim.NetCalibration``), by minimising the squared relative error of the simulated
+  ring and the short messages' extra wait (``sim.NetCalibration``), by minimising the squared relative error of the simulated
   mean step time over the calibration runs on a grid, coordinate by coordinate (each
   point: every calibration run simulated once, each in its own process).
 
@@ -68,8 +68,10 @@ IDLE_GRID = {
 CONGESTED_GRID = {
     "queue_fraction": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5],
     "cross_weight": [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0],
-    "short_wait_s": [0.0, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 60e-3],  # (from every message ...
-    "short_bytes": [32e3, 128e3, 512e3, 2e6, 1e12],  # ... then below which size)
+    # the wait first, fitted with every message short (the search starts at short_bytes
+    # 1e12: from 0 no wait would change any score), then the size below which it applies
+    "short_wait_s": [0.0, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 60e-3],
+    "short_bytes": [32e3, 128e3, 512e3, 2e6, 1e12],
 }
 
 
