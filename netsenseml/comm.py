@@ -30,8 +30,14 @@ W-rank ring all-gather moves W/2 times what a ring allreduce moves):
   still runs has not started) to its close.
 * **Tiny collectives** (``tiny_bytes`` or fewer: the hooks' RTT probe, an all-gather's size
   exchange) are samples of their own at once, for the min RTT; they neither open nor close
-  a period; one launched right before a period's first payload delays the period's start
-  to its completion (every rank has then arrived: the period's time holds no rank skew).
+  a period, nor move its start. (They once did: a probe launched right before the payload
+  moved the start to its completion, meant to cut the wait for the last rank out. But the
+  payload runs beside the probe on gloo's other thread and its bytes flow from its launch,
+  and a completion is timed when its Python callback gets the GIL, on a busy machine
+  milliseconds late: on eval-onoff's idle 500 Mbit/s link such samples read up to 1.7 Gbit/s
+  (int8 steps with a probe: 90th percentile 680-1730 Mbit/s; without: 480-520).) A sample
+  thus errs long only -- by the wait for the last rank and a late callback -- never short:
+  the monitor's windowed maximum (``netsenseml.sense``) is built for samples that err low.
 
 ``service_time=False`` gives each collective's (bytes handed, launch to completion), as the
 NetSenseML prototype measured them (``netsenseml.paper_rule``).
@@ -89,7 +95,6 @@ class CommRecorder:
         # the open period of payload collectives (module docstring)
         self._period_open = 0
         self._period_start = 0.0
-        self._period_first_launch = 0.0
         self._period_bytes = 0.0
         self._period_rate_ok = True
 
@@ -113,7 +118,6 @@ class CommRecorder:
             if payload:
                 if self._period_open == 0:
                     self._period_start = max(now, self.last_done)
-                    self._period_first_launch = now
                     self._period_bytes = 0.0
                     self._period_rate_ok = True
                 self._period_open += 1
@@ -138,10 +142,6 @@ class CommRecorder:
                     sample = (self._period_bytes, now - self._period_start, self._period_rate_ok)
             else:
                 sample = (equiv, now - max(t0, self.last_done), rate_ok)
-                if self._period_open and t0 <= self._period_first_launch:
-                    # the RTT probe launched right before the payloads: all ranks had
-                    # arrived when it completed, so the period's time holds no rank skew
-                    self._period_start = max(self._period_start, now)
             self.last_done = max(self.last_done, now)
             if self.monitor is not None and sample is not None:
                 if self.service_time:

@@ -585,9 +585,9 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
     decision = state.decision
     if first and isinstance(state.policy, NetSensePolicy) and rtt_probe_due(
             state.step, decision.level, state.rtt_probe_every):
-        # A tiny collective for the monitor's min RTT, launched right before the payload
-        # on every rank (same steps: decisions are identical): the payload then starts
-        # after every rank has arrived, so its service time holds no rank skew.
+        # A tiny collective for the monitor's min RTT and queueing delay, on every rank at
+        # the same steps (decisions are identical). It runs beside the payload (gloo's
+        # second thread), so it neither delays the payload nor times its start.
         allreduce(torch.zeros(1, device=bucket.buffer().device), state.process_group, state.recorder)
     compressor = state.compressors[decision.level]
     if decision.level == "topk":

@@ -14,8 +14,10 @@ traffic builds, and ``burst`` the bytes a token-bucket shaper lets out at ``burs
 before it limits (HTB's burst leaves at the line's speed on an idle link; under drop-tail
 congestion a short transfer still gets several times the fair share a long one gets).
 Every step the job sends its gradient in ``buckets`` equal collectives, and (as the hooks
-do) a 4-byte collective first where ``netsenseml.sense.rtt_probe_due`` says so; that one
-waits for the slowest rank (``skew_s`` x U(0, 1)), the payload after it does not. Noise
+do) a 4-byte collective beside it where ``netsenseml.sense.rtt_probe_due`` says so. A
+rank waits for the slowest one (``skew_s`` x U(0, 1)) in its first collective of the
+step, and the monitor's payload sample holds that wait (the probe beside the payload does
+not time it: ``netsenseml.comm``). Noise
 (seeded): ``jitter`` multiplies every collective by U(1 - jitter, 1 + jitter), with
 probability ``spike_prob`` one is delayed by ``spike_s`` x U(0.5, 1.5) more, ``delay_s``
 adds U(0, delay_s) to each, and
@@ -165,8 +167,10 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
         if isinstance(policy, PaperRule):
             policy.add(per_bucket, seconds, clock + comm)
     if monitor is not None:
-        # the buckets are in flight together in a real run: one sample (netsenseml.comm)
-        monitor.add(per_bucket * job.buckets, payload_s)
+        # the buckets are in flight together in a real run: one sample (netsenseml.comm),
+        # timed from this rank's launch, so it holds this rank's wait for the last one
+        wait = job.skew_s * rng.random() if job.skew_s else 0.0
+        monitor.add(per_bucket * job.buckets, payload_s + wait)
     codec = job.codec_s.get(decision.level, 0.0)
     compute = job.compute_s
     if compute_jitter:

@@ -389,6 +389,8 @@ class TcpInfoSensor:
 
 def rtt_probe_due(step: int, level: str, every: int) -> bool:
     """Whether the hooks issue the tiny RTT collective at ``step``: on every step that
-    sends a dense allreduce (its payload then becomes a skew-free rate sample), and every
-    ``every`` steps otherwise (the min RTT). Identical on every rank (step and level are)."""
+    sends a dense allreduce (the dense levels are the ones a queue hurts most: their
+    queueing delay is sampled every step), and every ``every`` steps otherwise. It runs
+    beside the payload and does not time it (``netsenseml.comm``). Identical on every rank
+    (step and level are)."""
     return level in ("none", "fp16", "bf16") or step % every == 0

@@ -69,17 +69,18 @@ def test_tiny_collectives_are_their_own_samples_and_leave_the_period_open():
     assert sink.samples[-1] == (1_000_000, pytest.approx(0.020), True)
 
 
-def test_the_rtt_probe_before_the_payloads_moves_the_start_to_its_completion():
-    """Every rank had arrived when the probe completed: what the payload took before is
-    the wait for the last rank, no part of the transfer."""
+def test_the_rtt_probe_beside_the_payload_does_not_move_its_start():
+    """The payload's bytes flow from its launch (gloo runs it beside the probe), and the
+    probe's completion is timed late when its callback waits for the GIL: a start moved
+    to it would cut transfer time out of the sample and read the link too fast."""
     sink = Sink()
     rec = CommRecorder(sink)
     probe = rec.launch(4, at=0.0)
     p = rec.launch(1_000_000, at=0.0001)
-    rec.done(probe, at=0.003)  # 3 ms of rank skew
-    rec.done(p, at=0.013)
-    assert sink.samples[0] == (4, pytest.approx(0.003), True)
-    assert sink.samples[1] == (1_000_000, pytest.approx(0.010), True)
+    rec.done(probe, at=0.006)  # the probe's callback, 6 ms late
+    rec.done(p, at=0.016)
+    assert sink.samples[0] == (4, pytest.approx(0.006), True)
+    assert sink.samples[1] == (1_000_000, pytest.approx(0.0159), True)
 
 
 def test_one_member_that_cannot_mean_a_rate_makes_the_period_rtt_only():
