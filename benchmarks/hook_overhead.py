@@ -7,14 +7,15 @@ RTT collectives, the piggy-backed observation, the policy's fits and decision, e
 feedback on cast levels, the monitor. That cost is paid on every step, so on a fast link
 it decides whether adapting can ever beat the best fixed level.
 
-Two ranks (gloo, 127.0.0.1, one torch thread each), the crossover workload (MLP width 512
-on ``mixture``, batch 256 per rank), ``--steps`` timed steps after 20 warm-up steps,
+``--world`` ranks (gloo, 127.0.0.1, one torch thread each; default 2, the crossover's
+4-worker experiments put 4 on the 2 cores), the crossover workload (MLP width 512 on
+``mixture``, batch 256 per rank), ``--levels`` a subset of the pairs, ``--steps`` timed steps after 20 warm-up steps,
 methods interleaved ``--rounds`` times so drift in the machine's load hits both alike.
 Prints per method the median step, compute (forward+backward+hook, as the worker reports
 it) and codec times, and the pinned method's extra over the fixed one. Run under the heavy
 lock (it uses both cores):
 
-    flock /tmp/netsense-heavy.lock .venv/bin/python benchmarks/hook_overhead.py [--steps 150]
+    flock /tmp/netsense-heavy.lock .venv/bin/python benchmarks/hook_overhead.py [--steps 150] [--world 4 --levels fp16]
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, port: int, method: str, options: dict, steps: int, out: dict) -> None:
+def _worker(rank: int, port: int, method: str, options: dict, steps: int, world: int, out: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     data = load_dataset("mixture")
     torch.manual_seed(0)
     model = build_model("mlp", input_shape=data.input_shape, num_classes=data.num_classes,
@@ -59,7 +60,7 @@ def _worker(rank: int, port: int, method: str, options: dict, steps: int, out: d
     ddp = DDP(model)
     state = hooks.register(ddp, method, **options)
     opt = make_optimizer(ddp, entry, entry.lr, entry.momentum)
-    sampler = torch.utils.data.distributed.DistributedSampler(data.train, 2, rank, seed=0)
+    sampler = torch.utils.data.distributed.DistributedSampler(data.train, world, rank, seed=0)
     loader = torch.utils.data.DataLoader(data.train, batch_size=256, sampler=sampler,
                                          drop_last=True)
     step_s, codec_s = [], []
@@ -85,10 +86,10 @@ def _worker(rank: int, port: int, method: str, options: dict, steps: int, out: d
         out[method + (" (pinned)" if options else "")] = (step_s, codec_s)
 
 
-def run_one(method: str, options: dict, steps: int) -> tuple[list[float], list[float]]:
+def run_one(method: str, options: dict, steps: int, world: int) -> tuple[list[float], list[float]]:
     with mp.Manager() as m:
         out = m.dict()
-        mp.spawn(_worker, args=(_free_port(), method, options, steps, out), nprocs=2)
+        mp.spawn(_worker, args=(_free_port(), method, options, steps, world, out), nprocs=world)
         return next(iter(out.values()))
 
 
@@ -96,18 +97,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--world", type=int, default=2, help="ranks (default 2)")
+    ap.add_argument("--levels", nargs="+", default=[lv for lv, _ in PAIRS],
+                    choices=[lv for lv, _ in PAIRS], help="the pairs to time (default all)")
     args = ap.parse_args()
+    pairs = [(lv, pin) for lv, pin in PAIRS if lv in args.levels]
     acc: dict[str, list[list[float]]] = {}
     for _ in range(args.rounds):
-        for level, pin in PAIRS:
+        for level, pin in pairs:
             for method, options in ((level, {}), ("netsenseml", pin)):
-                step, codec = run_one(method, options, args.steps)
+                step, codec = run_one(method, options, args.steps, args.world)
                 key = f"{level} {'pinned netsenseml' if options else 'fixed'}"
                 a = acc.setdefault(key, [[], []])
                 a[0] += step
                 a[1] += codec
     print(f"{'method':<28} {'step ms':>8} {'codec ms':>9} {'extra ms':>9} {'extra %':>8}")
-    for level, _ in PAIRS:
+    for level, _ in pairs:
         fixed = statistics.median(acc[f"{level} fixed"][0]) * 1e3
         for kind in ("fixed", "pinned netsenseml"):
             step, codec = acc[f"{level} {kind}"]
