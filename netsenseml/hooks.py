@@ -52,8 +52,8 @@ precision then is that of the dtype, still identical on all ranks.)
 
 ``netsenseml`` decides from the first step: :func:`register` runs a probe once, before
 training (each level's codec time on a gradient-sized tensor, three one-element allreduces
-for the latency, one ``probe_bytes`` allreduce for the bandwidth; one more allreduce makes
-every rank use the mean), and the policy's first decision comes from it. Registering
+for the latency, the fastest of three ``probe_bytes`` allreduces for the bandwidth; one
+more allreduce makes every rank use the mean), and the policy's first decision comes from it. Registering
 ``netsenseml`` is therefore collective: every rank must call :func:`register`, as every rank
 constructs DDP.
 
@@ -760,10 +760,11 @@ def _timed_allgather(t: torch.Tensor, group: Any, world: int) -> float:
 def probe_network(
     state: NetSenseState,
     ddp_model: torch.nn.Module,
-    probe_bytes: int = 256 * 1024,
+    probe_bytes: int = 1 << 20,
     probe_ratio: float = 0.01,
     latency_repeats: int = 3,
     min_transfer_fraction: float = 0.1,
+    bandwidth_repeats: int = 3,
 ) -> Calibration:
     """The registration probe of ``netsenseml`` (module docstring); collective, run once.
 
@@ -771,9 +772,17 @@ def probe_network(
     at ``probe_ratio``), decoding ``world`` payloads for the gathered levels, after a
     warm-up on a small slice. Latency: the fastest of ``latency_repeats`` one-element
     allreduces, and of as many one-byte all-gathers (the fixed cost of the gathered levels).
-    Bandwidth: one fp32 allreduce of ``min(gradient, probe_bytes)`` bytes; its
+    Bandwidth: the fastest of ``bandwidth_repeats`` fp32 allreduces of ``min(gradient,
+    probe_bytes)`` bytes, each after a one-element allreduce that lines the ranks up; its
     time beyond the latency (at least ``min_transfer_fraction`` of it) per byte. All ranks
     then allreduce their values and use the mean, so they start from the same decision.
+
+    Why 1 MiB and the fastest of three: the first decision and the fastest rate the policy
+    has seen both come from this number, and a job that compresses from the first step
+    sends no payload long enough to correct it. One 256 kB allreduce read 133-5575 Mbit/s on
+    the crossover's idle 1000 Mbit/s links (27 runs): below HTB's 250 kB burst it leaves at
+    veth speed, and a rank descheduled on the shared cores stretches it; a sample errs long
+    far more often than short, so the fastest of a few is the estimate (as for the latency).
     """
     params = [p for p in ddp_model.parameters() if p.requires_grad]
     if not params:
@@ -797,7 +806,12 @@ def probe_network(
     byte = torch.zeros(1, dtype=torch.uint8, device=device)  # top-k / int8 payloads are bytes
     gather_latency = min(_timed_allgather(byte, group, world) for _ in range(latency_repeats))
     n = max(1, min(numel, probe_bytes // 4))
-    seconds = _timed_allreduce(torch.zeros(n, device=device), group)
+    big = torch.zeros(n, device=device)
+    timings = []
+    for _ in range(max(1, bandwidth_repeats)):
+        dist.all_reduce(one, group=group)  # every rank has arrived: the next holds no skew
+        timings.append(_timed_allreduce(big, group))
+    seconds = min(timings)
     s_per_byte = max(seconds - latency, min_transfer_fraction * seconds) / (4 * n)
     agreed = torch.tensor([latency, s_per_byte * 1e9, *codec, gather_latency], dtype=torch.float64, device=device)
     dist.all_reduce(agreed, group=group)
