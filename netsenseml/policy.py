@@ -103,7 +103,12 @@ the least compressed level the fastest rate seen would call for (when that is a 
 level); the next waits in proportion to what this one cost (:meth:`Prober.probed`: a probe
 that took twice the current step waits ``probe_every`` observations, one that took 5x waits
 4 x as long), so on a link that stays slow they cost about ``1 / probe_every`` of the time,
-and after the path got faster the policy learns it within a gap.
+and after the path got faster the policy learns it within a gap. A gap priced against a
+step that has since become ``reprice_factor`` faster (the model's prediction for the
+current decision, which follows the measured steps) is ``probe_every`` again: on 4 ranks
+sharing 2 cores a congested phase's end shortens top-k's step ~1.7x, too noisily for the
+detector's 2x in a row, and a gap of 60-80 observations priced by the congestion's dense
+probes outlasted the next idle phase (crossover star4-d50).
 
 **Timing.** Ranks take identical decisions: the policy sees the mean over ranks of each
 step's measurements, piggy-backed on the next step's bucket-0 collective; its decision
@@ -245,6 +250,7 @@ class PolicyConfig:
     overlap_window: int = 5
     probe_every: int = 20  # steps at one size of a kind before a probe
     probe_budget: float = 0.5  # a probe's predicted extra cost, in steps
+    reprice_factor: float = 1.5  # the decision's step this much faster: the stale gap is priced anew
     initial_compute_s: float = 0.0  # compute assumed before the first measured step
 
     def __post_init__(self) -> None:
@@ -271,7 +277,8 @@ class PolicyConfig:
             raise _bad("change_confirm", f"<= fit_window={self.fit_window}", self.change_confirm)
         positive = {"confidence": (0, False), "min_rel_error": (0, True), "backoff_factor": (1, True), "min_gain": (0, True),
                     "change_factor": (1, False), "min_spread": (1, False), "noise_mads": (0, False),
-                    "spike_s": (0, True), "probe_budget": (0, True), "initial_compute_s": (0, True)}
+                    "spike_s": (0, True), "probe_budget": (0, True), "initial_compute_s": (0, True),
+                    "reprice_factor": (1, False)}
         for name, (low, inclusive) in positive.items():
             v = getattr(self, name)
             ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and (
@@ -635,6 +642,7 @@ class Prober:
         self.since_rate = 0  # observations at an all-gather level: none sampled the rate
         self.stale_gap = config.probe_every  # ... before a stale-rate probe (see probed)
         self.stale_probe: Decision | None = None  # the stale-rate probe in flight
+        self.priced_step = 0.0  # the decision's predicted step when stale_gap was priced
 
     def _up(self, policy: NetSensePolicy) -> Decision | None:
         """The least compressed level the link would call for at the fastest rate seen,
@@ -654,6 +662,12 @@ class Prober:
             self.since_rate = 0
             return None
         self.since_rate += 1
+        if (self.stale_gap > self.config.probe_every and self.priced_step > 0
+                and policy.step_s(cur) * self.config.reprice_factor < self.priced_step):
+            # The gap was priced against a slower step: the path got faster (a congested
+            # phase ended, below the detector's factor on 4 ranks' noisy steps), and the
+            # probe's cost with it.
+            self.stale_gap, self.priced_step = self.config.probe_every, 0.0
         if self.since_rate < self.stale_gap:
             return None
         target = policy.best_at_rate(policy.model.top_rate)
@@ -676,10 +690,11 @@ class Prober:
         x = (obs.compute_s + obs.exposed_s) / step if step > 0 else 1.0
         every = self.config.probe_every
         self.stale_gap = max(every, math.ceil(every * (x - 1.0)))
+        self.priced_step = step
 
     def new_regime(self) -> None:
         """A new regime: the next stale-rate probe's cost is unknown again."""
-        self.stale_gap = self.config.probe_every
+        self.stale_gap, self.priced_step = self.config.probe_every, 0.0
 
     def next(self, policy: NetSensePolicy) -> Decision | None:
         c, m, cur = self.config, policy.model, policy.decision

@@ -493,3 +493,19 @@ def test_a_stale_rate_probe_that_finds_a_fast_path_releases_the_compression():
     p.observe(obs(probe, p.model.wire_bytes(probe) / rate, rate=rate))
     _feed(p, 8e-3, 6)
     assert p.decision.level in ("none", "fp16"), p.decision
+
+
+def test_a_stale_gap_priced_in_a_slow_phase_is_priced_anew_when_the_step_gets_faster():
+    """A gap priced against a step the model now predicts reprice_factor (1.5) faster is
+    probe_every again; one priced against a step only 1.2x slower stands."""
+    p = NetSensePolicy(prior=PRIOR, probe_every=5)
+    replay(p, MLP, [link()] * 5)
+    step = p.step_s(p.decision)
+    assert step > 0
+    pr = p.prober
+    pr.stale_gap, pr.priced_step, pr.since_rate = 20, 1.2 * step, 0
+    pr._stale(p)
+    assert pr.stale_gap == 20
+    pr.priced_step = 1.6 * step
+    pr._stale(p)
+    assert pr.stale_gap == 5 and pr.priced_step == 0.0
