@@ -30,14 +30,12 @@ W-rank ring all-gather moves W/2 times what a ring allreduce moves):
   still runs has not started) to its close.
 * **Tiny collectives** (``tiny_bytes`` or fewer: the hooks' RTT probe, an all-gather's size
   exchange) are samples of their own at once, for the min RTT; they neither open nor close
-  a period, nor move its start. (They once did: a probe launched right before the payload
-  moved the start to its completion, meant to cut the wait for the last rank out. But the
-  payload runs beside the probe on gloo's other thread and its bytes flow from its launch,
-  and a completion is timed when its Python callback gets the GIL, on a busy machine
-  milliseconds late: on eval-onoff's idle 500 Mbit/s link such samples read up to 1.7 Gbit/s
-  (int8 steps with a probe: 90th percentile 680-1730 Mbit/s; without: 480-520).) A sample
-  thus errs long only -- by the wait for the last rank and a late callback -- never short:
-  the monitor's windowed maximum (``netsenseml.sense``) is built for samples that err low.
+  a period, nor move its start: the payload runs beside the RTT probe on gloo's other
+  thread, so its bytes flow from its launch, and a completion is timed when its Python
+  callback gets the GIL, late on a busy machine -- a start moved to the probe's completion
+  would cut transfer time out of the sample and read the link too fast. A sample thus errs
+  long only (the wait for the last rank, a late callback), never short: the monitor's
+  windowed maximum (``netsenseml.sense``) is built for samples that err low.
 
 ``service_time=False`` gives each collective's (bytes handed, launch to completion), as the
 NetSenseML prototype measured them (``netsenseml.paper_rule``).

@@ -779,10 +779,10 @@ def probe_network(
 
     Why 1 MiB and the fastest of three: the first decision and the fastest rate the policy
     has seen both come from this number, and a job that compresses from the first step
-    sends no payload long enough to correct it. One 256 kB allreduce read 133-5575 Mbit/s on
-    the crossover's idle 1000 Mbit/s links (27 runs): below HTB's 250 kB burst it leaves at
-    veth speed, and a rank descheduled on the shared cores stretches it; a sample errs long
-    far more often than short, so the fastest of a few is the estimate (as for the latency).
+    sends no payload long enough to correct it. A transfer below a shaper's burst (HTB's is
+    2 ms of the rate) leaves at the line's speed, and a rank descheduled on shared cores
+    stretches one; a sample errs long far more often than short, so the fastest of a few is
+    the estimate (as for the latency).
     """
     params = [p for p in ddp_model.parameters() if p.requires_grad]
     if not params:
