@@ -105,10 +105,10 @@ that took twice the current step waits ``probe_every`` observations, one that to
 4 x as long), so on a link that stays slow they cost about ``1 / probe_every`` of the time,
 and after the path got faster the policy learns it within a gap. A gap priced against a
 step that has since become ``reprice_factor`` faster (the model's prediction for the
-current decision, which follows the measured steps) is ``probe_every`` again: on 4 ranks
-sharing 2 cores a congested phase's end shortens top-k's step ~1.7x, too noisily for the
-detector's 2x in a row, and a gap of 60-80 observations priced by the congestion's dense
-probes outlasted the next idle phase (crossover star4-d50).
+current decision, which follows the measured steps) is ``probe_every`` again: where ranks
+share cores a congested phase's end can shorten top-k's step by less than the detector's
+factor, or too noisily for it to confirm, and a gap priced by the congestion's dense probes
+would outlast the next idle phase.
 
 **Timing.** Ranks take identical decisions: the policy sees the mean over ranks of each
 step's measurements, piggy-backed on the next step's bucket-0 collective; its decision
@@ -665,8 +665,7 @@ class Prober:
         if (self.stale_gap > self.config.probe_every and self.priced_step > 0
                 and policy.step_s(cur) * self.config.reprice_factor < self.priced_step):
             # The gap was priced against a slower step: the path got faster (a congested
-            # phase ended, below the detector's factor on 4 ranks' noisy steps), and the
-            # probe's cost with it.
+            # phase ended, below what the detector confirms), and the probe's cost with it.
             self.stale_gap, self.priced_step = self.config.probe_every, 0.0
         if self.since_rate < self.stale_gap:
             return None
