@@ -53,9 +53,9 @@ precision then is that of the dtype, still identical on all ranks.)
 ``netsenseml`` decides from the first step: :func:`register` runs a probe once, before
 training (each level's codec time on a gradient-sized tensor, three one-element allreduces
 for the latency, the fastest of three ``probe_bytes`` allreduces for the bandwidth; one
-more allreduce makes every rank use the mean), and the policy's first decision comes from it. Registering
-``netsenseml`` is therefore collective: every rank must call :func:`register`, as every rank
-constructs DDP.
+more allreduce makes every rank use the mean), and the policy's first decision comes from
+it. Registering ``netsenseml`` is therefore collective: every rank must call
+:func:`register`, as every rank constructs DDP.
 
 Methods come from the registry ``netsenseml.methods`` (one grammar for the hooks, the
 compressors, the worker and the testbed). A ``compressor`` method runs steps 1-5 above

@@ -666,7 +666,7 @@ class Prober:
                 and policy.step_s(cur) * self.config.reprice_factor < self.priced_step):
             # The gap was priced against a slower step: the path got faster (a congested
             # phase ended, below what the detector confirms), and the probe's cost with it.
-            self.stale_gap, self.priced_step = self.config.probe_every, 0.0
+            self.new_regime()
         if self.since_rate < self.stale_gap:
             return None
         target = policy.best_at_rate(policy.model.top_rate)
