@@ -147,10 +147,17 @@ class CommRecorder:
                 else:
                     self.monitor.add(sample[0], sample[1])
 
-    def totals(self) -> CommTotals:
-        """The cumulative counts and the last completion and launch times, read together."""
+    def totals(self, at: float | None = None) -> CommTotals:
+        """The cumulative counts and the last completion and launch times, read together.
+
+        ``busy_s`` includes the open busy interval up to now (or ``at``): a step read while
+        one of its collectives is still in flight counts the time that one has run, and the
+        next reading the rest, so differences of readings add up to the union.
+        """
+        now = time.perf_counter() if at is None else at
         with self._lock:
-            return CommTotals(self.bytes_sent, self.busy_s, self.collectives, self.last_done,
+            busy = self.busy_s + (max(0.0, now - self._busy_since) if self._inflight else 0.0)
+            return CommTotals(self.bytes_sent, busy, self.collectives, self.last_done,
                               self.last_launch)
 
 

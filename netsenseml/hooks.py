@@ -588,11 +588,24 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
         # A tiny collective for the monitor's min RTT and queueing delay, on every rank at
         # the same steps (decisions are identical). It runs beside the payload (gloo's
         # second thread), so it neither delays the payload nor times its start.
-        allreduce(torch.zeros(1, device=bucket.buffer().device), state.process_group, state.recorder)
+        probe = allreduce(torch.zeros(1, device=bucket.buffer().device), state.process_group,
+                          state.recorder)
+    else:
+        probe = None
     compressor = state.compressors[decision.level]
     if decision.level == "topk":
         compressor.ratio = decision.ratio  # type: ignore[attr-defined]
-    return _reduce_bucket(state, bucket, compressor, state.extras_for(first))
+    fut = _reduce_bucket(state, bucket, compressor, state.extras_for(first))
+    if probe is None:
+        return fut
+
+    def joined(f: torch.futures.Future) -> torch.Tensor:
+        # The step ends with the probe: a probe still in flight would count in no step's
+        # statistics, and one pending when the process group is destroyed aborts the rank.
+        probe.wait()
+        return f.value()
+
+    return fut.then(joined)
 
 
 def raw_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -1,8 +1,8 @@
 """How the communicator's recorder turns collectives into monitor samples (netsenseml.comm).
 
 Synthetic launch/completion times (``at=``), so each rule is checked exactly: payloads in
-flight together are one sample, tiny collectives are their own, the RTT probe launched
-before the payloads moves the period's start to its completion. The gloo behaviour that
+flight together are one sample, tiny collectives are their own, the RTT probe beside the
+payloads moves neither the period's start nor its end. The gloo behaviour that
 makes the first rule necessary (collectives of one group run concurrently) is checked on
 real processes in ``test_hooks_distributed.py`` ("recorder").
 """
@@ -40,6 +40,18 @@ def test_payloads_in_flight_together_are_one_sample():
     rec.done(a, at=10.040)
     assert sink.samples == [(2_200_000, pytest.approx(0.040), True)]
     assert rec.busy_s == pytest.approx(0.040) and rec.bytes_sent == 2_200_000
+
+
+def test_a_reading_while_a_collective_is_in_flight_counts_the_time_it_has_run():
+    rec = CommRecorder(Sink())
+    a = rec.launch(1_000_000, at=2.0)
+    assert rec.totals(at=2.010).busy_s == pytest.approx(0.010)  # open: counted up to now
+    rec.done(a, at=2.030)
+    assert rec.totals(at=2.050).busy_s == pytest.approx(0.030)  # closed: no idle time
+    b = rec.launch(1_000_000, at=3.0)
+    first = rec.totals(at=3.004).busy_s
+    rec.done(b, at=3.010)
+    assert rec.totals(at=3.5).busy_s - first == pytest.approx(0.006)  # the rest, once
 
 
 def test_a_payload_after_the_previous_period_starts_at_the_later_of_launch_and_that_end():
