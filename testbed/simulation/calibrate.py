@@ -10,11 +10,12 @@ run into the ``sim.Job`` that replays it in SimGrid.
 
 * each level's compute seconds (forward, backward and codec; steps.csv's ``compute_s``
   holds the codec too) and how much of it n ranks on fewer cores stretch (``fit_compute``:
-  the runs at two worker counts give the uncontended seconds and the contention share);
+  the runs at two worker counts give the uncontended seconds and the contention share),
+  for the mean rank and, apart, for each step's last rank (the one the ring waits for);
 * SimGrid's ``network/bandwidth-factor`` and ``network/latency-factor``, the per-message
   CPU seconds, the standing queue's share, the iperf3 streams' weight against the
-  ring and the short messages' extra wait (``sim.NetCalibration``), by minimising the squared relative error of the simulated
-  mean step time over the calibration runs on a grid, coordinate by coordinate (each
+  ring and the short messages' extra wait (``sim.NetCalibration``), by minimising the
+  squared relative error of the simulated mean step time over the calibration runs on a grid, coordinate by coordinate (each
   point: every calibration run simulated once, each in its own process).
 
 The calibration runs are of other worker counts and another seed than the validated ones
@@ -99,6 +100,10 @@ class RunFacts:
     level_codec: dict[str, float] = field(default_factory=dict)
     model: str = ""  # the workload's model and dataset: a calibration holds for one workload
     dataset: str = ""
+    # per step the largest compute over the ranks (the last rank's), averaged over the
+    # steps; 0: not measured (the mean rank's is used)
+    compute_max_s: float = 0.0
+    level_max: dict[str, float] = field(default_factory=dict)
 
     @property
     def condition(self) -> str:
@@ -187,6 +192,15 @@ def load_run(run_dir: Path) -> RunFacts | None:
         vals = [v for v in (_f(r.get(key)) for r in rs) if v is not None]
         return statistics.fmean(vals) if vals else 0.0
 
+    def mean_of_max(key: str, rs: list[dict[str, str]] = rows) -> float:
+        """Per step the largest value over the ranks, averaged over the steps."""
+        by_step: dict[str, float] = {}
+        for r in rs:
+            v = _f(r.get(key))
+            if v is not None:
+                by_step[r["step"]] = max(v, by_step.get(r["step"], -math.inf))
+        return statistics.fmean(by_step.values()) if by_step else 0.0
+
     levels: dict[str, list[dict[str, str]]] = {}
     for r in rows:
         lv = r.get("level") or "none"
@@ -211,6 +225,8 @@ def load_run(run_dir: Path) -> RunFacts | None:
         levels={k: mean("compute_s", v) for k, v in levels.items()},
         level_codec={k: mean("codec_s", v) for k, v in levels.items()},
         model=str(wl.get("model", "")), dataset=str(wl.get("dataset", "")),
+        compute_max_s=mean_of_max("compute_s"),
+        level_max={k: mean_of_max("compute_s", v) for k, v in levels.items()},
     )
 
 
@@ -235,11 +251,15 @@ class Calibration:
     error_pct: float | None = None  # median |step error| over the calibration runs
     workload: dict[str, Any] = field(default_factory=dict)  # what a prediction replays
     contention: dict[str, dict[str, float]] = field(default_factory=dict)  # fit_compute's k
+    # the same two for the step's last rank (fit_compute(critical=True)); empty: none
+    critical: dict[str, dict[str, float]] = field(default_factory=dict)
+    critical_contention: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "net": asdict(self.net), "compute": self.compute,
                 "codec": self.codec, "runs": self.runs, "error_pct": self.error_pct,
-                "workload": self.workload, "contention": self.contention}
+                "workload": self.workload, "contention": self.contention,
+                "critical": self.critical, "critical_contention": self.critical_contention}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
@@ -247,7 +267,8 @@ class Calibration:
             raise ValueError(f"calibration: format {d.get('format')!r} is not {FORMAT!r}")
         try:
             return cls(NetCalibration(**d["net"]), d["compute"], d["codec"],
-                       d.get("runs", []), d.get("error_pct"), d["workload"], d["contention"])
+                       d.get("runs", []), d.get("error_pct"), d["workload"], d["contention"],
+                       d.get("critical", {}), d.get("critical_contention", {}))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"calibration: missing or bad field {exc}") from None
 
@@ -265,26 +286,29 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return my - b * mx, b
 
 
-def fit_compute(runs: list[RunFacts]) -> tuple[dict[str, dict[str, float]],
-                                               dict[str, dict[str, float]],
-                                               dict[str, dict[str, float]]]:
+def fit_compute(runs: list[RunFacts], critical: bool = False) -> tuple[
+        dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Uncontended compute and codec seconds, and the contention share ``k``, per
     condition and level key: ``compute(n) = c x (1 + k x (oversubscription(n) - 1))``.
 
     ``k`` is fitted, not assumed 1: on the emulating machine a rank computes while others
     wait in the ring, so n ranks on fewer cores stretch compute by less than n / cores.
     A key measured at one worker count only takes the median ``k`` of the others.
+    ``critical``: the same fit of the step's last rank's compute (``RunFacts.compute_max_s``;
+    the mean rank's where a run did not measure it).
     """
     acc: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for r in runs:
         extra = oversubscription(r.n, r.cpus) - 1.0
         if r.method == "netsenseml":
+            src = r.level_max if critical and r.level_max else r.levels
             items = [(f"netsenseml/{k}", v, r.level_codec.get(k, 0.0))
-                     for k, v in r.levels.items()]
+                     for k, v in src.items()]
         else:
             level, ratio = level_of(r.method)
             key = f"topk:{ratio:.4g}" if level == "topk" else level
-            items = [(key, r.compute_s, r.codec_s)]
+            comp = r.compute_max_s if critical and r.compute_max_s else r.compute_s
+            items = [(key, comp, r.codec_s)]
         for key, comp, codec in items:
             acc.setdefault((r.condition, key), []).append((extra, comp, codec))
     fitted: dict[tuple[str, str], tuple[float, float] | None] = {}
@@ -314,16 +338,19 @@ def compute_table(cal: Calibration, condition: str, method: str, n: int = 1,
     base = cal.compute.get(condition) or cal.compute.get("idle") or {}
     codec = cal.codec.get(condition) or cal.codec.get("idle") or {}
     share = cal.contention.get(condition) or cal.contention.get("idle") or {}
+    crit = cal.critical.get(condition) or cal.critical.get("idle") or {}
+    crit_share = (cal.critical_contention.get(condition) or cal.critical_contention.get("idle")
+                  or {})
     extra = oversubscription(n, cpus) - 1.0
 
-    def table(src: dict[str, float]) -> dict[str, float]:
-        out = {k: v * (1 + share.get(k, 1.0) * extra) for k, v in src.items() if "/" not in k}
+    def table(src: dict[str, float], k: dict[str, float] = share) -> dict[str, float]:
+        out = {key: v * (1 + k.get(key, 1.0) * extra) for key, v in src.items() if "/" not in key}
         if method == "netsenseml":
-            out.update({k.split("/", 1)[1]: v * (1 + share.get(k, 1.0) * extra)
-                        for k, v in src.items() if k.startswith("netsenseml/")})
+            out.update({key.split("/", 1)[1]: v * (1 + k.get(key, 1.0) * extra)
+                        for key, v in src.items() if key.startswith("netsenseml/")})
         return out
 
-    return Compute(table(base), table(codec))
+    return Compute(table(base), table(codec), table(crit, crit_share))
 
 
 def job_for(run: RunFacts, cal: Calibration, net: NetCalibration | None = None,
@@ -392,10 +419,12 @@ def calibrate(runs: list[RunFacts], workers: int = 2, rounds: int = 2,
     if not runs:
         raise ValueError("calibration: no usable runs (ok runs on star/dumbbell/leafspine)")
     compute, codec, share = fit_compute(runs)
+    critical, _, critical_share = fit_compute(runs, critical=True)
     cal = Calibration(NetCalibration(latency_factor=10.0, bandwidth_factor=1.0,
                                      msg_cpu_s=5e-4, msg_share=0.5, short_bytes=1e12),
                       compute, codec,
-                      [r.path for r in runs], workload=workload_of(runs), contention=share)
+                      [r.path for r in runs], workload=workload_of(runs), contention=share,
+                      critical=critical, critical_contention=critical_share)
     best = cal.net
     cache: dict[tuple[Any, ...], float] = {}
 

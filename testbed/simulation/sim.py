@@ -5,7 +5,10 @@ testbed runs): every worker computes its forward + backward + codec (the
 calibrated seconds on its own host, simulated as the time every worker is busy; on the
 emulating machine those seconds already hold the CPU sharing of n ranks,
 ``calibrate.compute_table``), then the ranks run the method's collective as the messages a
-ring really sends (``Comm`` between the hosts, over the platform's routes):
+ring really sends (``Comm`` between the hosts, over the platform's routes). The ring
+starts when the step's last rank has computed (``Compute.critical``: ranks sharing the
+emulating machine's cores finish one after another), and a step is recorded as the mean
+rank's ``steps.csv`` row is: its own compute, its wait for the last rank in its comm.
 
 * ring allreduce of ``B`` bytes (allreduce, fp16, bf16): ``2 (W-1)`` phases, each rank
   sending ``B / W`` to its successor;
@@ -128,32 +131,52 @@ def standing_queue_bytes(cal: NetCalibration, queue_pkts: int) -> float:
 
 @dataclass(frozen=True)
 class Compute:
-    """Uncontended seconds per step (forward, backward and codec) per level key
-    (``none``, ``fp16``, ``bf16``, ``int8``, ``topk:<ratio>``), and the codec part."""
+    """Seconds per step (forward, backward and codec) per level key (``none``, ``fp16``,
+    ``bf16``, ``int8``, ``topk:<ratio>``), and the codec part, of the mean rank.
+
+    ``critical``: the same of the step's last rank (per step the largest compute over the
+    ranks). The ring starts when the last rank has computed; ranks that share an emulating
+    machine's cores compute one after another, so the mean rank waits in its collective
+    for the others, and that wait is in its measured comm. Empty: every rank computes alike.
+    """
 
     seconds: dict[str, float]
     codec: dict[str, float] = field(default_factory=dict)
+    critical: dict[str, float] = field(default_factory=dict)
 
     def at(self, level: str, ratio: float = 1.0) -> tuple[float, float]:
-        if level != "topk":
-            key = level if level in self.seconds else "none"
-            return self.seconds.get(key, 0.0), self.codec.get(key, 0.0)
-        pts = sorted((float(k.split(":")[1]), k) for k in self.seconds if k.startswith("topk:"))
-        if not pts:
-            return self.seconds.get("none", 0.0), 0.0
-        if ratio <= pts[0][0] or len(pts) == 1:
-            k = pts[0][1]
-            return self.seconds[k], self.codec.get(k, 0.0)
-        if ratio >= pts[-1][0]:
-            k = pts[-1][1]
-            return self.seconds[k], self.codec.get(k, 0.0)
-        for (r0, k0), (r1, k1) in zip(pts, pts[1:], strict=False):
-            if r0 <= ratio <= r1:
-                f = math.log(ratio / r0) / math.log(r1 / r0)
-                return (self.seconds[k0] + f * (self.seconds[k1] - self.seconds[k0]),
-                        self.codec.get(k0, 0.0) + f * (self.codec.get(k1, 0.0)
-                                                       - self.codec.get(k0, 0.0)))
-        raise AssertionError("unreachable")
+        return _interpolate(self.seconds, level, ratio), _interpolate(self.codec, level, ratio,
+                                                                      self.seconds)
+
+    def critical_at(self, level: str, ratio: float = 1.0) -> float:
+        """The last rank's compute (never below the mean rank's)."""
+        mean = _interpolate(self.seconds, level, ratio)
+        if not self.critical:
+            return mean
+        return max(mean, _interpolate(self.critical, level, ratio))
+
+
+def _interpolate(table: dict[str, float], level: str, ratio: float,
+                 keys_from: dict[str, float] | None = None) -> float:
+    """``table``'s value for a level; top-k ratios between two measured ones log-linearly.
+    ``keys_from``: the table whose keys say which levels were measured (a codec table may
+    lack a key its compute table has: its value is then 0)."""
+    keys = table if keys_from is None else keys_from
+    if level != "topk":
+        key = level if level in keys else "none"
+        return table.get(key, 0.0)
+    pts = sorted((float(k.split(":")[1]), k) for k in keys if k.startswith("topk:"))
+    if not pts:
+        return table.get("none", 0.0) if keys_from is None else 0.0
+    if ratio <= pts[0][0] or len(pts) == 1:
+        return table.get(pts[0][1], 0.0)
+    if ratio >= pts[-1][0]:
+        return table.get(pts[-1][1], 0.0)
+    for (r0, k0), (r1, k1) in zip(pts, pts[1:], strict=False):
+        if r0 <= ratio <= r1:
+            f = math.log(ratio / r0) / math.log(r1 / r0)
+            return table.get(k0, 0.0) + f * (table.get(k1, 0.0) - table.get(k0, 0.0))
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -390,20 +413,21 @@ def simulate(job: Job) -> SimResult:
             t0 = e.clock
             if origin is None:
                 origin = t0
-            busy(comp)
-            t1 = e.clock
+            busy(job.compute.critical_at(level, ratio))  # the ring waits for the last rank
             kind = "allgather" if level in GATHERED_LEVELS else "allreduce"
             size = payload_bytes(job, level, ratio)
             phases = collective(kind, size)
             t2 = e.clock
-            out.append(StepRecord(step, t0 - origin, t1 - t0, t2 - t1, t2 - t0, level, ratio,
-                                  size, kind, phases))
+            # the mean rank's view, as steps.csv records it: its own compute, and its wait
+            # for the last rank counted in its comm
+            out.append(StepRecord(step, t0 - origin, comp, t2 - t0 - comp, t2 - t0, level,
+                                  ratio, size, kind, phases))
             if step == 1:
                 for flow in job.cross:
                     sg.Actor.create(f"cross-{flow.src}-{flow.dst}", hosts[0], cross_actor,
                                     flow, t2)
             if policy is not None:
-                pending.append(_observation(decision, t2 - t1, t2 - t0, codec, size))
+                pending.append(_observation(decision, t2 - t0 - comp, t2 - t0, codec, size))
                 if len(pending) > 1:  # step s is observed when step s+1 is done
                     decision = policy.observe(pending.pop(0))
             if job.steps is not None and step >= job.steps:

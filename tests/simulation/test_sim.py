@@ -142,3 +142,15 @@ def test_short_messages_wait_longer_only_through_a_full_queue() -> None:
     # no cross traffic: no full queue, no extra wait
     assert tk_idle_extra.steps[-1].comm_s == pytest.approx(tk_idle.steps[-1].comm_s, rel=1e-6)
     assert ar_extra.steps[-1].comm_s == pytest.approx(ar.steps[-1].comm_s, rel=1e-6)
+
+
+def test_the_ring_waits_for_the_last_ranks_compute() -> None:
+    even = Compute({"none": 0.010})
+    skewed = Compute({"none": 0.010}, critical={"none": 0.030})
+    a, b = simulate_isolated([_job("allreduce", 4, compute=even, steps=4),
+                              _job("allreduce", 4, compute=skewed, steps=4)])
+    ra, rb = a.steps[-1], b.steps[-1]
+    assert rb.step_s - ra.step_s == pytest.approx(0.020, rel=0.05)
+    # recorded as steps.csv does, from the mean rank: its own compute, the wait in its comm
+    assert ra.compute_s == rb.compute_s == pytest.approx(0.010)
+    assert rb.comm_s - ra.comm_s == pytest.approx(0.020, rel=0.05)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,20 @@ def test_compute_contention_is_fitted_not_assumed() -> None:
     assert compute["idle"]["none"] == pytest.approx(0.010)
     assert share["idle"]["fp16"] == pytest.approx(0.4)  # one worker count: the others' k
     assert compute["idle"]["fp16"] == pytest.approx(0.005)
+
+
+def test_the_last_ranks_compute_is_fitted_apart_from_the_mean_ranks() -> None:
+    # 3 and 6 workers on 2 cores: the mean rank computes 12 / 18 ms (c = 10 ms, k = 0.4),
+    # the step's last rank 15 / 24 ms (c = 12 ms, k = 0.5)
+    runs = [replace(_facts("allreduce", 3, 0.012), compute_max_s=0.015),
+            replace(_facts("allreduce", 6, 0.018), compute_max_s=0.024),
+            _facts("fp16", 6, 0.009)]  # not measured: its mean rank stands in
+    mean, _, _ = fit_compute(runs)
+    crit, _, share = fit_compute(runs, critical=True)
+    assert mean["idle"]["none"] == pytest.approx(0.010)
+    assert crit["idle"]["none"] == pytest.approx(0.012)
+    assert share["idle"]["none"] == pytest.approx(0.5)
+    assert crit["idle"]["fp16"] == pytest.approx(0.009 / (1 + 0.5 * 2))
 
 
 @pytest.mark.skipif(not engine.available(), reason="simgrid not importable")
