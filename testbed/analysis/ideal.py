@@ -46,6 +46,7 @@ import pandas as pd
 
 from testbed.analysis import tables
 from testbed.analysis.figures import network
+from testbed.common.stats import ratio_ci95
 
 IDEAL = "ideal"
 MERGE_S = 0.25
@@ -261,3 +262,68 @@ def crossover_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame
     if not parts:
         return tables.crossover_table(r.iloc[0:0], {})
     return pd.concat(parts, ignore_index=True), crossings
+
+
+STATIC_COLUMNS = ["experiment", "static_experiment", "workers", "rate_mbit", "oracle_level",
+                  "oracle_tta_s", "netsenseml_tta_s", "netsenseml_reached", "seeds",
+                  "netsenseml_x_oracle", "netsenseml_x_oracle_lo", "netsenseml_x_oracle_hi",
+                  "netsenseml_levels"]
+
+
+def _main_levels(steps: pd.DataFrame, run_ids: list[str]) -> str:
+    """NetSenseML's levels over its runs' rank-0 training steps, most used first, with
+    their share (e.g. ``fp16 92 %, int8 8 %``)."""
+    s = steps[steps["run"].isin(run_ids)] if not steps.empty else steps
+    if s.empty or "level" not in s.columns:
+        return ""
+    s = tables.step_rows(s)
+    s = s[s["rank"] == s["rank"].min()]
+    share = s["level"].astype(str).value_counts(normalize=True)
+    return ", ".join(f"{lv} {100 * v:.0f} %" for lv, v in share.items() if v >= 0.05)
+
+
+def static_vs_oracle(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """NetSenseML at a static rate against the best fixed ladder level there.
+
+    NetSenseML's side is measured: its runs of a ``tta`` experiment, trained to the target.
+    The oracle's side is the crossover table's (:func:`crossover_tables`): each fixed
+    level's mean step time at that rate (its ``throughput`` experiment's short runs) x its
+    steps to target, the least of them; per seed, that level's step time of the seed x the
+    same steps, so the ratio carries both sides' spread (``testbed.common.stats.ratio_ci95``).
+    A ``tta`` experiment is paired with the ``throughput`` experiment of the same sweep and
+    worker count (crossover.yaml: ``static-tta`` with ``static``, ``static4-tta`` with
+    ``static4``). ``netsenseml_x_oracle`` = oracle TTA / NetSenseML TTA (>= 1: as fast as
+    the best fixed level or faster); NaN where a seed did not reach the target.
+    """
+    r = tables.ok_runs(runs)
+    if r.empty:
+        return pd.DataFrame(columns=STATIC_COLUMNS)
+    xt, _ = crossover_tables(root, runs, steps)
+    best = xt[xt["best"]] if not xt.empty else xt
+    ns = r[(r["kind"] == "tta") & (r["method"] == tables.ADAPTIVE)]
+    fixed = r[(r["kind"] == "throughput") & r["method"].map(is_ladder)]
+    out = []
+    for (exp, rate), g in ns.groupby(["experiment", "rate_mbit"], sort=True):
+        sweep, w = g["sweep"].iloc[0], g["workers"].iloc[0]
+        partners = fixed[(fixed["sweep"] == sweep) & (fixed["workers"] == w)
+                         & (fixed["rate_mbit"] == rate)]["experiment"].unique()
+        if len(partners) != 1 or best.empty:
+            continue
+        row = best[(best["experiment"] == partners[0]) & (best["rate_mbit"] == rate)]
+        if row.empty:
+            continue
+        method, n_steps = str(row["method"].iloc[0]), float(row["steps_to_target"].iloc[0])
+        ref = fixed[(fixed["experiment"] == partners[0]) & (fixed["rate_mbit"] == rate)
+                    & (fixed["method"] == method)]
+        oracle_v = ref["workers"].astype(float) * tables._batch_of(ref) / ref["throughput"] * n_steps
+        all_hit = bool(g["reached_target"].all())
+        x = ratio_ci95(oracle_v, g["tta_s"]) if all_hit else (math.nan, math.nan, math.nan)
+        out.append({"experiment": exp, "static_experiment": partners[0], "workers": int(w),
+                    "rate_mbit": rate, "oracle_level": method,
+                    "oracle_tta_s": float(row["time_to_target_s"].iloc[0]),
+                    "netsenseml_tta_s": float(g["tta_s"].mean()) if all_hit else math.nan,
+                    "netsenseml_reached": int(g["reached_target"].sum()), "seeds": len(g),
+                    "netsenseml_x_oracle": x[0], "netsenseml_x_oracle_lo": x[1],
+                    "netsenseml_x_oracle_hi": x[2],
+                    "netsenseml_levels": _main_levels(steps, list(g["run"]))})
+    return pd.DataFrame(out, columns=STATIC_COLUMNS)

@@ -4,7 +4,8 @@ Each figure is one module of :mod:`testbed.analysis.figures` (its docstring is t
 contract: name, title, caption, the runs it needs, how it draws); this module draws every
 registered figure the results support, saves it (PNG + PDF), and writes the tables as CSV
 (runs.csv, throughput.csv, tta.csv, speedup.csv with the oracle and ideal rows, ideal.csv,
-crossover.csv, ideal_vs_fixed.csv, and timeline.csv: the adaptation timeline's runs step by
+crossover.csv, ideal_vs_fixed.csv, static_vs_oracle.csv (NetSenseML trained to the target at
+static rates against the best fixed level's projected time there), and timeline.csv: the adaptation timeline's runs step by
 step, testbed.analysis.timelines). A table with no rows is not
 written (and an older copy of it in the same folder is removed): a header-only file says
 nothing. Every run folder can be plotted on its own (``netsense plot results/smoke/<run>``):
@@ -95,6 +96,7 @@ def make_figures(root: Path, out: Path | None = None, *, log: Any = print
         "ideal.csv": ideal.ideal_table(root, runs, steps),
         "crossover.csv": xt,
         "ideal_vs_fixed.csv": tables.ideal_vs_fixed(inp.speedup),
+        "static_vs_oracle.csv": ideal.static_vs_oracle(root, runs, steps),
     }
     written["tables"] = []
     for fname, df in table_set.items():
