@@ -43,6 +43,14 @@ communication is modelled per *collective kind*, because the link treats them di
   transfer below the shaper's burst leaves at line speed, and no line through fixed cost
   and rate describes it; the line is only used to extrapolate to sizes not seen.
 
+**Period bound.** Whatever the comm prediction, ``T(d) >= x(d) / R``: a step that puts
+``x`` wire bytes through a path of rate ``R`` (the monitor's, the last one sensed) takes at
+least that on average. A shaper's bucket lets a short transfer out at line speed only as
+long as its tokens last, and they refill at ``R``; so all-gathers measured inside the burst
+fit a line many times faster than the link, and extrapolated along it a larger one (int8
+above the top-k sizes) looks nearly free until it is sent. The bound prices such a level
+by the link instead.
+
 So there is one rate: the monitor's, logged as ``model_rate_mbit`` beside its source.
 
 **Uncertainty.** Every prediction carries a standard error: a measured size's from the
@@ -515,13 +523,24 @@ class StepModel:
             return min(seen)
         return float(self.cal.codec_s.get(level, 0.0))
 
+    def period_bound(self, d: Decision) -> float:
+        """Seconds a step that sends ``d`` takes at least, on average, at the rate sensed:
+        its wire bytes / rate (module docstring, "period bound"; 0: no rate)."""
+        if not (self.rate > 0 and math.isfinite(self.rate)):
+            return 0.0
+        return self.wire_bytes(d) / self.rate
+
     def step_s(self, d: Decision) -> tuple[float, float]:
         """Predicted seconds of one step that sends ``d``, and its standard error."""
         hidden = min(self._hidden) if self._hidden else 0.0
         comm, se = self.comm(d)
         exposed = max(comm / self.collectives, comm - hidden)
         frac = exposed / comm if comm > 0 else 1.0
-        return self.compute_s() + self.codec_s(d.level) + exposed, se * frac
+        step = self.compute_s() + self.codec_s(d.level) + exposed
+        bound = self.period_bound(d)
+        if bound > step:
+            return bound, self.spread() * bound
+        return step, se * frac
 
     def stats(self) -> dict[str, float]:
         a_ar, _, _, _ = self.fit("allreduce")

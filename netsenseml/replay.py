@@ -12,7 +12,10 @@ payload x W/2, as ``netsenseml.policy`` counts them)::
 ``rate`` is the job's share of a long transfer, ``queue`` the standing queue competing
 traffic builds, and ``burst`` the bytes a token-bucket shaper lets out at ``burst_rate``
 before it limits (HTB's burst leaves at the line's speed on an idle link; under drop-tail
-congestion a short transfer still gets several times the fair share a long one gets).
+congestion a short transfer still gets several times the fair share a long one gets). The
+bucket is carried from collective to collective and refills at ``rate`` while the link
+idles (:class:`TokenBucket`), as HTB's does: steps that send more per period than the rate
+allows find it empty (``refill=False``: full at every collective, the older model).
 Every step the job sends its gradient in ``buckets`` equal collectives, and (as the hooks
 do) a 4-byte collective beside it where ``netsenseml.sense.rtt_probe_due`` says so. A
 rank waits for the slowest one (``skew_s`` x U(0, 1)) in its first collective of the
@@ -72,10 +75,36 @@ class Link:
     burst: float = 0.0  # bytes that leave at burst_rate before the shaper limits
     burst_rate: float = math.inf
 
-    def seconds(self, b: float, fixed: float = 0.0) -> float:
-        fast = min(b, self.burst)
+    def seconds(self, b: float, fixed: float = 0.0, tokens: float | None = None) -> float:
+        """Seconds of one collective of ``b`` bytes; ``tokens``: the bytes the shaper's
+        bucket holds now (None: a full bucket, ``burst``)."""
+        fast = min(b, self.burst if tokens is None else max(0.0, min(tokens, self.burst)))
         slow = b - fast
         return self.latency + self.queue + fixed + fast / self.burst_rate + slow / self.rate
+
+
+class TokenBucket:
+    """The shaper's bucket between collectives, as HTB keeps it: the bytes a transfer
+    takes from it leave at ``burst_rate``, the rest at ``rate``, and it refills at ``rate``
+    up to ``burst`` while the link idles. So a short transfer leaves at line speed only as
+    long as the steps leave the bucket time to refill: on a narrow link a job's average
+    rate cannot exceed the shaped one, however short its transfers."""
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None  # full at the first collective
+        self.t = 0.0
+
+    def seconds(self, link: Link, b: float, fixed: float, now: float) -> float:
+        """Seconds of one collective launched at ``now`` (the replay's clock)."""
+        if link.burst <= 0 or not math.isfinite(link.rate):
+            return link.seconds(b, fixed)
+        if self.tokens is None:
+            self.tokens = link.burst
+        self.tokens = min(link.burst, self.tokens + max(0.0, now - self.t) * link.rate)
+        took = link.seconds(b, fixed, self.tokens)
+        self.tokens -= min(b, self.tokens)
+        self.t = now + took
+        return took
 
 
 @dataclass(frozen=True)
@@ -131,9 +160,10 @@ def wire_bytes(job: Job, d: Decision) -> float:
 
 
 def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random.Random,
-              clock: float, step: int, monitor: NetworkMonitor | None, noise: Mapping[str, float]
-              ) -> tuple[Observation, float]:
-    """One step of ``decision`` on ``link``: its observation and its period."""
+              clock: float, step: int, monitor: NetworkMonitor | None, noise: Mapping[str, float],
+              bucket: TokenBucket | None = None) -> tuple[Observation, float]:
+    """One step of ``decision`` on ``link``: its observation and its period. ``bucket``:
+    the shaper's token bucket carried from step to step (None: full at every collective)."""
     jitter, spike_prob = noise.get("jitter", 0.0), noise.get("spike_prob", 0.0)
     spike_s, compute_jitter = noise.get("spike_s", 0.0), noise.get("compute_jitter", 0.0)
     delay_s = noise.get("delay_s", 0.0)
@@ -147,12 +177,20 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
             seconds += rng.uniform(0.0, delay_s)
         return seconds
 
+    # the payload leaves after the backward pass and the codec (their noise-free time: the
+    # bucket's refill needs only the gap, and the random draws keep their order)
+    launch = clock + job.compute_s + job.codec_s.get(decision.level, 0.0)
+
+    def wire(b: float, fixed: float = 0.0) -> float:
+        return (bucket.seconds(link, b, fixed, launch + comm) if bucket is not None
+                else link.seconds(b, fixed))
+
     gathered = decision.level in GATHERED
     per_bucket = wire_bytes(job, decision) / job.buckets
     handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
     comm, collectives = 0.0, job.buckets
     if isinstance(policy, NetSensePolicy) and rtt_probe_due(step, decision.level, job.rtt_probe_every):
-        tiny = noisy(link.seconds(4.0)) + job.skew_s * rng.random()
+        tiny = noisy(wire(4.0)) + job.skew_s * rng.random()
         comm += tiny
         collectives += 1
         if monitor is not None:
@@ -161,7 +199,7 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
         comm += 0.5 * job.skew_s * rng.random()  # the mean rank waits for the last
     payload_s = 0.0
     for _ in range(job.buckets):
-        seconds = noisy(link.seconds(per_bucket, job.gather_fixed_s if gathered else 0.0))
+        seconds = noisy(wire(per_bucket, job.gather_fixed_s if gathered else 0.0))
         comm += seconds
         payload_s += seconds
         if isinstance(policy, PaperRule):
@@ -192,8 +230,12 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
 
 
 def replay(policy: Any, job: Job, links: Iterable[Link], *, seed: int = 0,
-           monitor: NetworkMonitor | None = None, **noise: float) -> list[Step]:
+           monitor: NetworkMonitor | None = None, refill: bool = True,
+           **noise: float) -> list[Step]:
     """Runs one step per entry of ``links``; calibrates a policy on the first link.
+
+    ``refill``: the links' burst is a token bucket that refills at the link's rate between
+    collectives (:class:`TokenBucket`, what HTB does); False: full at every collective.
 
     ``noise``: ``jitter``, ``spike_prob``, ``spike_s``, ``compute_jitter`` (module doc) and
     ``delay_s`` (U(0, delay_s) more on every collective: a busy host's scheduling).
@@ -210,11 +252,12 @@ def replay(policy: Any, job: Job, links: Iterable[Link], *, seed: int = 0,
     prev: Observation | None = None
     clock = 0.0
     out = []
+    bucket = TokenBucket() if refill else None
     for i, link in enumerate(links, 1):
         pending = policy.observe(prev) if prev is not None else None
         if getattr(policy, "new_regime", False):
             monitor.restart_rate()
-        prev, period = _run_step(policy, job, link, decision, rng, clock, i, monitor, noise)
+        prev, period = _run_step(policy, job, link, decision, rng, clock, i, monitor, noise, bucket)
         clock += period
         out.append(Step(i, decision, link, prev.comm_s, period, prev.bytes_sent, prev.rate_Bps))
         if pending is not None:
@@ -222,9 +265,18 @@ def replay(policy: Any, job: Job, links: Iterable[Link], *, seed: int = 0,
     return out
 
 
-def step_seconds(job: Job, link: Link, decision: Decision) -> float:
-    """Seconds of one noise-free step of ``decision`` on ``link``."""
-    return _run_step(None, job, link, decision, random.Random(0), 0.0, 1, None, {})[1]
+def step_seconds(job: Job, link: Link, decision: Decision, refill: bool = True) -> float:
+    """Seconds of one noise-free step of ``decision`` on ``link``, sent step after step
+    (``refill``: the shaper's bucket as the steps leave it, :class:`TokenBucket`; the mean
+    of steps 21-40, when a short transfer's bucket has reached its steady state)."""
+    if not refill:
+        return _run_step(None, job, link, decision, random.Random(0), 0.0, 1, None, {})[1]
+    bucket, clock, periods = TokenBucket(), 0.0, []
+    for i in range(1, 41):
+        period = _run_step(None, job, link, decision, random.Random(0), clock, i, None, {}, bucket)[1]
+        clock += period
+        periods.append(period)
+    return sum(periods[20:]) / len(periods[20:])
 
 
 def oracle(job: Job, link: Link, policy: NetSensePolicy | None = None) -> Decision:
