@@ -13,6 +13,11 @@ The way out (the testbed's own worker, ``workloads.train.leave``, leaves through
 joined), flush what the process wrote, run the ``atexit`` handlers (trackers such as
 MLflow/W&B finish there), then ``os._exit`` so interpreter finalization never runs.
 After a failure the group is not destroyed: a half-built or broken group can hang there.
+Even after a finished run, destroying it can hang once in a while (a 4-worker crossover run:
+one rank printed its last record and never left ``destroy_process_group``, and the run
+failed on its deadline two minutes later); so it gets ``destroy_timeout_s`` (30 s), after
+which the process leaves without it, saying so on stderr, with the code it was given: the
+job's work is done and written, a library's teardown cannot undo it.
 
 Files the script opened and did not close are not flushed by ``os._exit``: close them
 (``with open(...)``) inside the block.
@@ -25,6 +30,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from typing import NoReturn
@@ -38,17 +44,47 @@ def _flush() -> None:
             pass
 
 
-def shutdown(code: int = 0, *, run_atexit: bool = True) -> NoReturn:
-    """End this process with ``code``: destroy the process group (when ``code == 0``),
-    flush logging and stdio, run the ``atexit`` handlers, then ``os._exit(code)``."""
-    try:
-        import torch.distributed as dist
+#: Seconds ``shutdown`` waits for ``destroy_process_group`` before leaving without it.
+DESTROY_TIMEOUT_S = 30.0
 
-        if code == 0 and dist.is_available() and dist.is_initialized():
+
+def _destroy_group(timeout_s: float) -> None:
+    """``destroy_process_group`` on a thread of its own, waited for at most ``timeout_s``."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    done, errors = threading.Event(), []
+
+    def destroy() -> None:
+        try:
             dist.destroy_process_group()
-    except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
+        except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
+            errors.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=destroy, name="destroy-process-group", daemon=True).start()
+    if not done.wait(timeout_s):
+        print(f"netsenseml: note: destroy_process_group did not return within {timeout_s:g} s; "
+              "leaving without it", file=sys.stderr, flush=True)
+    elif errors:
+        e = errors[0]
         print(f"netsenseml: note: destroy_process_group: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
+
+
+def shutdown(code: int = 0, *, run_atexit: bool = True,
+             destroy_timeout_s: float = DESTROY_TIMEOUT_S) -> NoReturn:
+    """End this process with ``code``: destroy the process group (when ``code == 0``; at
+    most ``destroy_timeout_s`` waited for, module docstring), flush logging and stdio, run
+    the ``atexit`` handlers, then ``os._exit(code)``."""
+    if code == 0:
+        try:
+            _destroy_group(destroy_timeout_s)
+        except Exception as e:  # noqa: BLE001 - e.g. torch.distributed not importable
+            print(f"netsenseml: note: destroy_process_group: {type(e).__name__}: {e}",
+                  file=sys.stderr, flush=True)
     try:
         logging.shutdown()
     except Exception:  # noqa: BLE001 - a broken handler must not turn a clean exit into a crash

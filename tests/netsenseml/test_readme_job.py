@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,30 @@ def test_clean_exit_reports_an_exception_and_exits_1(tmp_path: Path) -> None:
     assert "RuntimeError: boom" in p.stderr
     assert "atexit ran" in p.stdout  # trackers' atexit handlers (MLflow, W&B) still finish
     assert "never here" not in p.stdout
+
+
+def test_a_hung_destroy_process_group_does_not_keep_a_finished_job(tmp_path: Path) -> None:
+    """A finished job whose ``destroy_process_group`` never returns (seen once in a 4-worker
+    run: the rank printed its last record and hung there until the run's deadline) leaves
+    after ``destroy_timeout_s`` with its own code, saying so. The hang is injected: the real
+    call is replaced by one that blocks, on a real one-rank gloo group."""
+    script = tmp_path / "hang.py"
+    script.write_text("import atexit, threading\n"
+                      "import torch.distributed as dist\n"
+                      "from netsenseml import lifecycle\n"
+                      f"dist.init_process_group('gloo', init_method='file://{tmp_path}/store', "
+                      "rank=0, world_size=1)\n"
+                      "dist.destroy_process_group = lambda *a, **k: threading.Event().wait()\n"
+                      "atexit.register(lambda: print('atexit ran', flush=True))\n"
+                      "print('done', flush=True)\n"
+                      "lifecycle.shutdown(0, destroy_timeout_s=2)\n")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr
+    assert "destroy_process_group did not return within 2 s" in p.stderr
+    assert "done" in p.stdout and "atexit ran" in p.stdout
+    assert time.monotonic() - t0 < 30
 
 
 def test_register_on_a_plain_module_names_the_fix() -> None:
