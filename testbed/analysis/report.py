@@ -182,6 +182,24 @@ def _extra_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame, sp: pd.Da
                         Col("steps_to_target", "steps to target", "f1"),
                         Col("time_to_target_s", "time to target (s)", "f1"),
                         Col("best", "best", "bool"), Col("steps_source", "steps from")])})
+    so = ideal.static_vs_oracle(root, runs, steps)
+    if not so.empty:
+        so = so.assign(x_oracle=[tables._ci_text(x, lo, hi) or "n/a" for x, lo, hi in zip(
+            so["netsenseml_x_oracle"], so["netsenseml_x_oracle_lo"], so["netsenseml_x_oracle_hi"],
+            strict=True)])
+        out.append({"title": "NetSenseML at static rates vs the best fixed level",
+                    "note": "NetSenseML trained to the target (measured) against the best fixed "
+                    "ladder level's projected time to target at the same rate (the crossover "
+                    "table); x = oracle TTA / NetSenseML TTA with its 95 % interval "
+                    "(testbed/analysis/ideal.py, static_vs_oracle)",
+                    "html": html_table(so, [
+                        Col("experiment", "experiment"), Col("workers", "workers", "int"),
+                        Col("rate_mbit", "rate (Mbit/s)", "f1"),
+                        Col("oracle_level", "best fixed level"),
+                        Col("oracle_tta_s", "its TTA (s)", "f1"),
+                        Col("netsenseml_tta_s", "NetSenseML TTA (s)", "f1"),
+                        Col("x_oracle", "x best fixed"),
+                        Col("netsenseml_levels", "NetSenseML's levels")])})
     if "warnings" in runs.columns:
         warned = runs[runs["warnings"].fillna("").astype(str) != ""]
         if not warned.empty:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from testbed.analysis import ideal, tables
+from testbed.analysis import ideal, report, tables
 from tests.cli.apps import analysis_app
 
 pytestmark = pytest.mark.emulation
@@ -110,3 +110,8 @@ def test_static_table_matches_recomputation_from_raw_files(swept: Path) -> None:
     assert row["netsenseml_x_oracle_lo"] <= row["netsenseml_x_oracle"] <= row["netsenseml_x_oracle_hi"]
     assert not math.isnan(row["netsenseml_x_oracle_lo"])
     assert row["netsenseml_levels"], "the levels NetSenseML sent are named"
+
+
+def test_the_report_shows_the_static_table(swept: Path) -> None:
+    html = report.build_report(swept, log=lambda _m: None).read_text()
+    assert "NetSenseML at static rates vs the best fixed level" in html
