@@ -44,12 +44,13 @@ communication is modelled per *collective kind*, because the link treats them di
   and rate describes it; the line is only used to extrapolate to sizes not seen.
 
 **Period bound.** Whatever the comm prediction, ``T(d) >= x(d) / R``: a step that puts
-``x`` wire bytes through a path of rate ``R`` (the monitor's, the last one sensed) takes at
-least that on average. A shaper's bucket lets a short transfer out at line speed only as
+``x`` wire bytes through a path of rate ``R`` takes at least that on average. A shaper's bucket lets a short transfer out at line speed only as
 long as its tokens last, and they refill at ``R``; so all-gathers measured inside the burst
 fit a line many times faster than the link, and extrapolated along it a larger one (int8
 above the top-k sizes) looks nearly free until it is sent. The bound prices such a level
-by the link instead.
+by the link instead. ``R`` is the fastest rate the path has been seen at, not the one
+sensed last: that may be a congested phase's after it ended (a change the detector missed),
+and a lower bound must never overprice.
 
 So there is one rate: the monitor's, logged as ``model_rate_mbit`` beside its source.
 
@@ -524,11 +525,13 @@ class StepModel:
         return float(self.cal.codec_s.get(level, 0.0))
 
     def period_bound(self, d: Decision) -> float:
-        """Seconds a step that sends ``d`` takes at least, on average, at the rate sensed:
-        its wire bytes / rate (module docstring, "period bound"; 0: no rate)."""
-        if not (self.rate > 0 and math.isfinite(self.rate)):
+        """Seconds a step that sends ``d`` takes at least, on average: its wire bytes / the
+        fastest rate the path has been seen at (module docstring, "period bound"; 0: no
+        rate)."""
+        rate = max(self.rate, self.top_rate)
+        if not (rate > 0 and math.isfinite(rate)):
             return 0.0
-        return self.wire_bytes(d) / self.rate
+        return self.wire_bytes(d) / rate
 
     def step_s(self, d: Decision) -> tuple[float, float]:
         """Predicted seconds of one step that sends ``d``, and its standard error."""
@@ -685,7 +688,9 @@ class Prober:
                 and policy.step_s(cur) * self.config.reprice_factor < self.priced_step):
             # The gap was priced against a slower step: the path got faster (a congested
             # phase ended, below what the detector confirms), and the probe's cost with it.
+            # That is what the probe is for, so it goes now.
             self.new_regime()
+            self.since_rate = max(self.since_rate, self.stale_gap)
         if self.since_rate < self.stale_gap:
             return None
         target = policy.best_at_rate(policy.model.top_rate)
@@ -709,6 +714,12 @@ class Prober:
         every = self.config.probe_every
         self.stale_gap = max(every, math.ceil(every * (x - 1.0)))
         self.priced_step = step
+
+    def found_faster(self, obs: Observation, rate_before: float) -> bool:
+        """Whether ``obs`` is the stale-rate probe and sensed a rate ``change_factor`` above
+        ``rate_before`` (the rate the model had priced the dense levels with)."""
+        return (obs.decision == self.stale_probe and obs.rate_Bps > 0 and rate_before > 0
+                and obs.rate_Bps >= self.config.change_factor * rate_before)
 
     def new_regime(self) -> None:
         """A new regime: the next stale-rate probe's cost is unknown again."""
@@ -899,6 +910,7 @@ class NetSensePolicy:
         self.steps += 1
         x = m.wire_bytes(obs.decision)
         predicted, _ = m.comm(obs.decision)
+        rate_before = m.rate
         m.add(obs)
         m.add_point(obs.decision, obs.comm_s)
         n = 0 if obs.decision.probe else self.regime.check(x, obs.comm_s, predicted)
@@ -916,6 +928,13 @@ class NetSensePolicy:
             if n < 0 and self.fidelity(self.decision) > self.fidelity(self._candidates[0]):
                 self.prober.after_faster = True
         if obs.decision.probe:  # a probe is a measurement; it does not vote
+            if self.prober.found_faster(obs, rate_before):
+                # A stale-rate probe measured the path change_factor faster than the rate
+                # the model priced with: the measurement a release waits for is in, so the
+                # next decision moves at once, without the back-off the slow phase's
+                # reversals left behind.
+                self.hysteresis.reset()
+                self._urgent = 1
             self.prober.probed(self, obs)
         else:
             self._decide()

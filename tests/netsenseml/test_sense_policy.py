@@ -543,6 +543,30 @@ def test_a_stale_gap_priced_in_a_slow_phase_is_priced_anew_when_the_step_gets_fa
     assert pr.stale_gap == 5 and pr.priced_step == 0.0
 
 
+def test_after_a_congested_phase_the_probe_goes_at_once_and_its_finding_moves_at_once():
+    """The 4-worker crossover runs (db22-d70): a congested phase priced the next stale-rate
+    probe 80+ observations away and its reversals grew the back-off; when it ended, top-k's
+    step got ~1.7x faster (below the detector's 2x), the probe waited probe_every more
+    steps and, once it found the fast path, the release waited for the grown confirmation:
+    1.5-2.7 s of a 3 s idle phase at top-k. Now the gap's repricing sends the probe at
+    once, and a probe that senses the path change_factor faster moves the next decision."""
+    p, k = _stale_at_topk()
+    probe = _feed(p, 0.12, 20)[-1]  # congested: top-k steps of ~130 ms
+    assert probe.probe and probe.level in ("none", "fp16")
+    p.observe(obs(probe, 0.5, rate=1e6))  # the probe: still slow, 4-5x the step
+    assert p.prober.stale_gap >= 50
+    p.hysteresis.confirm = p.config.max_confirm  # reversals in the slow phase
+    got = _feed(p, 0.12, 3)
+    assert not any(d.probe for d in got)
+    got = _feed(p, 0.06, 20)  # the congestion ended: the step is 2x shorter
+    first = next(i for i, d in enumerate(got) if d.probe)
+    assert first <= 6, got
+    rate = 1e9  # B/s: the probe's allreduce sensed the fast path
+    p.observe(obs(got[first], p.model.wire_bytes(got[first]) / rate, rate=rate))
+    after = _feed(p, 0.06, 2)
+    assert after[-1].level in ("none", "fp16") and not after[-1].probe, after
+
+
 # The sim-star workload (MLP width 256 on digits, 340 kB gradient) on a 20 Mbit/s access
 # link: HTB's 67 kB burst (topologies.shaping.burst_bytes) refilling at the rate, and the
 # busy host's scheduling noise of those runs (comm of one top-k size 0.4-4.3 ms).
