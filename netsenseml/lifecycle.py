@@ -13,11 +13,16 @@ The way out (the testbed's own worker, ``workloads.train.leave``, leaves through
 joined), flush what the process wrote, run the ``atexit`` handlers (trackers such as
 MLflow/W&B finish there), then ``os._exit`` so interpreter finalization never runs.
 After a failure the group is not destroyed: a half-built or broken group can hang there.
-Even after a finished run, destroying it can hang once in a while (a 4-worker crossover run:
-one rank printed its last record and never left ``destroy_process_group``, and the run
-failed on its deadline two minutes later); so it gets ``destroy_timeout_s`` (30 s), after
-which the process leaves without it, saying so on stderr, with the code it was given: the
-job's work is done and written, a library's teardown cannot undo it.
+Destroying the group has a race of its own. A gloo thread frees a finished work item just
+after its future completed, and freeing the item's tensors takes the GIL; the group's
+destructor joins those threads while it holds the GIL. A rank that reaches
+``destroy_process_group`` while a thread is still freeing deadlocks there (seen under load:
+the rank printed its last record, then hung until the run's deadline; ``py-spy`` showed
+``~ProcessGroupGloo`` in ``std::thread::join`` and a gloo thread in ``~AsyncWork`` waiting
+for the GIL). So ``shutdown`` first sleeps ``DRAIN_S`` with the GIL released, which lets
+those threads finish, and bounds the destroy with ``faulthandler``'s watchdog, which needs no
+GIL: after ``destroy_timeout_s`` (30 s) it writes every thread's stack to stderr and ends
+the process with code 1 (a Python timer thread cannot fire while the GIL is held).
 
 Files the script opened and did not close are not flushed by ``os._exit``: close them
 (``with open(...)``) inside the block.
@@ -27,10 +32,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import logging
 import os
 import sys
-import threading
+import time
 import traceback
 from collections.abc import Iterator
 from typing import NoReturn
@@ -44,41 +50,35 @@ def _flush() -> None:
             pass
 
 
-#: Seconds ``shutdown`` waits for ``destroy_process_group`` before leaving without it.
+#: Seconds ``shutdown`` waits for ``destroy_process_group`` before it ends the process.
 DESTROY_TIMEOUT_S = 30.0
+#: Seconds the group's worker threads get to free their finished work items first.
+DRAIN_S = 0.2
 
 
 def _destroy_group(timeout_s: float) -> None:
-    """``destroy_process_group`` on a thread of its own, waited for at most ``timeout_s``."""
+    """``destroy_process_group`` after a drain, bounded by a watchdog (module docstring)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return
-    done, errors = threading.Event(), []
-
-    def destroy() -> None:
-        try:
-            dist.destroy_process_group()
-        except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
-            errors.append(e)
-        finally:
-            done.set()
-
-    threading.Thread(target=destroy, name="destroy-process-group", daemon=True).start()
-    if not done.wait(timeout_s):
-        print(f"netsenseml: note: destroy_process_group did not return within {timeout_s:g} s; "
-              "leaving without it", file=sys.stderr, flush=True)
-    elif errors:
-        e = errors[0]
+    time.sleep(DRAIN_S)
+    _flush()  # the watchdog's exit skips Python's buffers
+    faulthandler.dump_traceback_later(timeout_s, exit=True)
+    try:
+        dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
         print(f"netsenseml: note: destroy_process_group: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def shutdown(code: int = 0, *, run_atexit: bool = True,
              destroy_timeout_s: float = DESTROY_TIMEOUT_S) -> NoReturn:
-    """End this process with ``code``: destroy the process group (when ``code == 0``; at
-    most ``destroy_timeout_s`` waited for, module docstring), flush logging and stdio, run
-    the ``atexit`` handlers, then ``os._exit(code)``."""
+    """End this process with ``code``: destroy the process group (when ``code == 0``; after
+    ``destroy_timeout_s`` the watchdog ends the process with code 1, module docstring),
+    flush logging and stdio, run the ``atexit`` handlers, then ``os._exit(code)``."""
     if code == 0:
         try:
             _destroy_group(destroy_timeout_s)
