@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from netsenseml import hooks
+from netsenseml import hooks, lifecycle
 from workloads import registry
 from workloads.datasets import load_dataset
 from workloads.models import build_model
@@ -81,7 +81,7 @@ def _worker(rank: int, port: int, method: str, options: dict, steps: int, world:
         if i >= 20:
             step_s.append(t1 - t0)
             codec_s.append(float(stats.get("codec_s", 0.0)))
-    dist.destroy_process_group()
+    lifecycle.destroy_group()
     if rank == 0:
         out[method + (" (pinned)" if options else "")] = (step_s, codec_s)
 

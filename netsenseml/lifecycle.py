@@ -56,8 +56,9 @@ DESTROY_TIMEOUT_S = 30.0
 DRAIN_S = 0.2
 
 
-def _destroy_group(timeout_s: float) -> None:
-    """``destroy_process_group`` after a drain, bounded by a watchdog (module docstring)."""
+def destroy_group(timeout_s: float = DESTROY_TIMEOUT_S) -> None:
+    """``destroy_process_group`` after a drain, bounded by a watchdog (module docstring); a
+    no-op without a group. For scripts that destroy the group and go on living."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -81,7 +82,7 @@ def shutdown(code: int = 0, *, run_atexit: bool = True,
     flush logging and stdio, run the ``atexit`` handlers, then ``os._exit(code)``."""
     if code == 0:
         try:
-            _destroy_group(destroy_timeout_s)
+            destroy_group(destroy_timeout_s)
         except Exception as e:  # noqa: BLE001 - e.g. torch.distributed not importable
             print(f"netsenseml: note: destroy_process_group: {type(e).__name__}: {e}",
                   file=sys.stderr, flush=True)

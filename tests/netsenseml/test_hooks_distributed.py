@@ -16,6 +16,8 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from netsenseml import lifecycle
+
 STEPS = 4
 
 
@@ -377,7 +379,7 @@ def _worker(rank: int, world: int, port: int, names: list[str]) -> None:
             SCENARIOS[name](rank, world)
             dist.barrier()
     finally:
-        dist.destroy_process_group()
+        lifecycle.destroy_group()
 
 
 def _run(world: int, names: list[str]) -> None:

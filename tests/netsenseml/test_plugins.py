@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from netsenseml import lifecycle
 from tests.netsenseml.test_hooks_distributed import (
     STEPS,
     _backward,
@@ -204,7 +205,7 @@ def _worker(rank: int, world: int, port: int, folder: str, names: list[str]) -> 
             SCENARIOS[name](rank, world)
             dist.barrier()
     finally:
-        dist.destroy_process_group()
+        lifecycle.destroy_group()
 
 
 def test_plugins_world2_compressor_and_raw_hooks(tmp_path: Path, monkeypatch) -> None:
