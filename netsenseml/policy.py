@@ -112,9 +112,13 @@ the least compressed level the fastest rate seen would call for (when that is a 
 level); the next waits in proportion to what this one cost (:meth:`Prober.probed`: a probe
 that took twice the current step waits ``probe_every`` observations, one that took 5x waits
 4 x as long), so on a link that stays slow they cost about ``1 / probe_every`` of the time,
-and after the path got faster the policy learns it within a gap. A gap priced against a
+and after the path got faster the policy learns it within a gap. The dense step after which
+the policy moved to an all-gather level measured what such a probe would, in the same
+regime, so it prices the first gap (:meth:`Prober.compressed`) instead of a probe
+``probe_every`` steps into a congested phase measuring it again. A gap priced against a
 step that has since become ``reprice_factor`` faster (the model's prediction for the
-current decision, which follows the measured steps) is ``probe_every`` again: where ranks
+decision it was priced against, which follows the measured steps; not the current
+decision's, which a ratio move changes) is ``probe_every`` again: where ranks
 share cores a congested phase's end can shorten top-k's step by less than the detector's
 factor, or too noisily for it to confirm, and a gap priced by the congestion's dense probes
 would outlast the next idle phase.
@@ -664,7 +668,9 @@ class Prober:
         self.since_rate = 0  # observations at an all-gather level: none sampled the rate
         self.stale_gap = config.probe_every  # ... before a stale-rate probe (see probed)
         self.stale_probe: Decision | None = None  # the stale-rate probe in flight
-        self.priced_step = 0.0  # the decision's predicted step when stale_gap was priced
+        self.priced: Decision | None = None  # the decision stale_gap was priced against
+        self.priced_step = 0.0  # ... and its predicted step then
+        self.dense_s = 0.0  # a dense step measured just before compressing (see compressed)
 
     def _up(self, policy: NetSensePolicy) -> Decision | None:
         """The least compressed level the link would call for at the fastest rate seen,
@@ -684,8 +690,8 @@ class Prober:
             self.since_rate = 0
             return None
         self.since_rate += 1
-        if (self.stale_gap > self.config.probe_every and self.priced_step > 0
-                and policy.step_s(cur) * self.config.reprice_factor < self.priced_step):
+        if (self.stale_gap > self.config.probe_every and self.priced is not None
+                and policy.step_s(self.priced) * self.config.reprice_factor < self.priced_step):
             # The gap was priced against a slower step: the path got faster (a congested
             # phase ended, below what the detector confirms), and the probe's cost with it.
             # That is what the probe is for, so it goes now.
@@ -709,11 +715,30 @@ class Prober:
         if obs.decision != self.stale_probe:
             return
         self.stale_probe = None
+        self._price(policy, obs.compute_s + obs.exposed_s)
+
+    def _price(self, policy: NetSensePolicy, dense_s: float) -> None:
+        """The gap after a dense step of ``dense_s`` seconds (:meth:`probed`), priced
+        against the current decision. Its reprice compares that same decision's predicted
+        step later: a move to another ratio changes the prediction, not the path."""
         step = policy.step_s(policy.decision)
-        x = (obs.compute_s + obs.exposed_s) / step if step > 0 else 1.0
+        x = dense_s / step if step > 0 else 1.0
         every = self.config.probe_every
         self.stale_gap = max(every, math.ceil(every * (x - 1.0)))
-        self.priced_step = step
+        self.priced, self.priced_step = policy.decision, step
+
+    def compressed(self, obs: Observation) -> None:
+        """The decision left a dense level after the dense step ``obs``: that step measured
+        what a stale-rate probe would measure, in the same regime, so the first probe's gap
+        is priced by it (at the first measured compressed step, :meth:`measured`) instead
+        of going after ``probe_every`` steps to measure it again."""
+        self.dense_s = obs.compute_s + obs.exposed_s
+
+    def measured(self, policy: NetSensePolicy) -> None:
+        """A compressed step was measured: price the gap a dense step left (:meth:`compressed`)."""
+        if self.dense_s > 0:
+            self._price(policy, self.dense_s)
+            self.dense_s = 0.0
 
     def found_faster(self, obs: Observation, rate_before: float) -> bool:
         """Whether ``obs`` is the stale-rate probe and sensed a rate ``change_factor`` above
@@ -723,7 +748,8 @@ class Prober:
 
     def new_regime(self) -> None:
         """A new regime: the next stale-rate probe's cost is unknown again."""
-        self.stale_gap, self.priced_step = self.config.probe_every, 0.0
+        self.stale_gap, self.priced, self.priced_step = self.config.probe_every, None, 0.0
+        self.dense_s = 0.0
 
     def next(self, policy: NetSensePolicy) -> Decision | None:
         c, m, cur = self.config, policy.model, policy.decision
@@ -937,7 +963,12 @@ class NetSensePolicy:
                 self._urgent = 1
             self.prober.probed(self, obs)
         else:
+            if kind_of(obs.decision.level) != "allreduce":
+                self.prober.measured(self)
             self._decide()
+            if (kind_of(obs.decision.level) == "allreduce"
+                    and kind_of(self.decision.level) != "allreduce"):
+                self.prober.compressed(obs)
         return self.prober.next(self) or self.decision
 
     def _decide(self) -> None:

@@ -535,12 +535,46 @@ def test_a_stale_gap_priced_in_a_slow_phase_is_priced_anew_when_the_step_gets_fa
     step = p.step_s(p.decision)
     assert step > 0
     pr = p.prober
-    pr.stale_gap, pr.priced_step, pr.since_rate = 20, 1.2 * step, 0
+    pr.stale_gap, pr.priced, pr.priced_step, pr.since_rate = 20, p.decision, 1.2 * step, 0
     pr._stale(p)
     assert pr.stale_gap == 20
     pr.priced_step = 1.6 * step
     pr._stale(p)
-    assert pr.stale_gap == 5 and pr.priced_step == 0.0
+    assert pr.stale_gap == 5 and pr.priced is None
+
+
+def test_a_congested_phase_entered_from_a_dense_level_is_not_probed_dense_again():
+    """The crossover's d70 runs: 20 top-k steps into each congested phase a stale-rate probe
+    sent fp16 again (300-570 ms against ~60 ms top-k steps) to measure what the onset's own
+    dense steps had just measured. The dense step that preceded the move now prices the
+    first gap; the release when the congestion ends is as fast as before (8 steps)."""
+    idle, cong = link(rate=8 * GBIT), link(rate=GBIT / 5, streams=8)  # 1000 -> 200 Mbit/s + 8
+    for seed in range(3):
+        p = NetSensePolicy(prior=PRIOR)
+        steps = replay(p, MLP, [idle] * 80 + [cong] * 120 + [idle] * 80, seed=seed, **NOISE)
+        assert steps[79].decision.level in ("none", "fp16"), seed
+        assert held(steps[:200]).level == "topk", seed
+        dense_probes = [i for i, s in enumerate(steps[80:200])
+                        if s.decision.probe and s.decision.level in ("none", "fp16")]
+        assert dense_probes == [], (seed, dense_probes)  # before: [21]
+        back = next(i for i, s in enumerate(steps[200:])
+                    if s.decision.level in ("none", "fp16") and not s.decision.probe)
+        assert back <= 10, (seed, back)
+
+
+def test_a_ratio_move_does_not_reprice_the_stale_gap():
+    """The reprice compares the predicted step of the decision the gap was priced against:
+    a move to a smaller ratio shortens the prediction without the path getting faster."""
+    p, k = _stale_at_topk()
+    ratios = sorted(p.config.ratios())
+    big, small = Decision("topk", ratios[-1]), Decision("topk", ratios[0])
+    pr = p.prober
+    p.decision = big
+    pr.stale_gap, pr.priced, pr.priced_step, pr.since_rate = 80, big, p.step_s(big), 0
+    p.decision = small
+    assert p.step_s(small) * p.config.reprice_factor < pr.priced_step  # the old rule's trigger
+    pr._stale(p)
+    assert pr.stale_gap == 80 and pr.priced == big
 
 
 def test_after_a_congested_phase_the_probe_goes_at_once_and_its_finding_moves_at_once():
