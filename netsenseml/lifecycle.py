@@ -50,6 +50,12 @@ def _flush() -> None:
             pass
 
 
+def _note(e: Exception) -> None:
+    """A failed destroy is said on stderr, never raised: the job's work is already done."""
+    print(f"netsenseml: note: destroy_process_group: {type(e).__name__}: {e}",
+          file=sys.stderr, flush=True)
+
+
 #: Seconds ``shutdown`` waits for ``destroy_process_group`` before it ends the process.
 DESTROY_TIMEOUT_S = 30.0
 #: Seconds the group's worker threads get to free their finished work items first.
@@ -69,8 +75,7 @@ def destroy_group(timeout_s: float = DESTROY_TIMEOUT_S) -> None:
     try:
         dist.destroy_process_group()
     except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
-        print(f"netsenseml: note: destroy_process_group: {type(e).__name__}: {e}",
-              file=sys.stderr, flush=True)
+        _note(e)
     finally:
         faulthandler.cancel_dump_traceback_later()
 
@@ -84,8 +89,7 @@ def shutdown(code: int = 0, *, run_atexit: bool = True,
         try:
             destroy_group(destroy_timeout_s)
         except Exception as e:  # noqa: BLE001 - e.g. torch.distributed not importable
-            print(f"netsenseml: note: destroy_process_group: {type(e).__name__}: {e}",
-                  file=sys.stderr, flush=True)
+            _note(e)
     try:
         logging.shutdown()
     except Exception:  # noqa: BLE001 - a broken handler must not turn a clean exit into a crash

@@ -44,8 +44,9 @@ communication is modelled per *collective kind*, because the link treats them di
   and rate describes it; the line is only used to extrapolate to sizes not seen.
 
 **Period bound.** Whatever the comm prediction, ``T(d) >= x(d) / R``: a step that puts
-``x`` wire bytes through a path of rate ``R`` takes at least that on average. A shaper's bucket lets a short transfer out at line speed only as
-long as its tokens last, and they refill at ``R``; so all-gathers measured inside the burst
+``x`` wire bytes through a path of rate ``R`` takes at least that on average. A shaper's
+bucket lets a short transfer out at line speed only as long as its tokens last, and they
+refill at ``R``; so all-gathers measured inside the burst
 fit a line many times faster than the link, and extrapolated along it a larger one (int8
 above the top-k sizes) looks nearly free until it is sent. The bound prices such a level
 by the link instead. ``R`` is the fastest rate the path has been seen at, not the one
