@@ -96,7 +96,7 @@ from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the 
 from netsenseml.methods import MethodSpec
 from netsenseml.paper_rule import PaperRule
 from netsenseml.policy import Calibration, Decision, NetSensePolicy, Observation
-from netsenseml.sense import NetworkMonitor, TcpInfoSensor, rtt_probe_due
+from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor, TcpInfoSensor, rtt_probe_due
 
 # The per-step values piggy-backed on bucket 0 (units chosen to suit fp16 transport).
 EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB",
@@ -182,7 +182,7 @@ class NetSenseState:
         monitor_rate_window: int = 8,
         monitor_rate_filter: str = "max",
         monitor_min_rate_bytes: float = 512 * 1024,
-        rtt_probe_every: int = 4,
+        rtt_probe_every: int = RTT_PROBE_EVERY,
         residual_drain: float = 1.0,
         topk_method: str = "auto",
         dgc_momentum: float = 0.9,
@@ -656,8 +656,8 @@ def register(
 
     Options: ``monitor_rate_window`` (8 rate samples), ``monitor_rate_filter`` ("max" of
     the window, as BBR, or "median": ``netsenseml.sense``), ``monitor_min_rate_bytes`` (512 KiB:
-    shorter transfers are no rate samples), ``rtt_probe_every`` (4: netsenseml's tiny RTT
-    collective every 4 steps, and on every dense step), ``residual_drain`` (1.0: a dense
+    shorter transfers are no rate samples), ``rtt_probe_every`` (16: netsenseml's tiny RTT
+    collective every 16 steps, and on every dense step), ``residual_drain`` (1.0: a dense
     level adds at most this times the gradient's norm of the residual per step),
     ``seed`` (0, random-k's shared seed), ``dgc_momentum`` (0.9), ``topk_method``
     ("auto": netsenseml's top-k uses the sampled selector while it keeps 90 % of the exact

@@ -62,7 +62,7 @@ from netsenseml.policy import (
     Observation,
     bytes_ratio,
 )
-from netsenseml.sense import NetworkMonitor, rtt_probe_due
+from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor, rtt_probe_due
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class Job:
     topk_bytes_per_element: float = 8.0
     gather_fixed_s: float = 0.0  # extra seconds per all-gathered collective
     skew_s: float = 0.0  # how much later the last rank reaches a collective, at most
-    rtt_probe_every: int = 4  # the hooks' tiny collective (netsenseml.sense.rtt_probe_due)
+    rtt_probe_every: int = RTT_PROBE_EVERY  # the hooks' tiny collective (netsenseml.sense.rtt_probe_due)
 
 
 @dataclass(frozen=True)

@@ -387,7 +387,13 @@ class TcpInfoSensor:
         return TcpView(best, not free, min(rtts) if rtts else None, len(limited) + len(free))
 
 
-def rtt_probe_due(step: int, level: str, every: int) -> bool:
+RTT_PROBE_EVERY = 16
+"""Steps between the tiny RTT collectives of the gathered levels (``rtt_probe_due``): every
+such probe waits behind the queue a congested top-k phase keeps full and the step joins it;
+at every 4th step it cost the d70 runs' top-k steps 10-25 ms each (results/README.md)."""
+
+
+def rtt_probe_due(step: int, level: str, every: int = RTT_PROBE_EVERY) -> bool:
     """Whether the hooks issue the tiny RTT collective at ``step``: on every step that
     sends a dense allreduce (the dense levels are the ones a queue hurts most: their
     queueing delay is sampled every step), and every ``every`` steps otherwise. It runs

@@ -159,6 +159,10 @@ def test_empty_samples_are_ignored():
 def test_rtt_probe_schedule_is_every_dense_step_and_every_nth_otherwise():
     assert all(rtt_probe_due(s, "fp16", 4) for s in range(1, 9))
     assert [s for s in range(1, 9) if rtt_probe_due(s, "topk", 4)] == [4, 8]
+    # by default a gathered level probes every 16th step: each probe waits behind the full
+    # queue of a congested phase and its step waits for it (results/README.md, A/B of the
+    # cadence 4 -> 16)
+    assert [s for s in range(1, 33) if rtt_probe_due(s, "int8")] == [16, 32]
 
 
 def test_tcp_info_of_a_real_loopback_connection():
