@@ -78,7 +78,7 @@ def _runs(folders: list[Path], option: str) -> list[Any]:
     return runs
 
 
-def _calibration(sources: list[Path], jobs: int) -> Any:
+def _calibration(sources: list[Path], jobs: int, measured_queue: bool = False) -> Any:
     from testbed.simulation.calibrate import calibrate, load_calibration
 
     if not sources:
@@ -92,7 +92,7 @@ def _calibration(sources: list[Path], jobs: int) -> Any:
     runs = _runs(sources, "--calibration")
     typer.echo(f"calibrating on {len(runs)} runs ...", err=True)
     try:
-        return calibrate(runs, workers=jobs)
+        return calibrate(runs, workers=jobs, measured_queue=measured_queue)
     except ValueError as exc:
         fail(f"--calibration: {exc}")
 
@@ -127,10 +127,25 @@ def _net_line(cal: Any) -> str:
     return (f"network: latency factor {n.latency_factor:g}, bandwidth factor "
             f"{n.bandwidth_factor:g}, per-message CPU {n.msg_fixed_s * 1e3:g} ms + "
             f"{n.msg_cpu_s * 1e3:g} ms up to {n.msg_cap_bytes:g} B (contention share "
-            f"{n.msg_share:g}), standing queue {n.queue_fraction:g} of full, iperf3 stream "
+            f"{n.msg_share:g}), standing queue {n.queue_fraction:g} of "
+            f"{_backlog(n.queue_fill)}, iperf3 stream "
             f"weight {n.cross_weight:g}, short messages' extra wait {n.short_wait_s * 1e3:g} ms "
             f"below {n.short_bytes:g} B; calibration runs' median |step error| "
             f"{cal.error_pct} %")
+
+
+def _backlog(fill: float) -> str:
+    if fill > 0:
+        return (f"each congested run's measured backlog (median of the calibration runs: "
+                f"{fill:g} of the queue's limit in full frames)")
+    return "a full queue"
+
+
+MeasuredQueueOption = Annotated[bool, typer.Option(
+    "--measured-queue/--full-queue",
+    help="fit the standing queue as a share of each congested run's measured backlog "
+         "(bottleneck.csv; a diagnostic: the backlog holds the ring's own bytes too), or "
+         "of a full queue")]
 
 
 @app.command("calibrate")
@@ -141,13 +156,14 @@ def calibrate_cmd(
                                       help="where the fit is written (JSON)")]
     = Path("simcal.json"),
     jobs: JobsOption = CPUS,
+    measured_queue: MeasuredQueueOption = False,
 ) -> None:
     """Fit the network factors and compute per level on calibration runs only."""
     from testbed.simulation.calibrate import save_calibration
 
     _check(out, "--out")
     _need_simgrid()
-    cal = _calibration(list(runs), jobs)
+    cal = _calibration(list(runs), jobs, measured_queue)
     save_calibration(cal, out)
     typer.echo(_net_line(cal))
     typer.echo(f"wrote {out}")
@@ -189,9 +205,13 @@ def validate_cmd(
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", metavar="FILE", help="the error table as CSV")] = None,
     jobs: JobsOption = CPUS,
+    median_queue: Annotated[bool, typer.Option(
+        "--median-queue", help="replay congested runs with the calibration runs' median "
+        "backlog, not each run's own (a fit made with --measured-queue)")] = False,
 ) -> None:
     """Predict held-out runs with a calibration that never saw them; print the errors
-    (per point: its seeds averaged, their spread beside the error)."""
+    (per point: its seeds averaged, their spread beside the error). A fit made on measured
+    backlogs replays each congested run with its own, unless --median-queue."""
     from testbed.simulation.calibrate import validate
     from testbed.simulation.scale import markdown
 
@@ -204,8 +224,12 @@ def validate_cmd(
     if overlap:
         fail(f"--runs: {len(overlap)} run(s) are also calibration runs (e.g. "
              f"{sorted(overlap)[0]}); validation needs held-out runs")
-    rows = validate(held, cal, workers=jobs)
+    own = cal.net.queue_fill > 0 and not median_queue
+    rows = validate(held, cal, workers=jobs, measured_queue=own)
     typer.echo(_net_line(cal))
+    if cal.net.queue_fill > 0:
+        typer.echo("congested runs replayed with " + ("each run's own measured backlog" if own
+                   else "the calibration runs' median backlog"))
     cols = [c for c in VALIDATION_COLUMNS if c not in ("run", "levels_pred", "step_seeds_s")]
     typer.echo(markdown(rows, cols))
     summary = error_summary(rows)

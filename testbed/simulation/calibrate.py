@@ -25,6 +25,15 @@ The calibration runs are of other worker counts and another seed than the valida
 per point (its seeds averaged: the mean is the ground truth, the seeds' spread stands
 beside the error): measured and predicted comm, step time and throughput, and the
 relative errors.
+
+``measured_queue`` (both; off by default): a congested run is replayed with the standing
+backlog its own bottleneck.csv measured (``RunFacts.queue_fill``), and the fit learns what
+share of that backlog a ring message waits behind (storing the calibration runs' median
+fill for runs not made). The backlog is mostly one draw of iperf3's window autotuning
+(150-560 kB toward the same link in runs of one scenario), but it also holds the ring's
+own queued bytes (~200 kB in the top-k 1 % runs, up to 560 kB with allreduce), so a
+replay with it is not a prediction: it says how much of a point's error is its seeds'
+draw of the backlog. The committed fit is made without it.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from testbed.common.files import write_json
 from testbed.simulation.model import oversubscription
 from testbed.simulation.platform import Fabric
 from testbed.simulation.sim import (
+    FRAME_BYTES,
     Compute,
     CrossFlow,
     Job,
@@ -67,7 +77,8 @@ IDLE_GRID = {
     "latency_factor": [1, 2, 5, 10, 15, 20, 30, 50],
 }
 CONGESTED_GRID = {
-    "queue_fraction": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5],
+    "queue_overlap": [0.0, 0.5, 1.0],
+    "queue_fraction": [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0],
     "cross_weight": [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0],
     # the wait first, fitted with every message short (the search starts at short_bytes
     # 1e12: from 0 no wait would change any score), then the size below which it applies
@@ -104,6 +115,10 @@ class RunFacts:
     # steps; 0: not measured (the mean rank's is used)
     compute_max_s: float = 0.0
     level_max: dict[str, float] = field(default_factory=dict)
+    # the cross traffic's standing backlog (``sim.NetCalibration.queue_fill``): over the
+    # shaped link directions of bottleneck.csv, the largest median backlog from the first
+    # stream's start on, in full frames of the queue's limit; 0: idle or not measured
+    queue_fill: float = 0.0
 
     @property
     def condition(self) -> str:
@@ -213,6 +228,7 @@ def load_run(run_dir: Path) -> RunFacts | None:
         bpe = statistics.fmean(float(r["bytes_sent"]) / (float(r["kept_ratio"]) * dense / 4)
                                for r in topk)
     wl = scn.get("workload") or {}
+    fill = _queue_fill(run_dir, t_from, fab.queue_pkts) if cross else 0.0
     return RunFacts(
         path=str(run_dir), method=method, n=n, fabric=fab, cross=cross,
         cpus=(cfg.get("host") or {}).get("cpus"), batch_size=int(wl.get("batch_size", 1)),
@@ -227,7 +243,28 @@ def load_run(run_dir: Path) -> RunFacts | None:
         model=str(wl.get("model", "")), dataset=str(wl.get("dataset", "")),
         compute_max_s=mean_of_max("compute_s"),
         level_max={k: mean_of_max("compute_s", v) for k, v in levels.items()},
+        queue_fill=fill,
     )
+
+
+def _queue_fill(run_dir: Path, t_from: float, queue_pkts: int) -> float:
+    """The largest median backlog over the shaped link directions of ``run_dir``'s
+    bottleneck.csv from ``t_from`` on, in full frames of a ``queue_pkts`` queue (the
+    direction the cross traffic fills is the one with a standing backlog); 0 without the
+    file or samples."""
+    backlog: dict[tuple[str, str], list[float]] = {}
+    try:
+        with open(run_dir / "bottleneck.csv", newline="") as fh:
+            for r in csv.DictReader(fh):
+                t, b = _f(r.get("t")), _f(r.get("backlog_bytes"))
+                if t is not None and b is not None and t >= t_from:
+                    backlog.setdefault((r.get("link", ""), r.get("toward", "")), []).append(b)
+    except (OSError, ValueError):
+        return 0.0
+    if not backlog or queue_pkts <= 0:
+        return 0.0
+    worst = max(statistics.median(v) for v in backlog.values())
+    return round(worst / (queue_pkts * FRAME_BYTES), 4)
 
 
 def load_runs(root: Path) -> list[RunFacts]:
@@ -354,12 +391,16 @@ def compute_table(cal: Calibration, condition: str, method: str, n: int = 1,
 
 
 def job_for(run: RunFacts, cal: Calibration, net: NetCalibration | None = None,
-            steps: int | None = None) -> Job:
-    """The SimGrid job that replays ``run`` (same platform, workers, cross traffic, CPUs)."""
+            steps: int | None = None, measured_queue: bool = False) -> Job:
+    """The SimGrid job that replays ``run`` (same platform, workers, cross traffic, CPUs;
+    ``measured_queue``: and the standing backlog the run measured, where it has one)."""
+    net = net or cal.net
+    if measured_queue and run.cross and run.queue_fill > 0:
+        net = replace(net, queue_fill=run.queue_fill)
     return Job(
         fabric=run.fabric, method=run.method, dense_bytes=run.dense_bytes,
         batch_size=run.batch_size, compute=compute_table(cal, run.condition, run.method, run.n, run.cpus),
-        cal=net or cal.net, topk_bytes_per_element=run.topk_bytes_per_element,
+        cal=net, topk_bytes_per_element=run.topk_bytes_per_element,
         cross=run.cross, cores=run.cpus, htb=True,
         time_limit_s=None if steps else (run.time_limit_s or None),
         steps=steps or (None if run.time_limit_s else int(run.steps_limit or 20)),
@@ -394,8 +435,9 @@ def summarise(res: SimResult, workers: int, batch: int) -> Predicted:
 
 
 def _errors(runs: list[RunFacts], cal: Calibration, net: NetCalibration,
-            workers: int) -> list[float]:
-    res = simulate_isolated([job_for(r, cal, net, steps=CALIB_STEPS) for r in runs], workers)
+            workers: int, measured_queue: bool = False) -> list[float]:
+    res = simulate_isolated([job_for(r, cal, net, steps=CALIB_STEPS,
+                                     measured_queue=measured_queue) for r in runs], workers)
     return [(summarise(x, r.n, r.batch_size).step_s - r.step_s) / r.step_s
             for r, x in zip(runs, res, strict=True)]
 
@@ -414,8 +456,9 @@ def workload_of(runs: list[RunFacts]) -> dict[str, Any]:
 
 
 def calibrate(runs: list[RunFacts], workers: int = 2, rounds: int = 2,
-              log: Any = None) -> Calibration:
-    """Compute tables and network factors from ``runs`` (none of them is validated)."""
+              log: Any = None, measured_queue: bool = False) -> Calibration:
+    """Compute tables and network factors from ``runs`` (none of them is validated);
+    ``measured_queue``: each congested run with its own backlog (module docstring)."""
     if not runs:
         raise ValueError("calibration: no usable runs (ok runs on star/dumbbell/leafspine)")
     compute, codec, share = fit_compute(runs)
@@ -431,7 +474,7 @@ def calibrate(runs: list[RunFacts], workers: int = 2, rounds: int = 2,
     def score(net: NetCalibration, group: list[RunFacts], label: str) -> float:
         key = (label, *asdict(net).values())
         if key not in cache:
-            errs = _errors(group, cal, net, workers)
+            errs = _errors(group, cal, net, workers, measured_queue)
             cache[key] = sum(e * e for e in errs)
             if log:
                 log(f"  {key}: rms {100 * math.sqrt(cache[key] / len(errs)):.1f} %")
@@ -447,8 +490,11 @@ def calibrate(runs: list[RunFacts], workers: int = 2, rounds: int = 2,
             for name, values in grid.items():
                 cands = [replace(best, **{name: v}) for v in values]
                 best = min(cands, key=lambda n, g=group, lab=label: score(n, g, lab))
-    errs = _errors(runs, cal, best, workers)
+    errs = _errors(runs, cal, best, workers, measured_queue)
     med = statistics.median(abs(e) for e in errs) * 100
+    fills = [r.queue_fill for r in congested if r.queue_fill > 0]
+    if measured_queue and fills:  # what a run not made is predicted with
+        best = replace(best, queue_fill=round(statistics.median(fills), 4))
     return replace(cal, net=best, error_pct=round(med, 2))
 
 
@@ -472,21 +518,31 @@ def spread_pct(values: list[float]) -> float:
     return 100.0 * (max(values) - min(values)) / m if m else 0.0
 
 
-def validate(runs: list[RunFacts], cal: Calibration, workers: int = 2) -> list[dict[str, Any]]:
+def validate(runs: list[RunFacts], cal: Calibration, workers: int = 2,
+             measured_queue: bool = False) -> list[dict[str, Any]]:
     """One row per emulated point (method, W, condition, scenario): the runs of a point's
     seeds are averaged and the mean is the ground truth the simulation is compared with,
     with the seeds' spread beside the error. One congested run of a few steps under bulk
     TCP streams is one draw of their window and queue dynamics (the same point lands 45-65 %
     apart between seeds), so an error against one seed would measure that draw. The
     simulation is deterministic and the same for every seed of a point: it runs once per
-    point, for the run's full length (not ``CALIB_STEPS``)."""
+    point, for the run's full length (not ``CALIB_STEPS``). ``measured_queue``: each seed
+    of a congested point is simulated with its own backlog and the predictions averaged
+    as the measurements are."""
     groups = seed_groups(runs)
-    res = simulate_isolated([job_for(g[0], cal) for g in groups], workers)
+    jobs: list[Job] = []
+    spans = []
+    for g in groups:
+        members = g if measured_queue and g[0].cross else g[:1]
+        spans.append((len(jobs), len(members)))
+        jobs += [job_for(q, cal, measured_queue=measured_queue) for q in members]
+    done = simulate_isolated(jobs, workers)
+    res = [done[a:a + n] for a, n in spans]
     rows = []
-    for g, x in sorted(zip(groups, res, strict=True),
-                       key=lambda p: (p[0][0].method, p[0][0].condition, p[0][0].n)):
+    for g, xs in sorted(zip(groups, res, strict=True),
+                        key=lambda p: (p[0][0].method, p[0][0].condition, p[0][0].n)):
         r = g[0]
-        p = summarise(x, r.n, r.batch_size)
+        p = _mean_prediction([summarise(x, r.n, r.batch_size) for x in xs])
         steps = [q.step_s for q in g]
         thrs = [q.throughput for q in g]
         step, thr = statistics.fmean(steps), statistics.fmean(thrs)
@@ -506,6 +562,17 @@ def validate(runs: list[RunFacts], cal: Calibration, workers: int = 2) -> list[d
             "sim_wall_s": round(p.wall_s, 3), "run": " ".join(q.path for q in g),
         })
     return rows
+
+
+def _mean_prediction(ps: list[Predicted]) -> Predicted:
+    """Several seeds' predictions as one (means; the first one's level counts)."""
+    if len(ps) == 1:
+        return ps[0]
+    return Predicted(statistics.fmean(p.compute_s for p in ps),
+                     statistics.fmean(p.comm_s for p in ps),
+                     statistics.fmean(p.step_s for p in ps),
+                     statistics.fmean(p.throughput for p in ps), ps[0].levels,
+                     sum(p.wall_s for p in ps))
 
 
 def save_calibration(cal: Calibration, path: Path) -> None:

@@ -154,3 +154,47 @@ def test_the_ring_waits_for_the_last_ranks_compute() -> None:
     # recorded as steps.csv does, from the mean rank: its own compute, the wait in its comm
     assert ra.compute_s == rb.compute_s == pytest.approx(0.010)
     assert rb.comm_s - ra.comm_s == pytest.approx(0.020, rel=0.05)
+
+
+def test_a_step_count_under_cross_traffic_counts_the_steps_after_it_started() -> None:
+    # 10 ms steps and streams from 0.5 s: a count from the first step would end before
+    # the streams start (a calibration run of top-k 1 % at 3 workers was "predicted" idle)
+    comp = Compute({"topk:0.01": 0.010})
+    res, = simulate_isolated([_job("topk:0.01", 2, compute=comp, htb=True, steps=5,
+                                   cross=(CrossFlow("x0", "w1", 4, 0.5),))])
+    assert res.cross_started_t == pytest.approx(0.5)
+    after = [s for s in res.steps if s.t > res.cross_started_t]
+    assert len(after) == 5
+    assert len(res.steps) > 40  # the ~50 steps of the first half second come first
+
+
+def test_a_standing_queue_overlaps_a_transfer_by_queue_overlap() -> None:
+    # 2 ranks, int8 (85 kB all-gather messages), w1's downlink shared with one bulk flow
+    # (cross_weight 0.25 of 4 streams): the message takes 85 kB / 1.25 MB/s = 68 ms at its
+    # share, the standing queue 100 frames of 1514 B at 2.5 MB/s = 61 ms. Overlap 0 adds
+    # them, 1 takes the larger, 0.5 half-way.
+    from testbed.simulation.sim import NetCalibration
+    cross = (CrossFlow("x0", "w1", 4, 0.0),)
+    base = NetCalibration(cross_weight=0.25)
+    runs = simulate_isolated([
+        _job("int8", 2, steps=4, cross=cross, cal=NetCalibration(cross_weight=0.25,
+                                                                 queue_fraction=0.0)),
+        *[_job("int8", 2, steps=4, cross=cross,
+               cal=NetCalibration(cross_weight=0.25, queue_overlap=o)) for o in (0.0, 0.5, 1.0)],
+    ], workers=2)
+    transfer, add, half, over = (r.steps[-1].comm_s for r in runs)
+    wait = 100 * 1514 / 2.5e6
+    assert transfer == pytest.approx(85_000 / 1.25e6, rel=0.05)
+    assert add == pytest.approx(transfer + wait, rel=0.02)
+    assert over == pytest.approx(max(transfer, wait), rel=0.02)
+    assert half == pytest.approx(transfer + wait - 0.5 * min(transfer, wait), rel=0.02)
+    assert base.queue_overlap == 0.0  # the earlier model stays the default
+
+
+def test_the_standing_queue_is_a_share_of_the_measured_backlog() -> None:
+    from testbed.simulation.sim import NetCalibration, standing_queue_bytes
+    full = 100 * 1514
+    assert standing_queue_bytes(NetCalibration(queue_fraction=0.5), 100) == 0.5 * full
+    assert standing_queue_bytes(NetCalibration(queue_fraction=0.5, queue_fill=2.0),
+                                100) == full
+    assert standing_queue_bytes(NetCalibration(queue_bytes=9e4, queue_fill=2.0), 100) == 9e4

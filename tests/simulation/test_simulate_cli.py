@@ -161,3 +161,46 @@ def test_seeds_of_one_point_are_one_ground_truth() -> None:
     assert [len(g) for g in groups] == [3, 1]
     assert spread_pct([q.step_s for q in groups[0]]) == pytest.approx(100 * 0.02 / 0.12)
     assert spread_pct([1.0]) == 0.0
+
+
+def test_a_runs_backlog_is_the_filled_directions_median_after_the_streams_start(
+        tmp_path: Path) -> None:
+    from testbed.simulation.calibrate import _queue_fill
+
+    head = "t,link,dev,toward,configured_mbit,delivered_mbit,backlog_bytes\n"
+    rows = [f"{t},w1,s0-eth2,w1,20,20,{b}\n" for t, b in
+            ((0.1, 900_000), (1.0, 100_000), (1.1, 300_000), (1.2, 200_000))]
+    rows += [f"{t},w1,w1-eth0,s0,20,5,0\n" for t in (0.1, 1.0, 1.1, 1.2)]
+    (tmp_path / "bottleneck.csv").write_text(head + "".join(rows))
+    # before 1.0 s (the streams' start) left out; the median of 100/300/200 kB
+    assert _queue_fill(tmp_path, 1.0, 100) == pytest.approx(200_000 / (100 * 1514), abs=1e-4)
+    assert _queue_fill(tmp_path / "missing", 1.0, 100) == 0.0
+
+
+@pytest.mark.skipif(not engine.available(), reason="simgrid not importable")
+def test_validate_replays_each_congested_seed_with_its_own_backlog() -> None:
+    from testbed.simulation.calibrate import validate
+    from testbed.simulation.sim import CrossFlow
+
+    comp = {"none": 0.003, "topk:0.01": 0.004}
+    cal = Calibration(NetCalibration(1.0, 1.0, 0.0, 1.0, queue_fraction=1.0,
+                                     queue_fill=2.0, queue_overlap=1.0),
+                      {"congested": comp}, {"congested": dict.fromkeys(comp, 0.0)}, [], None,
+                      {}, {"congested": dict.fromkeys(comp, 0.0)})
+
+    def run(seed: int, fill: float) -> RunFacts:
+        return replace(_facts("topk:0.01", 2, 0.004), path=f"topk-s{seed}", steps_limit=6,
+                       time_limit_s=None, cross=(CrossFlow("x0", "w1", 4, 0.0),),
+                       fabric=Fabric("star", 2, 20.0, cross=1), queue_fill=fill)
+
+    # a 6.8 kB message waits out the standing queue: 1 or 3 full queues of 100 frames
+    one, three = (validate([run(0, f)], cal, workers=1, measured_queue=True)[0]
+                  for f in (1.0, 3.0))
+    both = validate([run(0, 1.0), run(1, 3.0)], cal, workers=2, measured_queue=True)[0]
+    median = validate([run(0, 1.0), run(1, 3.0)], cal, workers=2)[0]
+    wait = 100 * 1514 / 2.5e6
+    assert three["step_pred_s"] - one["step_pred_s"] == pytest.approx(2 * wait, rel=0.05)
+    assert both["step_pred_s"] == pytest.approx(
+        (one["step_pred_s"] + three["step_pred_s"]) / 2, rel=0.01)
+    # without measured_queue every seed gets the fit's fill (2 full queues)
+    assert median["step_pred_s"] == pytest.approx(one["step_pred_s"] + wait, rel=0.05)
