@@ -35,7 +35,8 @@ emulation's own settings, not fitted:
   its drop-tail queue full), every message through it waits behind the standing queue,
   ``standing_queue_bytes x 8 / rate`` seconds (``queue_fraction`` of the measured backlog
   ``queue_bytes`` where the calibration has one, else of ``queue_pkts`` full frames; the
-  fraction fitted), and the link has no tokens left;
+  fraction fitted), and the link has no tokens left; the wait is added to the phase's
+  transfer, or overlaps it by the fitted ``queue_overlap`` (``queued_s``);
 * the extra wait of short messages: through such a full queue a message below
   ``short_bytes`` pays ``short_wait_s`` more once per ring phase (both fitted on the
   congested calibration runs; see ``phase``).
