@@ -492,9 +492,9 @@ def calibrate(runs: list[RunFacts], workers: int = 2, rounds: int = 2,
         # what the other coordinates mean, and one search from a single start kept the
         # overlap it chose first (rms 14.4 % on the congested calibration runs, against
         # 11.4 % without overlap).
+        starts = [replace(best, **{restart: v}) for v in grid[restart]] if restart else [best]
         ends = []
-        for v0 in grid[restart] if restart else [getattr(best, next(iter(grid)))]:
-            cur = replace(best, **{restart: v0}) if restart else best
+        for cur in starts:
             for _ in range(rounds):
                 for name, values in grid.items():
                     if name == restart:  # held at this start's value

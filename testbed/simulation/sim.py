@@ -367,11 +367,14 @@ def simulate(job: Job) -> SimResult:
         comms = [sg.Comm.sendto_async(hosts[i], hosts[(i + 1) % w], max(1, int(eff[i])))
                  for i in range(w)]
         sg.Comm.wait_all(comms)
-        wait = max((sum(queue_delay[k] for k in r if buckets.full.get(k, 0)) for r in routes),
-                   default=0.0)
+        # the shaped links that bulk flows fill on each route (none while nothing is full:
+        # idle phases do not walk the routes)
+        full = ([[k for k in r if buckets.full.get(k, 0)] for r in routes]
+                if any(buckets.full.values()) else [])
+        wait = max((sum(queue_delay[k] for k in f) for f in full), default=0.0)
         if wait > 0:
             sg.this_actor.sleep_for(queued_s(cal, wait, e.clock - t0))
-        if size < cal.short_bytes and any(buckets.full.get(k, 0) for r in routes for k in r):
+        if size < cal.short_bytes and any(full):
             # An empirical term, its mechanism not identified: the held-out runs showed
             # top-k 1 % (6.8 kB messages) under cross traffic 36-44 ms a ring phase slower
             # than the flow model at 2, 4 and 8 workers (seed spread 1-3 %), top-k 10 %
