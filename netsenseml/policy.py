@@ -320,6 +320,10 @@ class PolicyConfig:
 
 FIELDS = tuple(f.name for f in dataclasses.fields(PolicyConfig))
 
+#: Steps either side of a sample within which the size sent now tells the path's state
+#: then (:meth:`StepModel.drift`).
+DRIFT_STEPS = 2
+
 
 # ----------------------------------------------------------------------------- helpers
 def _median(values: list[float]) -> float:
@@ -367,6 +371,9 @@ class StepModel:
         self._hidden: deque[float] = deque(maxlen=config.overlap_window)
         self._codec: dict[str, deque[float]] = {}
         self.steps = 0
+        self._drift_key: tuple[Any, ...] | None = None
+        self._drift: dict[int, float] = {}
+        self._drift_kind: str | None = None
 
     # -- inputs
     def wire_bytes(self, d: Decision) -> float:
@@ -427,12 +434,66 @@ class StepModel:
         return bool(self._live(kind))
 
     def groups(self, kind: str) -> dict[float, list[float]]:
-        """Latest ``size_memory`` comm times per size of ``kind`` in the regime."""
+        """Latest ``size_memory`` comm times per size of ``kind`` in the regime, each
+        brought to the path's state now (:meth:`drift`)."""
         out: dict[float, list[float]] = {}
-        for x, y, _ in sorted(self._live(kind), key=lambda p: -p[2]):
+        ref_kind, drift = self.drift()
+        if kind == ref_kind:
+            drift = {}
+        for x, y, t in sorted(self._live(kind), key=lambda p: -p[2]):
             if len(out.setdefault(x, [])) < self.config.size_memory:
-                out[x].append(y)
+                out[x].append(y * drift.get(t, 1.0))
         return out
+
+    def drift(self) -> tuple[str | None, dict[int, float]]:
+        """The collective kind the policy sends now, and per step of the regime's samples
+        how much slower the path is now than then, as the size it sends now measured it
+        (its median now / its median within ``DRIFT_STEPS`` of that step; clipped to
+        ``change_factor`` either way: a larger change is the detector's); none where that
+        size has no samples near the step or the change is within their noise.
+        :meth:`groups` applies it to the *other* kind's samples only: within a kind the
+        sizes were sent by turns and their line (fixed cost and slope) is fitted as
+        measured.
+
+        Why: under TCP cross traffic a drop-tail queue's backlog drifts over seconds
+        without a change the detector confirms (two congested int8 phases of one run:
+        45 ms and 180 ms a step). Candidates are priced from samples taken at other times:
+        a one-step probe of another level, a ratio left a few steps ago. Read raw, such a
+        sample from a quiet moment prices its level as if the moment lasted (sim-noise,
+        2 workers, 4 streams: an fp16 probe of 125 ms among 45-110 ms int8 steps priced
+        fp16 below int8 once int8 had drifted to 170 ms; the policy moved to fp16 and
+        took 330 ms steps for the remaining 6 s). The queue delays every size alike, so
+        the size measured throughout tells each sample's moment from now."""
+        key = (self.steps, *((len(v), v[-1] if v else None) for v in self._points.values()))
+        if self._drift_key == key:
+            return self._drift_kind, self._drift
+        pts = [(k, p) for k in self._points for p in self._live(k)]
+        sizes: dict[tuple[str, float], list[tuple[int, float]]] = {}
+        for k, (x, y, t) in pts:
+            sizes.setdefault((k, x), []).append((t, y))
+        # the reference: the newest sample's size among those measured at least twice (a
+        # one-step probe is not what the policy sends)
+        newest_first = sorted(pts, key=lambda q: -q[1][2])
+        ref = next(((k, x) for k, (x, _, _) in newest_first if len(sizes[(k, x)]) >= 2), None)
+        out: dict[int, float] = {}
+        if ref is not None:
+            c = self.config
+            own = sorted(sizes[ref], reverse=True)
+            recent = [y for _, y in own[: c.size_memory]]
+            now = _median(recent)
+            for _, (_, _, t) in pts:
+                near = [y for u, y in own if abs(u - t) <= DRIFT_STEPS]
+                if not near or t in out or now <= 0:
+                    continue
+                then = _median(near)
+                # a drift beyond ``confidence`` standard errors of the two medians (as a
+                # move is judged) and the model's least relative error; else as measured
+                noise = c.confidence * math.hypot(_se_median(recent), _se_median(near))
+                if then > 0 and abs(now - then) > max(noise, c.min_rel_error * then):
+                    out[t] = min(c.change_factor, max(1.0 / c.change_factor, now / then))
+        self._drift_key, self._drift = key, out
+        self._drift_kind = ref[0] if ref is not None else None
+        return self._drift_kind, out
 
     def slope(self) -> float:
         """Seconds per wire byte of a long transfer now: the monitor's rate where it sensed

@@ -273,6 +273,48 @@ def test_one_size_never_reads_a_too_high_sensed_rate_as_a_fixed_cost():
     assert m4.fit("allgather")[0] == pytest.approx(4 * a, rel=1e-6)
 
 
+def _drifting_int8_with_one_fp16_probe(m):
+    """int8 steps of a congested 2-worker run (sim-noise s2): a quiet moment at 45 ms in
+    which a one-step fp16 probe took 125 ms, then the queue's backlog grows and int8 takes
+    170 ms a step (no regime change: never 2x the prediction at once)."""
+    int8, fp16 = Decision("int8"), Decision("fp16")
+    seq = [(int8, 0.09), (int8, 0.05), (int8, 0.045), (fp16, 0.125), (int8, 0.05), (int8, 0.06)]
+    seq += [(int8, y) for y in (0.09, 0.11, 0.13, 0.15, 0.16, 0.17, 0.17, 0.18, 0.17)]
+    for d, y in seq:
+        m.add(obs(d, y))
+        m.add_point(d, y)
+    return int8, fp16
+
+
+def test_a_sample_of_the_other_kind_is_priced_at_the_paths_state_now():
+    """A one-step probe from a quiet moment is brought to now by how much slower the
+    level sent throughout has become since (clipped to change_factor); the level sent
+    throughout is predicted by its own samples."""
+    m = StepModel(PolicyConfig(), cal())
+    int8, fp16 = _drifting_int8_with_one_fp16_probe(m)
+    assert m.comm(int8)[0] == pytest.approx(0.17)
+    # int8 around the probe: 0.05, 0.045, 0.05, 0.06 -> median 0.05; now 0.17: 3.4x,
+    # clipped to change_factor 2
+    assert m.comm(fp16)[0] == pytest.approx(2.0 * 0.125)
+    # no drift, no correction
+    m2 = StepModel(PolicyConfig(), cal())
+    for d, y in [(int8, 0.05)] * 3 + [(fp16, 0.125)] + [(int8, 0.05)] * 5:
+        m2.add(obs(d, y))
+        m2.add_point(d, y)
+    assert m2.comm(fp16)[0] == pytest.approx(0.125)
+
+
+def test_a_quiet_moments_probe_does_not_price_a_dense_level_below_a_drifted_one():
+    """The policy holding int8 under drifting congestion does not find fp16 cheaper from
+    a probe taken in a quiet moment (sim-noise, 2 workers: it moved to fp16 and spent the
+    run's last 6 s at 330 ms steps, against 80-180 ms compressed)."""
+    p = NetSensePolicy(prior=PRIOR)
+    p.calibrate(cal())
+    p.decision = Decision("int8")
+    _drifting_int8_with_one_fp16_probe(p.model)
+    assert p.cost(Decision("fp16")) > p.cost(Decision("int8"))
+
+
 def test_hysteresis_confirms_and_backs_off_on_reversals():
     h = Hysteresis(PolicyConfig(decide_confirm=2, backoff_factor=3, max_confirm=20))
     a, b = Decision("fp16"), Decision("topk", 0.1)
