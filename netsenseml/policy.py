@@ -1087,13 +1087,8 @@ class NetSensePolicy:
         # significant gain, and a tie that undoes it is a noisy stretch of the current
         # level's samples as often as not (eval-onoff, idle 500 Mbit/s: five int8 steps at
         # 15-20 ms instead of 9-11 priced int8 at fp16's J; the policy went to fp16 and
-        # back); only a significant gain undoes it. And across levels the candidate must
-        # cost no more even one standard error above its estimate: a level the regime
-        # knows from one or two probe steps is priced with a wide error, and a tie taken on
-        # its point estimate picks the probes that happened to be quick (eval-onoff and
-        # eval-ramp, idle 500 Mbit/s: top-k -> fp16 on J 22.2 +- 8.0 ms against 22.9 +- 3.0,
-        # fp16 then measured 28 ms and the policy compressed again 10 steps later).
+        # back); only a significant gain undoes it.
         across = self.hysteresis.last_move is not False
-        faithful = [d for d in eligible if self.fidelity(d) < self.fidelity(cur) and (
-            js[d][0] <= jc[0] if d.level == cur.level else across and js[d][0] + js[d][1] <= jc[0])]
+        faithful = [d for d in eligible if (across or d.level == cur.level)
+                    and self.fidelity(d) < self.fidelity(cur) and js[d][0] <= jc[0]]
         return faithful[0] if faithful else cur
