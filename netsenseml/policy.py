@@ -43,6 +43,13 @@ communication is modelled per *collective kind*, because the link treats them di
   transfer below the shaper's burst leaves at line speed, and no line through fixed cost
   and rate describes it; the line is only used to extrapolate to sizes not seen.
 
+**Drift.** Candidates of the other collective kind are priced from samples taken at other
+times (a one-step probe, a level left a few steps ago), while a queue's backlog drifts under
+TCP cross traffic without a change the detector confirms. Such a sample is brought to now by
+how much slower the size sent throughout has become since (its median now / its median
+around the sample; applied where the two differ by more than ``confidence`` standard errors,
+clipped to ``change_factor``) -- a queue delays every size alike (:meth:`StepModel.drift`).
+
 **Period bound.** Whatever the comm prediction, ``T(d) >= x(d) / R``: a step that puts
 ``x`` wire bytes through a path of rate ``R`` takes at least that on average. A shaper's
 bucket lets a short transfer out at line speed only as long as its tokens last, and they
