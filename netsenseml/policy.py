@@ -378,7 +378,8 @@ class StepModel:
         self._hidden: deque[float] = deque(maxlen=config.overlap_window)
         self._codec: dict[str, deque[float]] = {}
         self.steps = 0
-        self._drift_key: tuple[Any, ...] | None = None
+        self._drift_key: tuple[int, int] | None = None
+        self.points_version = 0  # bumped whenever ``_points`` changes (drift's cache key)
         self._drift: dict[int, float] = {}
         self._drift_kind: str | None = None
 
@@ -408,6 +409,7 @@ class StepModel:
 
     def add_point(self, d: Decision, comm_s: float) -> None:
         self._points[kind_of(d.level)].append((self.wire_bytes(d), max(comm_s, 0.0), self.steps))
+        self.points_version += 1
 
     def _identified(self, kind: str, a: float) -> None:
         self._fixed[kind] = a
@@ -424,6 +426,7 @@ class StepModel:
             recent = [p for p in pts if p[2] > self.steps - keep]
             pts.clear()
             pts.extend(recent)
+        self.points_version += 1
         self.rate_fresh = False
 
     # -- the model
@@ -471,7 +474,7 @@ class StepModel:
         fp16 below int8 once int8 had drifted to 170 ms; the policy moved to fp16 and
         took 330 ms steps for the remaining 6 s). The queue delays every size alike, so
         the size measured throughout tells each sample's moment from now."""
-        key = (self.steps, *((len(v), v[-1] if v else None) for v in self._points.values()))
+        key = (self.steps, self.points_version)
         if self._drift_key == key:
             return self._drift_kind, self._drift
         pts = [(k, p) for k in self._points for p in self._live(k)]
@@ -487,15 +490,18 @@ class StepModel:
             c = self.config
             own = sorted(sizes[ref], reverse=True)
             recent = [y for _, y in own[: c.size_memory]]
-            now = _median(recent)
-            for _, (_, _, t) in pts:
+            now, se_now = _median(recent), _se_median(recent)
+            # only the other kind's samples are corrected (groups), so only their steps
+            for k, (_, _, t) in pts:
+                if k == ref[0] or t in out or now <= 0:
+                    continue
                 near = [y for u, y in own if abs(u - t) <= DRIFT_STEPS]
-                if not near or t in out or now <= 0:
+                if not near:
                     continue
                 then = _median(near)
                 # a drift beyond ``confidence`` standard errors of the two medians (as a
                 # move is judged) and the model's least relative error; else as measured
-                noise = c.confidence * math.hypot(_se_median(recent), _se_median(near))
+                noise = c.confidence * math.hypot(se_now, _se_median(near))
                 if then > 0 and abs(now - then) > max(noise, c.min_rel_error * then):
                     out[t] = min(c.change_factor, max(1.0 / c.change_factor, now / then))
         self._drift_key, self._drift = key, out
@@ -968,11 +974,13 @@ class NetSensePolicy:
         m.rate, m.rate_fresh = rate, True
         for pts in m._points.values():
             pts.clear()
+        m.points_version += 1
         try:
             return self.best()
         finally:
             m.rate, m.rate_fresh = saved[0], saved[1]
             m._points.update(saved[2])
+            m.points_version += 1
             m._fixed.update(saved[3])
             m._queue_at.update(saved[4])
 
