@@ -378,10 +378,9 @@ class StepModel:
         self._hidden: deque[float] = deque(maxlen=config.overlap_window)
         self._codec: dict[str, deque[float]] = {}
         self.steps = 0
-        self._drift_key: tuple[int, int] | None = None
         self.points_version = 0  # bumped whenever ``_points`` changes (drift's cache key)
-        self._drift: dict[int, float] = {}
-        self._drift_kind: str | None = None
+        # drift's result and the (steps, points_version) it was computed at
+        self._drift: tuple[tuple[int, int], str | None, dict[int, float]] | None = None
 
     # -- inputs
     def wire_bytes(self, d: Decision) -> float:
@@ -475,8 +474,8 @@ class StepModel:
         took 330 ms steps for the remaining 6 s). The queue delays every size alike, so
         the size measured throughout tells each sample's moment from now."""
         key = (self.steps, self.points_version)
-        if self._drift_key == key:
-            return self._drift_kind, self._drift
+        if self._drift is not None and self._drift[0] == key:
+            return self._drift[1], self._drift[2]
         pts = [(k, p) for k in self._points for p in self._live(k)]
         sizes: dict[tuple[str, float], list[tuple[int, float]]] = {}
         for k, (x, y, t) in pts:
@@ -504,9 +503,9 @@ class StepModel:
                 noise = c.confidence * math.hypot(se_now, _se_median(near))
                 if then > 0 and abs(now - then) > max(noise, c.min_rel_error * then):
                     out[t] = min(c.change_factor, max(1.0 / c.change_factor, now / then))
-        self._drift_key, self._drift = key, out
-        self._drift_kind = ref[0] if ref is not None else None
-        return self._drift_kind, out
+        kind = ref[0] if ref is not None else None
+        self._drift = (key, kind, out)
+        return kind, out
 
     def slope(self) -> float:
         """Seconds per wire byte of a long transfer now: the monitor's rate where it sensed
