@@ -13,7 +13,7 @@ One row per run (``testbed.analysis.sensing.validate``): coverage (rank-0 steps 
 estimate), median |error| relative to the available rate and to the fair share per phase,
 the monitor's min RTT beside the kernel's ``tcpi_min_rtt``, and level changes per
 cross-traffic segment, as labels (fp16 -> top-k) and as ladder rungs (a top-k ratio move is
-one), probes left out.
+one), probes left out; then the segments with more than one label change, of all.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> None:
     print("| run | coverage | idle vs avail | idle vs fair | congested vs avail | congested vs fair "
           "| min RTT ms (monitor / kernel) | label changes per segment | rung changes per segment |")
     print("|---|---|---|---|---|---|---|---|---|")
+    all_segments: list[dict] = []
     for run in runs:
         name = f"{run.parent.name}/{run.name}"
         try:
@@ -48,12 +49,17 @@ def main() -> None:
             print(f"| {name} | no estimate: {str(exc).split(': ', 1)[-1][:80]} |  |  |  |  |  |  |  |")
             continue
         segs = s["segments"]
+        all_segments.extend(segs)
         print(f"| {name} | {_pct(s['coverage'])} | {_pct(s['rate_medae_rel_idle'])} "
               f"| {_pct(s.get('rate_medae_rel_idle_fair'))} | {_pct(s['rate_medae_rel_congested'])} "
               f"| {_pct(s.get('rate_medae_rel_congested_fair'))} "
               f"| {s['est_min_rtt_ms']} / {s['tcp_min_rtt_ms']} "
               f"| {' '.join(x['phase'][0] + str(x['changes']) for x in segs)} "
               f"| {' '.join(x['phase'][0] + str(x.get('ladder_changes', '-')) for x in segs)} |")
+    if all_segments:
+        over = sum(1 for x in all_segments if x["changes"] > 1)
+        print(f"\nsegments with more than one label change: {over} of {len(all_segments)}; "
+              f"label changes in all: {sum(x['changes'] for x in all_segments)}")
 
 
 if __name__ == "__main__":
