@@ -136,8 +136,11 @@ def test_sigint_after_a_sweep_run_keeps_its_sweep_record(tmp_path):
     sweep.write_text(f"""name: sw
 scenario: {_write(tmp_path, "steps: 3")}
 methods: [allreduce]
-seeds: [0, 1]
+seeds: [0, 1, 2, 3, 4]
 """)
+    # Five seeds: a 3-step run takes ~0.7 s, and with two the second could end (and the
+    # sweep exit 0) before the SIGINT sent on the first's "ok" arrived; the runs after it
+    # never start when the signal lands in time, so they cost nothing.
     env, _ = env_for(tmp_path)
     proc = subprocess.Popen([str(NETSENSE), "sweep", str(sweep), "--results", "res"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
