@@ -500,6 +500,22 @@ def _register_analysis() -> None:
 _register_analysis()
 simulate.register(app)
 
+def _sigint_interrupts() -> None:
+    """SIGINT interrupts netsense wherever it lands, even where it was started ignoring it.
+
+    A process started in the background by a non-interactive shell (a script's ``cmd &``,
+    ``nohup``, some CI runners) inherits SIGINT *ignored*, and Python then installs no
+    KeyboardInterrupt for it. A run's signal guard (``testbed.orchestration.interrupts``)
+    catches SIGINT anyway, so a sweep so started stopped on a SIGINT during a run but let one
+    between two runs pass unseen and went on to the end (a CI run: five runs, exit 0). One
+    meaning for the signal: it interrupts (exit 130), as in a terminal.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``netsense`` console entry: typer's app, with its usage errors in our one style.
 
@@ -509,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     from testbed.common import files
 
+    _sigint_interrupts()
     try:
         rc = app(args=argv, prog_name="netsense", standalone_mode=False)
     except files.LinkRefused as exc:  # a link in a results tree: never written through

@@ -177,3 +177,18 @@ def test_doctor_reports_each_capability(tmp_path, monkeypatch):
         assert check in proc.stdout
     netem_line = next(line for line in proc.stdout.splitlines() if "netem" in line)
     assert ("ok" in netem_line) == kernel.has_netem()
+
+
+def test_sigint_ignored_at_start_is_made_to_interrupt(tmp_path):
+    """A ``netsense`` started with SIGINT ignored (a background job of a non-interactive
+    shell) makes it interrupt again before any command runs: ``main`` leaves Python's
+    KeyboardInterrupt handler in place of the inherited SIG_IGN (testbed.cli.app)."""
+    code = ("import signal\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "from testbed.cli.app import main\n"
+            "rc = main(['list'])\n"
+            "print(rc, signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "NETSENSE_STATE_DIR": str(tmp_path / "state")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "0 True", out.stdout

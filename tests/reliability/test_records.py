@@ -131,7 +131,10 @@ def test_sigint_at_a_run_boundary_leaves_only_final_records(tmp_path):
     assert state_empty(tmp_path / "state")
 
 
-def test_sigint_after_a_sweep_run_keeps_its_sweep_record(tmp_path):
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_sigint_after_a_sweep_run_keeps_its_sweep_record(tmp_path, inherited):
+    """``ignored``: the sweep starts with SIGINT ignored, as a background job of a
+    non-interactive shell does (CI runners, ``nohup``); the signal still interrupts it."""
     sweep = tmp_path / "sw.yaml"
     sweep.write_text(f"""name: sw
 scenario: {_write(tmp_path, "steps: 3")}
@@ -142,9 +145,10 @@ seeds: [0, 1, 2, 3, 4]
     # sweep exit 0) before the SIGINT sent on the first's "ok" arrived; the runs after it
     # never start when the signal lands in time, so they cost nothing.
     env, _ = env_for(tmp_path)
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if inherited == "ignored" else None
     proc = subprocess.Popen([str(NETSENSE), "sweep", str(sweep), "--results", "res"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ignore)
     try:
         _wait(lambda: any(s.get("status") == "ok"
                           for s in _summaries(tmp_path / "res").values()), every=0.005)
