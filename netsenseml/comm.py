@@ -44,12 +44,13 @@ NetSenseML prototype measured them (``netsenseml.paper_rule``).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.distributed as dist
+
+from netsenseml import clock
 
 
 class SampleSink(Protocol):
@@ -103,7 +104,7 @@ class CommRecorder:
         ``equiv``: its fp32-allreduce-equivalent bytes for the monitor (default ``nbytes``);
         ``rate_ok=False``: its period is a sample for the min RTT only.
         """
-        now = time.perf_counter() if at is None else at
+        now = clock.now() if at is None else at
         eq = float(nbytes if equiv is None else equiv)
         payload = self.service_time and nbytes > self.tiny_bytes
         with self._lock:
@@ -125,7 +126,7 @@ class CommRecorder:
 
     def done(self, token: tuple[float, float, float, bool, bool], at: float | None = None) -> None:
         """Counts the completion (now, or at ``at``) of the collective ``token`` names."""
-        now = time.perf_counter() if at is None else at
+        now = clock.now() if at is None else at
         t0, equiv, nbytes, rate_ok, payload = token
         sample: tuple[float, float, bool] | None = None
         with self._lock:
@@ -154,7 +155,7 @@ class CommRecorder:
         one of its collectives is still in flight counts the time that one has run, and the
         next reading the rest, so differences of readings add up to the union.
         """
-        now = time.perf_counter() if at is None else at
+        now = clock.now() if at is None else at
         with self._lock:
             busy = self.busy_s + (max(0.0, now - self._busy_since) if self._inflight else 0.0)
             return CommTotals(self.bytes_sent, busy, self.collectives, self.last_done,

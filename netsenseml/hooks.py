@@ -78,14 +78,13 @@ World size 1 works (collectives of one rank): a single-process DDP job runs unch
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from netsenseml import compress, convergence, methods
+from netsenseml import accelerator, clock, compress, convergence, methods
 from netsenseml.comm import CommRecorder, CommTotals, allgather_bytes, allreduce, pack, unpack
 from netsenseml.compress.base import Payload
 from netsenseml.counted_group import counted_group
@@ -103,7 +102,7 @@ EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB"
           "collectives", "overlap_ms", "congested", "samples", "has_rate", "rate_MBps", "rtt_ms", "queue_ms")
 N_EXTRAS = len(EXTRAS)
 _COMMON_OPTIONS = ("monitor_rate_window", "monitor_rate_filter", "monitor_min_rate_bytes",
-                   "rtt_probe_every",
+                   "rtt_probe_every", "pacer",
                    "residual_drain", "seed", "dgc_momentum", "topk_method", "serialize_buckets")
 _PROBE_OPTIONS = ("probe_bytes", "probe_ratio")
 
@@ -139,6 +138,9 @@ class NetSenseState:
             (a :class:`~netsenseml.counted_group.CountedGroup`, or an object holding one).
         powersgd: torch's ``PowerSGDState`` (``powersgd`` only).
         step: number of steps started (bucket-0 calls).
+        pacer: the emulated accelerator's pacer (``netsenseml.accelerator``), or None:
+            releases each bucket at its profiled time and holds the codec work to its
+            profiled cost.
 
     Step statistics (:meth:`pop_step_stats`) cover everything since the previous call:
 
@@ -167,6 +169,9 @@ class NetSenseState:
       offline),
     * ``tcp_*`` -- the kernel's view of this rank's peer sockets (``TCP_INFO``):
       ``tcp_delivery_rate_mbit``, ``tcp_app_limited``, ``tcp_min_rtt_s``, ``tcp_sockets``,
+    * ``pace_*`` -- with an emulated accelerator (``pacer``): ``pace_wait_s`` (held back to
+      the profile), ``pace_late_s`` (the latest part's lateness), ``pace_overrun`` (1 when
+      the host's real work did not fit the profiled step; ``netsenseml.accelerator``),
     * ``model_*`` -- ``netsenseml`` only: the policy's step model behind its decision
       (:meth:`NetSensePolicy.stats`: fixed comm s, bandwidth share Mbit/s, compute s, codec
       s, predicted step s of the decision and of ``none``) and ``probe`` (1 on a probe step).
@@ -192,8 +197,10 @@ class NetSenseState:
         memory_kind: str = "residual",
         level: str | None = None,
         serialize_buckets: bool = True,
+        pacer: accelerator.Pacer | None = None,
     ) -> None:
         self.method = method
+        self.pacer = pacer
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.error_feedback = error_feedback
@@ -302,6 +309,8 @@ class NetSenseState:
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
                 out["probe"] = int(self.decision.probe)
+            if self.pacer is not None:
+                out.update(self.pacer.pop())
             self._stats_totals = totals
             self._kept = self._elements = self._bytes_dense = 0
             self._codec_s = 0.0
@@ -318,7 +327,7 @@ class NetSenseState:
     # ----------------------------------------------------------------- step loop
     def begin_bucket(self, bucket: dist.GradBucket) -> bool:
         """Called first by every hook; returns True when ``bucket`` opens a new step."""
-        now = time.perf_counter()
+        now = clock.now()
         first = bucket.index() == 0
         if bucket.index() == 1:  # bucket 0's collective was launched inside its hook call
             self._first_launch = self.recorder.totals().last_launch
@@ -476,7 +485,9 @@ def _reduce_bucket(
     buffer = bucket.buffer()
     world = state.world_size
     group = state.process_group
-    t0 = time.perf_counter()
+    if state.pacer is not None:
+        state.pacer.bucket(buffer.numel())
+    t0 = clock.now()
     key = state.memory_key(bucket) if state.memory is not None else None
     use_memory = state.memory is not None and (compressor.lossy or key in state.memory.residuals)
     # The adaptive method's dense levels drain a residual at a bounded rate (no dump of
@@ -495,8 +506,10 @@ def _reduce_bucket(
                 state.memory.reset(key)  # fully drained and nothing rounded
         else:
             state.memory.reset(key)  # lossless: the residual went out with this bucket
-    codec = time.perf_counter() - t0
     n = buffer.numel()
+    if state.pacer is not None:
+        state.pacer.codec(compressor.name, 4 * n, t0)
+    codec = clock.now() - t0
     state.count(payload.kept, n, n * 4, codec)
 
     if compressor.reduction == "allreduce":
@@ -515,7 +528,7 @@ def _reduce_bucket(
         k = payload.tensors[0].numel()
 
         def finish_allreduce(fut: torch.futures.Future) -> torch.Tensor:
-            t1 = time.perf_counter()
+            t1 = clock.now()
             out = fut.value()
             if extras is not None:
                 state.on_extras(out[k:].float())
@@ -526,7 +539,7 @@ def _reduce_bucket(
             else:
                 buffer.zero_()
                 compressor.accumulate(Payload((out,), payload.shape, payload.dtype, k, payload.meta), buffer)
-            state.count(0, 0, 0, time.perf_counter() - t1)
+            state.count(0, 0, 0, clock.now() - t1)
             return buffer
 
         return allreduce(wire, group, state.recorder).then(finish_allreduce)
@@ -540,7 +553,7 @@ def _reduce_bucket(
     accumulate = getattr(compressor, "accumulate", None)
 
     def finish_gather(fut: torch.futures.Future) -> torch.Tensor:
-        t1 = time.perf_counter()
+        t1 = clock.now()
         buffer.zero_()
         ex_sum = None
         for b in fut.value():
@@ -555,7 +568,7 @@ def _reduce_bucket(
         buffer.div_(world)
         if ex_sum is not None:
             state.on_extras(ex_sum / world)
-        state.count(0, 0, 0, time.perf_counter() - t1)
+        state.count(0, 0, 0, clock.now() - t1)
         return buffer
 
     return allgather_bytes(buf, group, state.recorder, capacity).then(finish_gather)
@@ -616,6 +629,8 @@ def raw_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Fut
     # which gloo cannot match; so a bucket starts after the previous one finished.
     if state.serialize_buckets and state.previous_future is not None and bucket.index() != 0:
         state.previous_future.wait()
+    if state.pacer is not None:  # released at its profiled time; the hook's codec is not paced
+        state.pacer.bucket(bucket.buffer().numel())
     n = bucket.buffer().numel()
     state.count(0, n, n * 4, 0.0)
     assert state.hook is not None
@@ -663,7 +678,7 @@ def register(
     ("auto": netsenseml's top-k uses the sampled selector while it keeps 90 % of the exact
     top-k's L2 mass; "exact", "sampled"),
     ``serialize_buckets`` (True; hooks: a bucket waits for the previous one, see the module
-    docstring); for ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy`
+    docstring), ``pacer`` (None; an emulated accelerator's ``netsenseml.accelerator.Pacer``); for ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy`
     parameter and the probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`);
     for ``netsenseml-paper`` every :class:`~netsenseml.paper_rule.PaperRule` parameter
     (the prototype's constants by default); for ``powersgd`` the ``PowerSGDState``
@@ -739,7 +754,7 @@ def _codec_seconds(compressor: compress.Compressor, x: torch.Tensor, world: int)
     """Seconds to compress ``x``, update an error-feedback residual and decode ``world`` payloads."""
     out = torch.zeros_like(x)
     _sync(x.device)
-    t0 = time.perf_counter()
+    t0 = clock.now()
     payload = compressor.compress(x)
     if compressor.lossy:
         _ = x - compressor.decompress(payload).reshape(-1)
@@ -750,24 +765,24 @@ def _codec_seconds(compressor: compress.Compressor, x: torch.Tensor, world: int)
         else:
             out.add_(compressor.decompress(payload).reshape(-1).to(out.dtype))
     _sync(x.device)
-    return time.perf_counter() - t0
+    return clock.now() - t0
 
 
 def _timed_allreduce(t: torch.Tensor, group: Any) -> float:
     _sync(t.device)
-    t0 = time.perf_counter()
+    t0 = clock.now()
     dist.all_reduce(t, group=group)
     _sync(t.device)
-    return time.perf_counter() - t0
+    return clock.now() - t0
 
 
 def _timed_allgather(t: torch.Tensor, group: Any, world: int) -> float:
     outs = [torch.empty_like(t) for _ in range(world)]
     _sync(t.device)
-    t0 = time.perf_counter()
+    t0 = clock.now()
     dist.all_gather(outs, t, group=group)
     _sync(t.device)
-    return time.perf_counter() - t0
+    return clock.now() - t0
 
 
 def probe_network(
@@ -810,6 +825,9 @@ def probe_network(
     half = state.policy.half_level if isinstance(state.policy, NetSensePolicy) else "fp16"
     codec = []
     for level in (half, "int8", "topk"):
+        if state.pacer is not None:  # an emulated accelerator: its codec, not the host's
+            codec.append(state.pacer.timing.codec_s(level, 4 * numel))
+            continue
         compressor = state.compressors[level]
         _codec_seconds(compressor, x[: min(numel, 4096)], world)  # warm-up
         codec.append(_codec_seconds(compressor, x, world))

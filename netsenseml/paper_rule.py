@@ -44,15 +44,15 @@ drives the payload toward a size whose transfer takes ~9 latencies, whatever the
 time; with one fixed size it always judges congested (BDP = that size). On a slow link
 that is the floor; it does not weigh the step's compute at all.
 
-Pure Python (no torch); ``t`` can be passed explicitly for tests, ``time.monotonic()``
+Pure Python (no torch); ``t`` can be passed explicitly for tests, ``netsenseml.clock.now()``
 otherwise.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 
+from netsenseml import clock
 from netsenseml.policy import Decision, Observation
 from netsenseml.sense import WindowedExtreme
 
@@ -116,7 +116,7 @@ class PaperRule:
         """One collective of this rank: windows updated, then the sample judged."""
         if nbytes <= 0 or seconds <= 0:
             return
-        now = time.monotonic() if t is None else t
+        now = clock.now() if t is None else t
         with self._lock:
             self._rate.add(nbytes / seconds, now)
             self._rtt.add(seconds, now)

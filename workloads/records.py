@@ -119,7 +119,7 @@ class StartRecord(Record):
     """What the rank runs and what its set-up cost (module doc)."""
 
     KIND: ClassVar[str] = "start"
-    OMIT_NONE: ClassVar[tuple[str, ...]] = ("convergence",)
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("convergence", "accelerator")
 
     rank: int | None = None
     world_size: int | None = None
@@ -148,6 +148,10 @@ class StartRecord(Record):
     error_feedback: bool | None = None
     #: the convergence prior the policy uses (netsenseml only): source, resolution, factors
     convergence: dict[str, Any] | None = None
+    #: the emulated accelerator's step timing (netsenseml.accelerator), None when native
+    accelerator: dict[str, Any] | None = None
+    #: the time-dilation factor: the worker's clock is real time / dilation
+    dilation: float = 1.0
 
 
 #: Step-record fields the worker owns; a hook stat of the same name is logged as hook_<name>.

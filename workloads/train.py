@@ -117,7 +117,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
 
-from netsenseml import convergence, hooks, lifecycle, methods  # noqa: E402
+from netsenseml import accelerator, clock, convergence, hooks, lifecycle, methods  # noqa: E402
 from workloads import registry  # noqa: E402
 from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
@@ -210,6 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--convergence", metavar="PATH",
                    help="netsenseml: the convergence table of this job (netsense calibrate); "
                         "default: netsenseml.convergence's stated conservative prior")
+    p.add_argument("--accelerator", metavar="PROFILE",
+                   help="pace each step to an emulated accelerator's profile: a shipped name ("
+                        + ", ".join(accelerator.names()) + ") or a JSON path "
+                        "(netsenseml.accelerator); the gradients stay real")
+    p.add_argument("--step-ms", type=_positive(float),
+                   help="pace each step to this emulated accelerator step time (ms)")
+    p.add_argument("--dilation", type=float, default=1.0,
+                   help="time-dilation factor k >= 1: the worker's clock is real time / k "
+                        "(the testbed divides link rates by k; netsenseml.clock)")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where the model trains (auto: cuda when available); the GPU is "
                         "LOCAL_RANK's (default 0)")
@@ -283,6 +292,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
     if args.eval_samples is None:
         args.eval_samples = registry.dataset_entry(args.dataset).eval_samples
+    if not args.dilation >= 1.0:
+        bad_args(f"argument --dilation: a number >= 1 expected, got {args.dilation:g}")
+    if args.accelerator is not None and args.step_ms is not None:
+        bad_args("argument --step-ms: give --accelerator or --step-ms, not both")
+    try:
+        args.timing = pace_timing(args)
+    except accelerator.ProfileError as e:
+        bad_args(f"argument --accelerator: {e}")
     if args.convergence is not None:
         if methods.parse(args.method).name != "netsenseml":
             bad_args("argument --convergence: only the netsenseml method reads a convergence table")
@@ -291,6 +308,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except convergence.ConvergenceError as e:
             bad_args(f"argument --convergence: {e}")
     return args
+
+
+def pace_timing(args: argparse.Namespace) -> accelerator.Timing | None:
+    """The emulated accelerator's timing of this job's step, or None for a native run."""
+    if args.step_ms is not None:
+        return accelerator.Timing.from_step(args.step_ms / 1e3)
+    if args.accelerator is None:
+        return None
+    knobs = dict(args.knobs)
+    if not registry.is_plugin(args.model):
+        knobs = registry.model_entry(args.model).resolve_knobs(args.knobs)
+    return accelerator.load(args.accelerator).timing(args.model, knobs, args.batch_size)
 
 
 def model_knobs(args: argparse.Namespace) -> dict[str, Any]:
@@ -324,7 +353,7 @@ class RecordLog:
         self.lock = threading.Lock()
 
     def write(self, record: Record) -> None:
-        record.t, record.wall = time.perf_counter() - self.origin, time.time()
+        record.t, record.wall = clock.now() - self.origin, time.time()
         line = json.dumps({k: _clean(v) for k, v in record.to_json().items()})
         with self.lock:
             if not self.fh.closed:
@@ -552,12 +581,15 @@ def setup(args: argparse.Namespace) -> Setup:
 
     t = time.perf_counter()
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=args.pg_timeout))
+                            timeout=timedelta(seconds=clock.real_s(args.pg_timeout)))
     phases["rendezvous"] = time.perf_counter() - t
 
     t = time.perf_counter()
     ddp = DDP(model, device_ids=[device.index] if cuda else None)
-    extra = {"convergence": args.convergence} if args.convergence else {}
+    extra: dict[str, Any] = {"convergence": args.convergence} if args.convergence else {}
+    if args.timing is not None:
+        extra["pacer"] = accelerator.Pacer(
+            args.timing, sum(p.numel() for p in model.parameters() if p.requires_grad))
     state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback,
                            seed=args.seed, **extra)  # random-k draws its shared indices from seed
     lr = args.lr or entry.lr
@@ -589,42 +621,53 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
     """The step loop, the periodic evaluations and the closing one; fills ``out``."""
 
     def do_eval(step: int) -> None:
-        t_eval = time.perf_counter()
+        t_eval = clock.now()
         try:
             _do_eval(step, t_eval)
         finally:
-            watchdog.extend(time.perf_counter() - t_eval)
+            watchdog.extend(clock.real_s(clock.now() - t_eval))
 
     def _do_eval(step: int, t_eval: float) -> None:
         acc, loss = evaluate(s.ddp.module, s.data, args.eval_samples, args.batch_size, s.rank,
                              s.world, s.device, watchdog.beat)
         reached = None if args.target_accuracy is None else acc >= args.target_accuracy
         if reached and out.target_t is None:
-            out.target_t = time.perf_counter() - origin
+            out.target_t = clock.now() - origin
         log.write(EvalRecord(step=step, accuracy=acc, loss=loss,
-                             eval_s=time.perf_counter() - t_eval,
+                             eval_s=clock.now() - t_eval,
                              samples_evaluated=min(args.eval_samples, len(s.data.test)),
                              reached_target=reached))
         out.accuracy = acc
 
     s.ddp.train()
+    pacer = s.state.pacer
     batches = _batches(s.loader, s.sampler)
     step = 0
     elapsed_max = torch.zeros(1, device=s.device)
     next_check: int | None = 1
     zero_steps = 0
     while args.steps is None or step < args.steps:
-        t0 = time.perf_counter()
+        t0 = clock.now()
+        if pacer is not None:
+            pacer.start_step()
         x, y = next(batches)
         x, y = x.to(s.device), y.to(s.device)
         s.opt.zero_grad(set_to_none=True)
         loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
+        if pacer is not None:
+            _sync(s.device)
+            pacer.forward_done()
         loss.backward()
+        if pacer is not None:
+            pacer.backward_done()
         loss_v = loss.item()
         zero_steps = check_health(s.ddp, loss_v, step + 1, zero_steps)
         s.opt.step()
+        if pacer is not None:
+            _sync(s.device)
+            pacer.optimizer_done()
         stats = dict(s.state.pop_step_stats())
-        step_s = time.perf_counter() - t0
+        step_s = clock.now() - t0
         step += 1
         out.steps = step
         out.samples += args.batch_size * s.world
@@ -637,22 +680,28 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
                              bytes_sent=stats.pop("bytes_sent", 0),
                              kept_ratio=stats.pop("kept_ratio", 1.0),
                              level=stats.pop("level", "none"), loss=loss_v, stats=stats))
-        watchdog.stepped(step, step_s)
+        watchdog.stepped(step, clock.real_s(step_s))
         if args.eval_every and step % args.eval_every == 0:
             do_eval(step)
             if args.stop_at_target and out.target_t is not None:
                 break  # the accuracy is global, so every rank stops after this step
         if args.time_limit is not None and step >= next_check:
-            elapsed_max.fill_(time.perf_counter() - origin)
+            elapsed_max.fill_(clock.now() - origin)
             dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
             next_check = next_stop_check(step, elapsed_max.item(), args.time_limit)
             if next_check is None:
                 break
-    out.train_time_s = time.perf_counter() - origin
+    out.train_time_s = clock.now() - origin
     if not (args.eval_every and step % args.eval_every == 0):
-        t = time.perf_counter()
+        t = clock.now()
         do_eval(step)
-        out.final_eval_s = time.perf_counter() - t
+        out.final_eval_s = clock.now() - t
+
+
+def _sync(device: torch.device) -> None:
+    """Waits for the device's queued work, so a pacing point sees the work done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def check_health(model: nn.Module, loss: float, step: int, zero_steps: int) -> int:
@@ -677,21 +726,23 @@ def run(args: argparse.Namespace) -> int:
     """Set up, train, write the summary; returns the exit code (the caller leaves with it)."""
     t_launch = time.perf_counter()
     s = setup(args)
-    origin = time.perf_counter()
+    setup_s = time.perf_counter() - t_launch
+    origin = clock.now()  # the training clock: virtual under dilation (netsenseml.clock)
     log = RecordLog(Path(args.log_dir) / f"rank{s.rank}.jsonl", origin)
     out = Outcome()
 
     def fail(reason: str) -> NoReturn:
         try:  # the record may not fit (a full disk): the reason still goes to stderr
             log.write(SummaryRecord(steps=out.steps, samples=out.samples, status="failed",
-                                    train_time_s=time.perf_counter() - origin, error=reason))
+                                    train_time_s=clock.now() - origin, error=reason))
             log.close()
         except OSError as exc:
             reason = f"{reason} (record not written: {exc.strerror or exc})"
         print(f"rank {s.rank}: FAILED: {reason}", file=sys.stderr, flush=True)
         os._exit(1)  # a broken process group can hang in teardown; leave now
 
-    watchdog = Watchdog(2 * args.pg_timeout + 10, fail, args.time_limit)
+    watchdog = Watchdog(clock.real_s(2 * args.pg_timeout + 10), fail,
+                        None if args.time_limit is None else clock.real_s(args.time_limit))
     watchdog.start()
 
     log.write(StartRecord(
@@ -701,12 +752,14 @@ def run(args: argparse.Namespace) -> int:
         torch=torch.__version__, backend=s.backend, device=str(s.device),
         optimizer=s.entry.optimizer, lr=s.lr,
         momentum=s.momentum if s.entry.optimizer == "sgd" else None,
-        pg_timeout_s=args.pg_timeout, setup_s=origin - t_launch, proc_wall=PROC_WALL,
+        pg_timeout_s=args.pg_timeout, setup_s=setup_s, proc_wall=PROC_WALL,
         imports_s=t_launch - PROC_T0, phases=s.phases, knobs=s.knobs,
         context=args.context, eval_samples=args.eval_samples,
         error_feedback=not args.no_error_feedback,
         convergence=(s.state.policy.prior.summary()
-                     if hasattr(s.state.policy, "prior") else None)))
+                     if hasattr(s.state.policy, "prior") else None),
+        accelerator=None if args.timing is None else args.timing.to_json(),
+        dilation=clock.dilation()))
     say(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
         f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "
         f"dataset={args.dataset} method={args.method} backend={s.backend}")
@@ -741,6 +794,7 @@ def leave(code: int) -> NoReturn:
 def main(argv: list[str] | None = None) -> NoReturn:
     """Parse, run and leave: never returns (it ends the process, see ``leave``)."""
     args = parse_args(argv)
+    clock.set_dilation(args.dilation)
     try:
         code = run(args)
     except Exception as e:  # setup failed (rendezvous timeout, peer gone before training)

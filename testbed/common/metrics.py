@@ -22,6 +22,8 @@ batch x world size):
   accuracy is that of the evaluation run after its step; ``t_worker`` is the end of that
   step, so the evaluation's own time is not counted. None when never reached or no target.
 - **final accuracy**: the accuracy of the last evaluated row; **final loss** likewise.
+- **overruns**: under an emulated accelerator, the share of training steps (after each
+  rank's first) whose real work did not fit the profiled time (:func:`overruns`).
 
 ``t`` is the launch clock (wall time since the run's workers were started, shared with
 events.csv); ``t_worker`` is the training clock. A row without ``t_worker`` (an old
@@ -120,3 +122,30 @@ def final_accuracy(rows: Iterable[Row]) -> float | None:
 def final_loss(rows: Iterable[Row]) -> float | None:
     ev = evaluations(rows)
     return num(ev[-1].get("loss")) if ev else None
+
+
+def overruns(rows: Iterable[Row]) -> dict[str, Any] | None:
+    """The emulated accelerator's overruns: steps whose real work did not fit the profiled
+    slot (``pace_overrun`` 1; ``netsenseml.accelerator``), of every rank's training steps
+    after its first (the warm-up, as for throughput). None for a native run (no column).
+
+    ``steps``: overrun steps of all ranks; ``of``: steps counted; ``share``: their ratio;
+    ``per_rank``: the overrun steps of each rank; ``late_s_max``: the largest lateness.
+    """
+    per_rank: dict[int, list[Row]] = {}
+    for r in rows:
+        rank = num(r.get("rank"))
+        if rank is None or num(r.get("pace_overrun")) is None or num(r.get("samples")) is None:
+            continue
+        per_rank.setdefault(int(rank), []).append(r)
+    if not per_rank:
+        return None
+    counted = {rank: sorted(rs, key=lambda r: num(r.get("step")) or 0)[1:]
+               for rank, rs in sorted(per_rank.items())}
+    over = {rank: sum(1 for r in rs if num(r.get("pace_overrun"))) for rank, rs in counted.items()}
+    n = sum(len(rs) for rs in counted.values())
+    late = [num(r.get("pace_late_s")) or 0.0 for rs in counted.values() for r in rs]
+    return {"steps": sum(over.values()), "of": n,
+            "share": round(sum(over.values()) / n, 5) if n else None,
+            "per_rank": [over[r] for r in sorted(over)],
+            "late_s_max": round(max(late), 6) if late else None}

@@ -73,6 +73,7 @@ from testbed.common import bounded, inputs, schema
 from testbed.common.names import is_name
 from testbed.common.schema import StrictModel
 from testbed.config import renames
+from testbed.config.accelerator import Accelerator
 from testbed.config.events import (
     EVENT_KINDS,
     MAX_SECONDS,
@@ -217,6 +218,16 @@ class Workload(StrictModel):
             seen[name] = key
         return v
 
+    def knobs(self) -> dict[str, Any]:
+        """The model's size knobs, resolved as the worker resolves them (defaults filled)."""
+        args = {worker_options.option_name(k): v for k, v in self.args.items()}
+        knobs: dict[str, Any] = {k.replace("-", "_"): args[k]
+                                 for k in ("width", "layers", "d-model") if k in args}
+        knobs.update(registry.parse_knobs(str(args.get("model-args", ""))))
+        if registry.is_plugin(self.model):
+            return knobs
+        return registry.model_entry(self.model).resolve_knobs(knobs)
+
     @model_validator(mode="after")
     def _worker_accepts(self) -> Workload:
         """What the worker's parse_args checks beyond types, checked here first."""
@@ -288,6 +299,8 @@ class Scenario(StrictModel):
     capture: bool = Field(False, description="Headers-only packet capture at the bottleneck "
                           "(capture.pcap, capture.csv); off by default, see "
                           "benchmarks/capture_overhead.py for its cost")
+    accelerator: Accelerator | None = None
+    """The emulated accelerator and the time dilation (testbed.config.accelerator); none: a native run, the host's CPU sets the compute time."""
     convergence: str | None = Field(
         None, min_length=1, max_length=4096,
         description="netsenseml's convergence prior: a table written by `netsense calibrate` "
@@ -360,6 +373,12 @@ class Scenario(StrictModel):
                 f"workload.batch_size: {self.workload.batch_size} exceeds each rank's shard of "
                 f"{train // self.world_size} {self.workload.dataset} samples "
                 f"({self.world_size} workers)")
+        if self.accelerator is not None and not registry.is_plugin(self.workload.model):
+            try:
+                self.accelerator.timing(self.workload.model, self.workload.knobs(),
+                                        self.workload.batch_size)
+            except ValueError as exc:
+                raise ValueError(f"accelerator.profile: {exc}") from None
         if impaired and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel
 

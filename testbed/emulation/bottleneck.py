@@ -77,7 +77,10 @@ class BottleneckSampler:
     """Samples ``ends`` every ``period_s`` in a thread until ``stop()``."""
 
     def __init__(self, ends: list[LinkEnd], rate_of: Any, path: Path, origin_wall: float,
-                 period_s: float = PERIOD_S) -> None:
+                 period_s: float = PERIOD_S, dilation: float = 1.0) -> None:
+        """``dilation``: the run's factor k; rows are written in virtual time and rates
+        (t / k, Mbit/s and per-second counts x k: ``testbed.orchestration.dilation``)."""
+        self.k = dilation
         self.ends = ends
         self.rate_of = rate_of  # link -> configured Mbit/s (changes with set_rate)
         self.path = path
@@ -142,16 +145,17 @@ class BottleneckSampler:
             return
         p = prev[1]
         rate = self.rate_of(end.link)
+        k = self.k
         self.rows.append({
-            "t": round(wall - self.origin_wall, 4), "link": end.link, "dev": end.dev,
+            "t": round((wall - self.origin_wall) / k, 4), "link": end.link, "dev": end.dev,
             "toward": end.toward,
-            "configured_mbit": None if rate == float("inf") else rate,
-            "delivered_mbit": round((q["bytes"] - p["bytes"]) * 8 / dt / 1e6, 4),
+            "configured_mbit": None if rate == float("inf") else rate * k,
+            "delivered_mbit": round((q["bytes"] - p["bytes"]) * 8 / dt / 1e6 * k, 4),
             "backlog_bytes": q.get("backlog", 0), "backlog_pkts": q.get("qlen", 0),
             "drops": q.get("drops", 0),
-            "drops_per_s": round((q.get("drops", 0) - p.get("drops", 0)) / dt, 3),
+            "drops_per_s": round((q.get("drops", 0) - p.get("drops", 0)) / dt * k, 3),
             "overlimits": q.get("overlimits", 0),
-            "overlimits_per_s": round((q.get("overlimits", 0) - p.get("overlimits", 0)) / dt, 3),
+            "overlimits_per_s": round((q.get("overlimits", 0) - p.get("overlimits", 0)) / dt * k, 3),
             "sent_bytes": q["bytes"],
         })
 

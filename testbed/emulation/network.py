@@ -436,6 +436,22 @@ class Emulation:
         p.stdin = None
         return p
 
+    def set_rto_min(self, ms: float) -> None:
+        """TCP's minimum retransmission timeout on every route of every host (time
+        dilation: ``testbed.orchestration.dilation``); EmulationError if a route refuses."""
+        for host in self.worker_hosts + self.cross_hosts:
+            pid = str(self._node(host).pid)
+            shown = subprocess.run(["mnexec", "-a", pid, "ip", "-o", "route", "show"],
+                                   capture_output=True, text=True, timeout=10)
+            for line in shown.stdout.splitlines():
+                route = line.split(" rto_min ")[0].split()
+                done = subprocess.run(["mnexec", "-a", pid, "ip", "route", "change", *route,
+                                       "rto_min", f"{ms:.0f}ms"],
+                                      capture_output=True, text=True, timeout=10)
+                if done.returncode != 0:
+                    raise EmulationError(f"rto_min on {host} ({' '.join(route)}): "
+                                         f"{done.stderr.strip()}")
+
     # ---- processes --------------------------------------------------------------------
     def popen(self, host: str, argv: list[str], env: dict | None = None, stdout=None,
               stderr=None, cwd=None, stdin=subprocess.DEVNULL) -> subprocess.Popen:

@@ -114,6 +114,7 @@ class RunLifecycle:
         self.meta = meta
         self.timeline: Any = None
         self.launch_wall: float | None = None
+        self.k = 1.0  # the time-dilation factor (testbed.orchestration.dilation)
         self.timing: dict[str, float] = {}
         self.config: dict[str, Any] = {}
         self.summary: dict[str, Any] = {}
@@ -199,7 +200,7 @@ class RunLifecycle:
         counts the status needs, then the backend's facts."""
         self.summary.update(self.folder.collect_steps(
             self.scn.world_size, self.launch_wall or time.time(),
-            self.scn.workload.target_accuracy))
+            self.scn.workload.target_accuracy, self.k))
         events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
         self.folder.write_events(EVENT_COLUMNS, events)
         self.summary["events_applied"] = len(events)
@@ -275,6 +276,7 @@ class RunLifecycle:
             finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         self._record_phases()
+        self._pacing_verdict()
         if self.network:
             self.summary["network"] = self.network
         if self.warnings:
@@ -283,6 +285,21 @@ class RunLifecycle:
             self.summary.pop("reason")
         if self._write_final(self.summary):
             leftovers.unregister_run(self._registration)
+
+    def _pacing_verdict(self) -> None:
+        """An emulated accelerator's run whose host did not keep up on more than the
+        scenario's ``max_overrun`` share of steps is marked ``degraded`` (and warned), so
+        its numbers are never reported as if the profile had held."""
+        over = self.summary.get("overruns")
+        acc = getattr(self.scn, "accelerator", None)
+        if not over or acc is None or over.get("share") is None:
+            return
+        if over["share"] > acc.max_overrun:
+            why = (f"the host did not keep up with the emulated accelerator: "
+                   f"{100 * over['share']:.1f} % of steps overran their slot (more than "
+                   f"{100 * acc.max_overrun:g} %); raise accelerator.dilation")
+            self.summary["degraded"] = why
+            self.warnings.append(why)
 
     def _learning_verdict(self) -> str | None:
         """``summary.learning`` (``testbed.orchestration.health``); the reason to fail a
@@ -369,7 +386,7 @@ class RunLifecycle:
                 recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
                 build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
                 workers_done_wall=self.timing.get("workers_done_wall"),
-                zygote_wait_s=self.timing.get("zygote_wait_s")))
+                zygote_wait_s=self.timing.get("zygote_wait_s"), dilation=self.k))
         except Exception as exc:  # noqa: BLE001 - timing is information, not the result
             self.summary["phases_error"] = f"{type(exc).__name__}: {exc}"
 

@@ -68,10 +68,11 @@ def ranks(records: dict[int, list[dict[str, Any]]]) -> dict[int, RankRecords]:
     return {rank: RankRecords.parse(recs) for rank, recs in records.items()}
 
 
-def _row_of(rank: int, rec: StepRecord | EvalRecord, launch_wall: float) -> dict[str, Any]:
+def _row_of(rank: int, rec: StepRecord | EvalRecord, launch_wall: float,
+            dilation: float = 1.0) -> dict[str, Any]:
     row: dict[str, Any] = {"rank": rank, "step": rec.step, "wall": rec.wall, "t_worker": rec.t}
     if rec.wall is not None:
-        row["t"] = round(rec.wall - launch_wall, 4)
+        row["t"] = round((rec.wall - launch_wall) / dilation, 4)
     return row
 
 
@@ -80,8 +81,12 @@ class StepsCsv(NamedTuple):
     columns: list[str]  # STEP_COLUMNS, then the hook statistics found, sorted
 
 
-def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float) -> StepsCsv:
+def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float,
+                   dilation: float = 1.0) -> StepsCsv:
     """steps.csv's rows and columns.
+
+    ``dilation``: the run's time-dilation factor; ``t`` is then virtual, as the workers'
+    own clock already is (``testbed.orchestration.dilation``).
 
     One row per step record; an evaluation's accuracy goes on its step's row (a row of its
     own when no step record has that step number).
@@ -91,7 +96,7 @@ def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float)
     for rank, recs in ranks(records).items():
         by_step: dict[Any, dict[str, Any]] = {}
         for st in recs.steps:
-            row = _row_of(rank, st, launch_wall)
+            row = _row_of(rank, st, launch_wall, dilation)
             fields = st.to_json()
             for k in ("kind", "t", "wall"):
                 fields.pop(k)
@@ -103,7 +108,7 @@ def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float)
         for ev in recs.evals:
             row = by_step.get(ev.step)
             if row is None:
-                row = _row_of(rank, ev, launch_wall)
+                row = _row_of(rank, ev, launch_wall, dilation)
                 rows.append(row)
             row["accuracy"] = ev.accuracy
     rows.sort(key=lambda r: (r.get("t") if r.get("t") is not None else 0.0, r["rank"]))
@@ -150,6 +155,7 @@ def metrics(
         "comm_s_mean": round(comm, 5) if comm is not None else None,
         "kept_ratio_mean": round(kept, 5) if kept is not None else None,
         "worker_status": r0.summary.status if r0.summary else None,
+        **({"overruns": over} if (over := run_metrics.overruns(rows)) is not None else {}),
     }
 
 
@@ -167,11 +173,13 @@ def last_summary(path: Path) -> dict[str, Any] | None:
 def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: float | None,
                     wall_s: float, build_s: float | None, teardown_s: float | None,
                     workers_done_wall: float | None,
-                    zygote_wait_s: float | None = None) -> dict[str, Any]:
+                    zygote_wait_s: float | None = None, dilation: float = 1.0) -> dict[str, Any]:
     """``phases_s`` and ``overhead_s`` of summary.json (definitions in the module doc).
 
     Phases a run did not reach (a worker that died in set-up) are left out rather than
-    guessed; ``other`` then absorbs them.
+    guessed; ``other`` then absorbs them. Every phase is in real (wall) seconds: under time
+    dilation the training clock's phases are multiplied back by ``dilation``, since the
+    breakdown is about what the run costs on this host.
     """
     typed = ranks(records)
     r0 = typed.get(0, RankRecords())
@@ -187,12 +195,12 @@ def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: fl
             phases["launch"] = max(start.proc_wall - launch_wall, 0.0)
             phases["imports"] = start.imports_s
         phases.update({k: v for k, v in start.phases.items() if _num(v) is not None})
-    train_time = summ.train_time_s if summ else None
+    train_time = summ.train_time_s * dilation if summ and summ.train_time_s is not None else None
     if first is not None and summ is not None and train_time is not None:
-        first_t = first.t or 0.0
+        first_t = (first.t or 0.0) * dilation
         phases["first_step"] = first_t
         phases["training"] = max(train_time - first_t, 0.0)
-        phases["final_eval"] = summ.final_eval_s or 0.0
+        phases["final_eval"] = (summ.final_eval_s or 0.0) * dilation
     summary_walls = [recs.summary.wall for recs in typed.values() if recs.summary is not None]
     last_summary_wall = max((w for w in summary_walls if w is not None), default=None)
     if workers_done_wall is not None and last_summary_wall is not None:

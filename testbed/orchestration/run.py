@@ -51,7 +51,7 @@ from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
 from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import gpus, health, launcher, records
+from testbed.orchestration import dilation, gpus, health, hostload, launcher, records
 from testbed.orchestration.hosts import HostsRun
 from testbed.orchestration.interrupts import RunInterrupted
 from testbed.orchestration.lifecycle import RunFailed, RunLifecycle, bounded
@@ -86,9 +86,12 @@ class _Run(RunLifecycle):
         self, scenario: Scenario, method: str, seed: int, run_dir: Path, progress: bool,
         meta: dict[str, Any] | None = None,
         gpu_plan: gpus.GpuPlan | None = None,
+        pace: tuple[float, dict[str, Any]] = (1.0, {"mode": "native"}),
     ) -> None:
         super().__init__(scenario, method, seed, run_dir, progress, meta)
         self.gpu_plan = gpu_plan or gpus.GpuPlan("cpu", "gloo", None)
+        self.k, self.pace_facts = pace
+        self.hostload: hostload.HostLoad | None = None
         self.sampler: bottleneck.BottleneckSampler | None = None
         self.cross_pairs: list[tuple[str, str]] = []
         self.counters_before: dict[str, counters.IntfCounters] = {}
@@ -117,10 +120,12 @@ class _Run(RunLifecycle):
         t = time.monotonic()
         self.progress.update("building network", force=True)
         topo = self.scn.topology
-        self.emu = Emulation(topo.kind, topo.build_params())
+        self.emu = Emulation(topo.kind, dilation.topology_params(topo.build_params(), self.k))
         self.config["prefix"] = self.emu.prefix
         self.folder.write_config(self.config)
         self.emu.start()
+        if self.k > 1:  # TCP's minimum RTO dilated with the rest (testbed.orchestration.dilation)
+            self.emu.set_rto_min(dilation.rto_min_ms(self.k))
         self.timing["build_s"] = round(time.monotonic() - t, 3)
         # The topology's declared names (validated against the scenario) must be the
         # names it built: a plug-in whose Params and build() disagree stops here.
@@ -140,20 +145,21 @@ class _Run(RunLifecycle):
             configured = self.emu.link_rate(link)
             pair = pairs.get(link)
             if pair is None:
-                rows.append({"link": link, "configured_mbit": configured})
+                rows.append({"link": link, "configured_mbit": configured * self.k})
                 continue
             self.progress.update(f"probing link {link}", force=True)
             measured = self.emu.iperf3_goodput(pair[0], pair[1], self.scn.probe_s)
             rows.append({
-                "link": link, "src": pair[0], "dst": pair[1], "configured_mbit": configured,
-                "measured_mbit": round(measured, 3), "seconds": self.scn.probe_s,
+                "link": link, "src": pair[0], "dst": pair[1], "configured_mbit": configured * self.k,
+                "measured_mbit": round(measured * self.k, 3), "seconds": self.scn.probe_s,
             })
         self.folder.write_links(rows)
 
     def _start_traffic(self, plans: list[Any]) -> None:
         self.traffic = CrossTraffic(self.emu, self.folder.path / "cross")
         for plan in plans:
-            self.traffic.plan(plan.id, plan.src, plan.dst, plan.streams, plan.bitrate_mbit)
+            self.traffic.plan(plan.id, plan.src, plan.dst, plan.streams,
+                              None if plan.bitrate_mbit is None else plan.bitrate_mbit / self.k)
         self.traffic.start_servers()
 
     def _apply(self, action: Action) -> str:
@@ -166,8 +172,8 @@ class _Run(RunLifecycle):
         return apply(self, action)
 
     def _set_rate(self, action: Action) -> str:
-        self.emu.set_rate(action.target, float(action.value))
-        return f"{action.value:g} Mbit/s"
+        self.emu.set_rate(action.target, float(action.value) / self.k)
+        return f"{action.value:g} Mbit/s" + (f" (real {action.value / self.k:g})" if self.k > 1 else "")
 
     def _cross_start(self, action: Action) -> str:
         detail = self.traffic.start_slot(action.target, action.slot)
@@ -188,6 +194,11 @@ class _Run(RunLifecycle):
         self.launch_wall = time.time()
         self.timing["launch_wall"] = self.launch_wall
         self._start_sampler()
+        self.hostload = hostload.HostLoad(
+            self.folder.path / "host.csv",
+            lambda: (self.workers.pids if self.workers else []) + (self.traffic.pids if self.traffic else []),
+            self.launch_wall, self.k)
+        self.hostload.start()
         self.workers.launch(hosts, self.config["worker_argv"], self.config["master_port"],
                             zygote, on_spawn=self._write_pids)
 
@@ -219,7 +230,7 @@ class _Run(RunLifecycle):
     def _monitor(self) -> None:
         assert self.timeline is not None and self.launch_wall is not None
         assert self.workers is not None
-        deadline = time.monotonic() + self.scn.deadline_s()
+        deadline = time.monotonic() + self.scn.deadline_s() * self.k
         rank0 = self.folder.rank0_log()
         if self.scn.timeline_origin == "launch":
             self.timeline.start(self.launch_wall)
@@ -237,7 +248,7 @@ class _Run(RunLifecycle):
             self._check_health()
             if time.monotonic() > deadline:
                 raise RunFailed(f"timeout: workers still running after "
-                                 f"{self.scn.deadline_s():.0f} s")
+                                 f"{self.scn.deadline_s() * self.k:.0f} s")
             rec = records.last_step(rank0)
             if rec is not None and not self.timeline.started:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
@@ -298,7 +309,8 @@ class _Run(RunLifecycle):
         ends = [bottleneck.LinkEnd(link, dev, pid, toward)
                 for link in links for dev, pid, toward in self.emu.link_ends(link)]
         self.sampler = bottleneck.BottleneckSampler(
-            ends, self.emu.link_rate, self.folder.path / "bottleneck.csv", self.launch_wall)
+            ends, self.emu.link_rate, self.folder.path / "bottleneck.csv", self.launch_wall,
+            dilation=self.k)
         self.sampler.start()
         if self.scn.capture:
             self._start_capture(ends)
@@ -326,6 +338,9 @@ class _Run(RunLifecycle):
                 self.network["bytes_error"] = f"{type(exc).__name__}: {exc}"
         if self.sampler is not None:
             self.network["bottleneck"] = self.sampler.stop()
+        if self.hostload is not None:
+            self.summary["host_load"] = self.hostload.stop()
+            self.hostload = None
         if self.capture is not None:
             self.network["capture"] = self.capture.stop()
 
@@ -373,7 +388,7 @@ class _Run(RunLifecycle):
         for r in reports:
             if r.get("started_wall") is not None:
                 r["started_t"] = round(r.pop("started_wall") - origin, 3)
-        self.network["cross_traffic"] = reports
+        self.network["cross_traffic"] = dilation.virtual_reports(reports, self.k)
 
     def _teardown_all(self) -> None:
         t = time.monotonic()
@@ -427,13 +442,14 @@ class _Run(RunLifecycle):
         return {
             "master_port": 29500 + random.randrange(1000),
             "worker_argv": worker_argv(self.scn, self.method, self.seed, self.folder.workers,
-                                       self.gpu_plan.device, self.gpu_plan.backend),
+                                       self.gpu_plan.device, self.gpu_plan.backend, self.k),
+            "accelerator": {**self.pace_facts, "dilation": self.k},
             "gpu_plan": vars(self.gpu_plan),
         }
 
     def _make_config(self) -> None:
         super()._make_config()
-        above = faithful.warning(self.config["scenario"])
+        above = faithful.warning(self.config["scenario"], self.k)
         if above:  # stated in summary.json and the report; the run still runs
             self.warnings.append(above)
 
@@ -445,7 +461,7 @@ class _Run(RunLifecycle):
         if self.scn.probe_links:
             self._probe()
         self._start_traffic(plans)
-        self.timeline = Timeline(actions, self._apply)
+        self.timeline = Timeline(actions, self._apply, self.k)
         self._launch()
         self._monitor()
 
@@ -495,9 +511,10 @@ def run_scenario(
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())
     health.check_space(Path(run_dir), scenario)  # files.NotEnoughSpace: nothing is written
+    pace = dilation.choose(scenario, method)  # DilationError: the host's step not timed
     # absolute: workers (forked by the zygote, which works elsewhere) open files under it
     return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta,
-                plan).execute()
+                plan, pace).execute()
 
 
 def summary_table_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:

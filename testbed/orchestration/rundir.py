@@ -213,10 +213,10 @@ class RunFolder:
         files.write_csv(self.path / "events.csv", columns, rows)
 
     def collect_steps(self, world_size: int, launch_wall: float,
-                      target_accuracy: float | None) -> dict[str, Any]:
+                      target_accuracy: float | None, dilation: float = 1.0) -> dict[str, Any]:
         """Writes steps.csv from the workers' JSONL; returns the summary metrics."""
         recs = records.load_worker_records(self.workers, world_size)
-        rows, columns = records.steps_csv_rows(recs, launch_wall)
+        rows, columns = records.steps_csv_rows(recs, launch_wall, dilation)
         files.write_csv(self.path / "steps.csv", columns, rows)
         return records.metrics(recs, target_accuracy, rows)
 

@@ -43,8 +43,12 @@ class Timeline:
     fails the run, because a scenario whose events did not happen did not run.
     """
 
-    def __init__(self, actions: list[Action], apply: Callable[[Action], str]) -> None:
+    def __init__(self, actions: list[Action], apply: Callable[[Action], str],
+                 dilation: float = 1.0) -> None:
+        """``dilation``: the run's time-dilation factor; actions are due at ``at x k`` real
+        seconds and recorded in virtual seconds (``testbed.orchestration.dilation``)."""
         self.actions = actions
+        self.k = dilation
         self._apply = apply
         self.records: list[EventRecord] = []
         self.error: str | None = None
@@ -81,7 +85,7 @@ class Timeline:
 
     def _apply_all(self, origin: float) -> None:
         for action in self.actions:
-            due = origin + action.at
+            due = origin + action.at * self.k
             # wait in bounded slices: threading's wait() overflows on huge timeouts
             while True:
                 left = due - time.time()
@@ -101,8 +105,8 @@ class Timeline:
             with self._lock:
                 self.records.append(
                     EventRecord(
-                        round(t_sched, 4),
-                        round(time.time() - self.launch_wall, 4),
+                        round(t_sched / self.k, 4),
+                        round((time.time() - self.launch_wall) / self.k, 4),
                         action.kind,
                         action.target,
                         action.value,

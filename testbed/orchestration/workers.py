@@ -27,11 +27,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
-                device: str | None = None, backend: str | None = None) -> list[str]:
+                device: str | None = None, backend: str | None = None,
+                dilation: float = 1.0) -> list[str]:
     """``python -m workloads.train`` command line for this scenario/method/seed.
 
     ``device``/``backend``: the orchestrator's resolved choice (``testbed.orchestration.gpus``);
-    None leaves the worker's own default (auto).
+    None leaves the worker's own default (auto). ``dilation``: the run's time-dilation
+    factor (the worker's times, its time limit included, stay virtual).
     """
     wl = scenario.workload
     argv = [
@@ -53,6 +55,10 @@ def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
     ):
         if value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if scenario.accelerator is not None:
+        argv += scenario.accelerator.worker_args()
+    if dilation != 1:
+        argv += ["--dilation", f"{dilation:g}"]
     if scenario.convergence is not None and methods.parse(method).name == "netsenseml":
         argv += ["--convergence", scenario.convergence]
     for key, value in wl.args.items():

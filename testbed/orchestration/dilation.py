@@ -1,0 +1,205 @@
+"""Time dilation of one run: the factor ``k``, its arithmetic, and how ``auto`` picks it.
+
+A dilated run (Gupta et al., NSDI'06) divides every link rate and cross-traffic cap by
+``k`` and multiplies every scheduled time, deadline and timeout by ``k``; the workers read
+a clock ``k`` times slower (``netsenseml.clock``), and what the orchestrator records on its
+own clock (steps.csv's ``t``, events.csv, bottleneck.csv, the cross traffic's reports)
+is divided back, so a run folder holds virtual time and virtual rates throughout, and says
+so (``config.json``'s ``accelerator.dilation``). The host then has ``k`` times longer for
+each step's real work, and the shaped links, the iperf3 senders and the workers share the
+cores at ``1/k`` of the virtual load.
+
+Not dilated: kernel timers other than TCP's minimum RTO (which is set per route to
+``200 ms x k`` in every emulated host: :func:`rto_min_ms`) -- delayed ACKs (40 ms minimum),
+the HTB shaper's burst (computed at the real rate), and software costs per message (gloo's
+~0.15-0.5 ms per collective on loopback) shrink by ``k`` in virtual time.
+
+``auto``: before the run, one ``workloads.pace_probe`` per worker runs at once on this host
+(the cores shared as in the run) and times the step's parts and the codecs the method can
+use; ``k`` is the least factor at which each real part, times the scenario's ``margin``,
+fits its profiled slot (:func:`least_factor`), rounded up to two significant digits. One
+measurement per (workload, method, world size, accelerator) and process: a sweep measures
+each configuration once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Any
+
+from netsenseml import accelerator, methods
+from testbed.emulation import faithful
+
+#: Linux's TCP minimum retransmission timeout (TCP_RTO_MIN), and its maximum.
+RTO_MIN_MS = 200.0
+RTO_MAX_MS = 120_000.0
+PROBE_TIMEOUT_S = 180.0
+
+_cache: dict[tuple, tuple[float, dict[str, Any]]] = {}
+
+
+class DilationError(RuntimeError):
+    """The automatic factor could not be measured; ``str()`` is one line."""
+
+
+def real_s(k: float, virtual_s: float) -> float:
+    return virtual_s * k
+
+
+def real_mbit(k: float, virtual_mbit: float) -> float:
+    return virtual_mbit / k
+
+
+def topology_params(params: dict[str, Any], k: float) -> dict[str, Any]:
+    """The topology's build parameters with every rate (``*_mbit``) divided by ``k``."""
+    if k == 1:
+        return params
+    return {name: (v / k if name.endswith("_mbit") and isinstance(v, int | float)
+                   and not isinstance(v, bool) else v) for name, v in params.items()}
+
+
+def rto_min_ms(k: float) -> float:
+    """TCP's minimum RTO dilated with the rest (at most the kernel's maximum)."""
+    return min(RTO_MIN_MS * k, RTO_MAX_MS)
+
+
+def virtual_reports(reports: list[dict[str, Any]], k: float) -> list[dict[str, Any]]:
+    """iperf3 flow reports (``testbed.emulation.traffic.reports``) in virtual units."""
+    if k == 1:
+        return reports
+    out = []
+    for r in reports:
+        r = dict(r)
+        for key in ("achieved_mbit", "received_mbit"):
+            if isinstance(r.get(key), int | float):
+                r[key] = round(r[key] * k, 3)
+        for key in ("seconds", "started_t"):
+            if isinstance(r.get(key), int | float):
+                r[key] = round(r[key] / k, 4)
+        for key in ("intervals", "received_intervals"):
+            if isinstance(r.get(key), list):
+                r[key] = [(round(a / k, 4), round(b / k, 4), round(m * k, 3))
+                          for a, b, m in r[key]]
+        out.append(r)
+    return out
+
+
+def codec_specs(method: str) -> list[str]:
+    """The compressors a method can run in its hook (the codecs ``auto`` must time)."""
+    spec = methods.parse(method)
+    if spec.kind == "adaptive":
+        return ["fp16", "int8", "topk:0.01"]
+    if spec.kind == "compressor" and spec.name != "allreduce":
+        return [method]
+    return []  # dense, or a hook whose codec the pacer does not hold (PowerSGD, plug-ins)
+
+
+def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
+    """The least ``k`` at which each real part x ``margin`` fits its profiled slot.
+
+    Parts: the forward pass; the backward pass with the costliest codec the method uses
+    (released bucket by bucket, so the two share one slot); the optimizer step (a slot of
+    0 must fit within the pacer's tolerance).
+    """
+    codec_real = real.get("codec_s", {}) or {}
+    mb = 4 * int(real.get("elements", 0)) / 1e6
+    backward = [(real["backward_s"], timing.backward_s)]
+    for level, seconds in codec_real.items():
+        backward.append((real["backward_s"] + seconds,
+                         timing.backward_s + timing.codec_s_per_mb.get(level, 0.0) * mb))
+    optimizer_slot = timing.optimizer_s or accelerator.TOLERANCE_SHARE * timing.step_s
+    ratios = [real["forward_s"] / timing.forward_s,
+              max(r / p for r, p in backward),
+              real["optimizer_s"] / optimizer_slot]
+    return _round_up(margin * max(ratios))
+
+
+def measure(scn: Any, method: str) -> dict[str, Any]:
+    """One ``workloads.pace_probe`` per worker at once; the slowest of their medians."""
+    wl = scn.workload
+    knobs = wl.knobs()
+    argv = [sys.executable, "-m", "workloads.pace_probe", "--model", wl.model,
+            "--dataset", wl.dataset, "--batch-size", str(wl.batch_size),
+            "--model-args", ",".join(f"{k}={v}" for k, v in knobs.items()),
+            "--codecs", ",".join(codec_specs(method)), "--world", str(scn.world_size),
+            "--threads", str(wl.threads), "--steps", "12"]
+    env = {**os.environ, "NETSENSE_DILATION": "1"}
+    procs = [subprocess.Popen([*argv, "--barrier"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(scn.world_size)]
+    results = []
+    try:
+        for p in procs:  # all warm before any times a step (their imports would weigh in)
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                break
+        for p in procs:
+            try:
+                p.stdin.write("go\n")  # type: ignore[union-attr]
+                p.stdin.flush()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        for p in procs:
+            out, err = p.communicate(timeout=PROBE_TIMEOUT_S)
+            if p.returncode != 0:
+                last = (err.strip().splitlines() or ["no output"])[-1]
+                raise DilationError(f"dilation auto: the host's step could not be timed: {last}")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    except subprocess.TimeoutExpired:
+        raise DilationError(f"dilation auto: timing the host's step took over "
+                            f"{PROBE_TIMEOUT_S:g} s") from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    worst: dict[str, Any] = {k: max(r[k] for r in results)
+                             for k in ("forward_s", "backward_s", "optimizer_s")}
+    worst["elements"] = results[0]["elements"]
+    worst["codec_s"] = {lv: max(r["codec_s"][lv] for r in results) for lv in results[0]["codec_s"]}
+    worst["processes"] = len(results)
+    return worst
+
+
+def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
+    """``(k, facts)`` for this run: 1 for a native run, the scenario's number, or ``auto``
+    measured on this host (cached per configuration for the life of the process)."""
+    acc = scn.accelerator
+    if acc is None:
+        return 1.0, {"mode": "native"}
+    wl = scn.workload
+    timing = acc.timing(wl.model, wl.knobs(), wl.batch_size)
+    facts: dict[str, Any] = {"mode": "paced", "timing": timing.to_json(),
+                             "profile": acc.profile, "step_ms": acc.step_ms}
+    if acc.dilation != "auto":
+        return float(acc.dilation), {**facts, "dilation_source": "given"}
+    key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset,
+           tuple(codec_specs(method)), scn.world_size, acc.profile, acc.step_ms, acc.margin)
+    if key not in _cache:
+        real = measure(scn, method)
+        _cache[key] = (least_factor(timing, real, acc.margin), real)
+    k_host, real = _cache[key]
+    k_net = network_factor(scn)
+    return max(k_host, k_net), {**facts, "dilation_source": "auto", "host_real_s": real,
+                                "margin": acc.margin, "k_host": k_host, "k_network": k_net}
+
+
+def network_factor(scn: Any) -> float:
+    """The least ``k`` that brings every rate training crosses into the emulation's faithful
+    range (``testbed.emulation.faithful``): a virtual 40 Gbit/s link at k = 40 is a real
+    1 Gbit/s one."""
+    rates = faithful.training_rates(scn.model_dump(mode="json"))
+    top = max(rates, default=0.0)
+    return max(1.0, _round_up(top / faithful.faithful_mbit()))
+
+
+def _round_up(k: float) -> float:
+    """Up to two significant digits (a factor that reads well in a record)."""
+    if k <= 1:
+        return 1.0
+    digits = 10 ** (math.floor(math.log10(k)) - 1)
+    return math.ceil(k / digits - 1e-9) * digits
