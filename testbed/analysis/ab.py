@@ -96,6 +96,19 @@ class Result:
         return max((x if x == x else math.inf for x in w), default=math.inf)
 
 
+def stop_reason(result: Result, width: float, seeds: int, max_seeds: int) -> str | None:
+    """Why ``--until-width`` stops after ``seeds`` seeds, or None to add one more: every
+    ratio's relative interval within ``width``, or ``max_seeds`` reached (said either way)."""
+    widest = result.widest()
+    if widest <= width:
+        return (f"every ratio's interval is within {width:g} of it (widest {widest:.3f}) at "
+                f"{seeds} seeds")
+    if seeds >= max_seeds:
+        return (f"--max-seeds {max_seeds} reached; the widest interval is {widest:.3f} of its "
+                f"ratio, more than {width:g}")
+    return None
+
+
 def method_of_label(label: str) -> str:
     return label.partition("@")[0]
 

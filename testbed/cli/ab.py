@@ -157,17 +157,9 @@ def _run(scn: Any, path: Path, overrides: list[str], arms: list[Any], seeds: lis
             runner = run_ab.Runner(scn, path, overrides, root, checkouts)
             run_seeds(seeds, len(arms) * len(seeds))
             if until_width is not None:
-                while True:
-                    res = stats_ab.compare(obs, labels)
-                    if res.widest() <= until_width:
-                        stopped = (f"every ratio's interval is within {until_width:g} of it "
-                                   f"(widest {res.widest():.3f}) at {len(used)} seeds")
-                        break
-                    if len(used) >= max_seeds:
-                        stopped = (f"--max-seeds {max_seeds} reached; the widest interval "
-                                   f"is {res.widest():.3f} of its ratio, more than "
-                                   f"{until_width:g}")
-                        break
+                while (stopped := stats_ab.stop_reason(
+                        stats_ab.compare(obs, labels), until_width, len(used), max_seeds)
+                       ) is None:
                     run_seeds(run_ab.next_seeds(used), len(order) + len(arms))
     except RunInterrupted as exc:
         console.print(f"interrupted ({exc}) after {len(order)} runs; torn down, the "
