@@ -19,7 +19,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from testbed.cli.common import DEFAULT_RESULTS, ResultsOption, SetOption, fail, preflight
+from testbed.cli.common import (
+    DEFAULT_RESULTS,
+    ResultsOption,
+    SetOption,
+    fail,
+    parse_overrides,
+    preflight,
+)
 
 ArmOption = Annotated[list[str] | None, typer.Option(
     "--arm", "-a", metavar="METHOD[@REV]", help="an arm: a method, or METHOD@REV to run it "
@@ -98,7 +105,6 @@ def ab_cmd(
 
 def _scenario(scenario: str, set_: list[str] | None) -> tuple[Any, Path]:
     """The scenario with --set applied, and its file (what a revision's runs are given)."""
-    from testbed.cli.common import parse_overrides
     from testbed.config.scenario import (
         ScenarioError,
         apply_overrides,
