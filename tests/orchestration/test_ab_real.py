@@ -21,7 +21,6 @@ pytestmark = pytest.mark.emulation
 
 
 def test_ab_smoke_with_a_revision_arm(tmp_path: Path) -> None:
-    worktrees = run_ab._git("worktree", "list").stdout
     head = run_ab._git("rev-parse", "HEAD").stdout.strip()
     res = tmp_path / "res"
     proc = netsense_proc(["ab", "smoke", "-a", "allreduce", "-a", "allreduce@HEAD",
@@ -41,4 +40,5 @@ def test_ab_smoke_with_a_revision_arm(tmp_path: Path) -> None:
     runs, _ = tables.load_runs(root)
     assert sorted(runs["status"]) == ["ok", "ok"]
     assert not list(root.glob(".rev-*"))
-    assert run_ab._git("worktree", "list").stdout == worktrees
+    # other checkouts of this repository may come and go meanwhile: only ours must be gone
+    assert str(tmp_path) not in run_ab._git("worktree", "list").stdout
