@@ -220,7 +220,12 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
         err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
                   markup=False)
     res = stats_ab.compare(obs, labels)
-    info = {"scenario": scenario, "metric": metric, "field": field, "from_runs": str(folder),
+    from testbed.common.files import read_json
+
+    prior = read_json(folder / "ab.json") or {}  # a session read back keeps its record
+    info = {**{k: prior[k] for k in ("commits", "order") if k in prior},
+            "scenario": scenario or prior.get("scenario"), "metric": metric, "field": field,
+            "from_runs": str(folder),
             "seeds": sorted({o.seed for o in obs}), "resamples": stats_ab.RESAMPLES,
             "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
     written = stats_ab.write(folder, res, obs, info)

@@ -177,6 +177,7 @@ class Checkouts:
     paths: dict[str, Path] = field(default_factory=dict)  # commit -> checkout
 
     def __enter__(self) -> Checkouts:
+        made = not self.folder.exists()
         try:
             for commit in dict.fromkeys(a.commit for a in self.arms if a.commit):
                 self.folder.mkdir(parents=True, exist_ok=True)
@@ -189,6 +190,8 @@ class Checkouts:
                     raise ABError(f"cannot check out {commit[:12]} into {path}: {last}")
         except BaseException:
             self.remove()
+            if made:  # a comparison that could not start leaves no folder of its own
+                shutil.rmtree(self.folder, ignore_errors=True)
             raise
         return self
 
