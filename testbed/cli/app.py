@@ -1,5 +1,6 @@
 """The ``netsense`` command: run, show, list, schema, doctor, clean, calibrate (+ sweep,
-plot, report, compare, export, sensing from analysis.py; simulate from simulate.py).
+plot, report, compare, export, sensing from analysis.py; ab from ab.py; simulate from
+simulate.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
@@ -20,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from testbed.cli import simulate
+from testbed.cli import ab, simulate
 from testbed.cli.common import (
     DEFAULT_RESULTS,
     ResultsOption,
@@ -498,6 +499,7 @@ def _register_analysis() -> None:
         importlib.import_module("testbed.cli.analysis").register(app)
 
 _register_analysis()
+ab.register(app)
 simulate.register(app)
 
 def _sigint_interrupts() -> None:

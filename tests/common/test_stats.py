@@ -48,3 +48,57 @@ def test_tables_and_figures_read_the_same_interval() -> None:
 
     assert tables.ci95 is stats.ci95 and plots.ci95 is stats.ci95
     assert tables.ratio_ci95 is stats.ratio_ci95 and tables.t975 is stats.t975
+
+
+def test_permutation_p_of_two_separated_groups_of_four_is_two_of_seventy() -> None:
+    """C(8, 4) = 70 splits; only the observed one and its mirror are as extreme."""
+    p = stats.permutation_p([1.0, 2.0, 3.0, 4.0], [11.0, 12.0, 13.0, 14.0])
+    assert p == pytest.approx(2 / 70, abs=1e-12)
+    assert stats.permutation_p([11.0, 12.0, 13.0, 14.0], [1.0, 2.0, 3.0, 4.0]) == p
+
+
+def test_permutation_p_of_identical_samples_is_one() -> None:
+    assert stats.permutation_p([3.0, 5.0, 7.0], [3.0, 5.0, 7.0]) == 1.0
+    assert math.isnan(stats.permutation_p([], [1.0]))
+
+
+def test_permutation_p_by_enumeration_by_hand() -> None:
+    """a = [1, 2], b = [3, 4]: |diff| 2; the 6 splits give 2, 1, 0, 0, 1, 2 -> 2/6."""
+    assert stats.permutation_p([1.0, 2.0], [3.0, 4.0]) == pytest.approx(2 / 6)
+
+
+def test_permutation_p_beyond_enumeration_is_monte_carlo_with_the_correction() -> None:
+    a, b = [float(i) for i in range(10)], [float(i) + 100 for i in range(10)]
+    # C(20, 10) = 184756 splits > 1000: random splits; none as extreme -> 1 / 1001, not 0
+    assert stats.permutation_p(a, b, reps=1000, seed=3) == pytest.approx(1 / 1001)
+    # the same values give the same answer; a null difference gives a large p
+    c = [float(i % 5) for i in range(10)]
+    d = [float((i + 2) % 5) for i in range(10)]
+    p1 = stats.permutation_p(c, d, reps=2000, seed=1)
+    assert p1 == stats.permutation_p(c, d, reps=2000, seed=1) and p1 > 0.9
+
+
+def test_bootstrap_interval_contains_the_ratio_and_shrinks_with_more_seeds() -> None:
+    base = [100.0, 104.0, 97.0, 101.0]
+    arm = [120.0, 131.0, 115.0, 126.0]
+    r4 = stats.bootstrap_ratio(arm, base)
+    assert r4.ratio == pytest.approx((sum(arm) / 4) / (sum(base) / 4))
+    assert r4.lo < r4.ratio < r4.hi
+    r16 = stats.bootstrap_ratio(arm * 4, base * 4)  # the same spread, four times the seeds
+    assert r16.ratio == pytest.approx(r4.ratio)
+    assert r16.lo < r16.ratio < r16.hi
+    assert (r16.hi - r16.lo) < 0.7 * (r4.hi - r4.lo)
+
+
+def test_bootstrap_is_deterministic_under_its_seed_and_nan_where_it_has_no_interval() -> None:
+    a, b = [3.1, 4.7, 6.2, 5.3, 3.9, 4.4], [2.0, 2.6, 2.1, 2.9, 2.4, 2.2]
+    assert stats.bootstrap_ratio(a, b, seed=7) == stats.bootstrap_ratio(a, b, seed=7)
+    assert stats.bootstrap_ratio(a, b, seed=7) != stats.bootstrap_ratio(a, b, seed=8)
+    b = [2.0, 2.5, 2.0]
+    one = stats.bootstrap_ratio([3.0], b)
+    assert one.ratio == pytest.approx(3.0 / 6.5 * 3) and math.isnan(one.lo)
+    assert math.isnan(stats.bootstrap_ratio([], b).ratio)
+    assert math.isnan(stats.bootstrap_ratio([1.0, 2.0], [0.0, 0.0]).ratio)
+    # resampled ratios of a constant arm against a constant arm: a zero-width interval
+    const = stats.bootstrap_ratio([2.0, 2.0], [1.0, 1.0])
+    assert (const.ratio, const.lo, const.hi) == (2.0, 2.0, 2.0)

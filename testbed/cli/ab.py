@@ -1,0 +1,277 @@
+"""``netsense ab``: arms of one scenario, interleaved over seeds, and each arm's ratio to the
+first with a bootstrap interval and a permutation p.
+
+The running is ``testbed.orchestration.ab``'s (arms, the interleaved order, revisions'
+checkouts), the statistics ``testbed.analysis.ab``'s; this module checks the input (one
+line, exit 2, before anything is made), prints and decides when to stop. Exit codes as
+``netsense run``: 0 every run ok, 1 a run failed (left out of the statistics and named),
+2 bad input, 130/143 interrupted (the comparison stops after the interrupted run's teardown;
+its folders are final, the revisions' checkouts removed).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from testbed.cli.common import (
+    DEFAULT_RESULTS,
+    ResultsOption,
+    SetOption,
+    fail,
+    parse_overrides,
+    preflight,
+)
+
+ArmOption = Annotated[list[str] | None, typer.Option(
+    "--arm", "-a", metavar="METHOD[@REV]", help="an arm: a method, or METHOD@REV to run it "
+    "with the code of git revision REV; repeatable, the first is the baseline")]
+
+
+def ab_cmd(
+    scenario: Annotated[str | None, typer.Argument(
+        help="scenario name (netsense list) or path to a YAML file; with --from-runs, "
+        "optional: only that scenario's runs", metavar="SCENARIO", show_default=False)] = None,
+    arm: ArmOption = None,
+    seeds: Annotated[str, typer.Option(
+        "--seeds", metavar="N-M|N,N,...", help="seeds every arm runs (e.g. 0-7)")] = "0-3",
+    metric: Annotated[str, typer.Option(
+        "--metric", metavar="NAME", help="throughput, tta or a summary.json field")
+    ] = "throughput",
+    until_width: Annotated[float | None, typer.Option(
+        "--until-width", metavar="W", help="after the seeds, add one seed at a time (every "
+        "arm, interleaved) until each ratio's interval (hi - lo) / ratio is at most W")] = None,
+    max_seeds: Annotated[int, typer.Option(
+        "--max-seeds", metavar="N", help="with --until-width: stop at N seeds per arm")] = 16,
+    results: ResultsOption = DEFAULT_RESULTS,
+    set_: SetOption = None,
+    from_runs: Annotated[Path | None, typer.Option(
+        "--from-runs", metavar="DIR", help="run nothing: compare the run folders under DIR "
+        "(arms: --arm, else DIR's ab.json, else the runs' methods)")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no line per run")] = False,
+) -> None:
+    """A/B: every arm once per seed, in alternating order, then each arm's mean and its
+    ratio to the first arm with a 95 % bootstrap interval and a permutation p.
+
+    Runs go to RESULTS/ab-<scenario>/<arm>/<scenario>/<run id>, the table to ab.json and
+    ab.csv beside them (with --from-runs: in DIR).
+    """
+    from testbed.analysis import ab as stats_ab
+
+    if until_width is not None and not (until_width > 0 and math.isfinite(until_width)):
+        fail(f"--until-width: {until_width} is not a positive number")
+    if from_runs is not None:
+        _from_runs(from_runs, scenario, arm, metric)
+        return
+    if scenario is None:
+        fail("SCENARIO: missing (or give --from-runs DIR)")
+    from testbed.orchestration import ab as run_ab
+
+    try:
+        field = stats_ab.metric_field(metric)
+        arms = run_ab.parse_arms(list(arm or []))
+        seed_list = run_ab.parse_seeds(seeds)
+        if until_width is not None and max_seeds < len(seed_list):
+            raise run_ab.ABError(f"--max-seeds {max_seeds}: fewer than the {len(seed_list)} "
+                                 "seeds of --seeds")
+        arms = run_ab.resolve_revisions(arms)
+    except (run_ab.ABError, stats_ab.ABInputError) as exc:
+        fail(str(exc))
+    scn, path = _scenario(scenario, set_)
+    root = results / f"ab-{scn.name}"
+    from testbed.common.outputs import OutputError, check_dir
+
+    try:
+        check_dir(root, "--results")
+    except OutputError as exc:
+        fail(str(exc))
+    from testbed.orchestration import gpus
+
+    try:
+        gpus.plan(scn.workload.device, scn.workload.backend, scn.world_size,
+                  gpus.visible_gpus())
+    except gpus.GpuPlanError as exc:
+        fail(str(exc))
+    if scn.topology.kind != "hosts":
+        preflight()
+    _run(scn, path, list(set_ or []), arms, seed_list, root, field, metric, until_width,
+         max_seeds, quiet)
+
+
+def _scenario(scenario: str, set_: list[str] | None) -> tuple[Any, Path]:
+    """The scenario with --set applied, and its file (what a revision's runs are given)."""
+    from testbed.config.scenario import (
+        ScenarioError,
+        apply_overrides,
+        load_scenario,
+        scenario_path,
+    )
+
+    try:
+        scn = load_scenario(scenario)
+        if set_:
+            scn = apply_overrides(scn, parse_overrides(set_))
+        return scn, scenario_path(scenario).resolve()
+    except ScenarioError as exc:
+        fail(str(exc))
+
+
+def _run(scn: Any, path: Path, overrides: list[str], arms: list[Any], seeds: list[int],
+         root: Path, field: str, metric: str, until_width: float | None, max_seeds: int,
+         quiet: bool) -> None:
+    from testbed.analysis import ab as stats_ab
+    from testbed.common.files import NoSpace
+    from testbed.orchestration import ab as run_ab
+    from testbed.orchestration import launcher
+    from testbed.orchestration.interrupts import RunInterrupted
+
+    console = Console(width=max(120, Console().width))
+
+    def say(line: str) -> None:
+        if not quiet:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    labels = [a.label for a in arms]
+    obs: list[stats_ab.Observation] = []
+    used: list[int] = []
+    order: list[tuple[str, int]] = []
+    stopped: str | None = None
+    code = 0
+    revs = [f"{a.label} = {a.commit[:12]}" for a in arms if a.commit]
+    console.print(f"ab {scn.name}: {len(arms)} arms x {len(seeds)} seeds, interleaved; "
+                  f"metric {metric}" + (f"; {', '.join(revs)}" if revs else ""),
+                  highlight=False, markup=False, soft_wrap=True)
+
+    def run_seeds(new: list[int], total: int) -> None:
+        todo = run_ab.plan(arms, new, start=len(used))
+        first = len(order) + 1
+        used.extend(new)
+        for done in run_ab.run_plan(runner, todo, say, first=first, total=total):
+            order.append((done.arm.label, done.seed))
+            o = done.outcome
+            obs.append(stats_ab.observation(done.arm.label, done.seed, o.summary, o.status,
+                                            str(Path(o.run_dir).resolve().relative_to(
+                                                root.resolve())), field))
+
+    try:
+        with run_ab.Checkouts(root, arms) as checkouts, launcher.shared():
+            runner = run_ab.Runner(scn, path, overrides, root, checkouts)
+            run_seeds(seeds, len(arms) * len(seeds))
+            if until_width is not None:
+                while (stopped := stats_ab.stop_reason(
+                        stats_ab.compare(obs, labels), until_width, len(used), max_seeds)
+                       ) is None:
+                    run_seeds(run_ab.next_seeds(used), len(order) + len(arms))
+    except RunInterrupted as exc:
+        console.print(f"interrupted ({exc}) after {len(order)} runs; torn down, the "
+                      "interrupted run marked failed", highlight=False, markup=False)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        console.print(f"interrupted between runs after {len(order)} runs; every run folder "
+                      "is final", highlight=False, markup=False)
+        code = 130
+    except NoSpace as exc:
+        fail(str(exc), 1)
+    except run_ab.ABError as exc:  # a revision could not be checked out
+        fail(str(exc))
+    if not obs:
+        raise typer.Exit(code)
+    res = stats_ab.compare(obs, labels)
+    info = {"scenario": scn.name, "metric": metric, "field": field, "seeds": used,
+            "order": [list(x) for x in order], "stopped": stopped,
+            "interrupted": code != 0,
+            "commits": {a.label: a.commit for a in arms if a.commit},
+            "resamples": stats_ab.RESAMPLES, "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
+    written = stats_ab.write(root, res, obs, info)
+    _print(console, res, metric, written, stopped)
+    if code:
+        raise typer.Exit(code)
+    if any(o.status != "ok" for o in obs):
+        raise typer.Exit(1)
+
+
+def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str) -> None:
+    from testbed.analysis import ab as stats_ab
+    from testbed.common.outputs import OutputError, check_dir
+
+    if not folder.is_dir():
+        fail(f"--from-runs: no such folder {str(folder)!r}")
+    labels = None
+    if arm:
+        labels = [a.strip() for a in arm]
+        dup = next((a for a in labels if labels.count(a) > 1), None)
+        if dup is not None:
+            fail(f"--arm {dup!r}: given twice; arm labels must be unique")
+        if len(labels) < 2:
+            fail(f"--arm: give at least 2 arms (got {len(labels)})")
+    try:
+        check_dir(folder, "--from-runs")
+        field = stats_ab.metric_field(metric, stats_ab.known_fields(folder))
+        labels, obs, excluded = stats_ab.from_runs(folder, labels, scenario, field)
+    except (stats_ab.ABInputError, OutputError) as exc:
+        fail(str(exc))
+    err = Console(stderr=True)
+    for e in excluded:
+        err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
+                  markup=False)
+    res = stats_ab.compare(obs, labels)
+    from testbed.common.files import read_json
+
+    prior = read_json(folder / "ab.json") or {}  # a session read back keeps its record
+    info = {**{k: prior[k] for k in ("commits", "order") if k in prior},
+            "scenario": scenario or prior.get("scenario"), "metric": metric, "field": field,
+            "from_runs": str(folder),
+            "seeds": sorted({o.seed for o in obs}), "resamples": stats_ab.RESAMPLES,
+            "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
+    written = stats_ab.write(folder, res, obs, info)
+    _print(Console(width=max(120, Console().width)), res, metric, written, None)
+
+
+def _num(v: float, fmt: str) -> str:
+    return "-" if v != v else format(v, fmt)
+
+
+def _fmt(v: float) -> str:
+    """A mean in as many digits as it needs (throughput in the hundreds, accuracy < 1)."""
+    if v != v:
+        return "-"
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:.1f}"
+
+
+def _print(console: Console, res: Any, metric: str, written: list[Path],
+           stopped: str | None) -> None:
+    from testbed.analysis import ab as stats_ab
+
+    base = res.arms[0]
+    t = Table(title=f"ab: {metric}, {len(res.arms)} arms, ratio to {base}", title_justify="left")
+    for c in ("arm", "n", "mean ± 95 %", f"x {base}", "95 % interval", "p"):
+        t.add_column(c, justify="left" if c == "arm" else "right")
+    for i, r in enumerate(res.rows):
+        mean = _fmt(r["mean"]) + (f" ± {_fmt(r['ci95'])}" if r["ci95"] == r["ci95"] else "")
+        if i == 0:
+            t.add_row(r["arm"], str(r["n"]), mean, "1 (baseline)", "", "")
+            continue
+        interval = ("-" if r["ratio_lo"] != r["ratio_lo"] else
+                    f"[{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]")
+        t.add_row(r["arm"], str(r["n"]), mean, _num(r["ratio"], ".3f"), interval,
+                  _num(r["p"], ".3g"))
+    console.print(t)
+    console.print(stats_ab.explain(res), highlight=False, markup=False, soft_wrap=True)
+    for arm, items in res.left_out.items():
+        console.print(f"left out of {arm}: {len(items)} run(s): " + "; ".join(items[:5])
+                      + (f"; +{len(items) - 5} more" if len(items) > 5 else ""),
+                      highlight=False, markup=False, soft_wrap=True)
+    if stopped:
+        console.print(f"stopped: {stopped}", highlight=False, markup=False, soft_wrap=True)
+    for p in written:
+        console.print(str(p), highlight=False, markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ab`` to the main ``netsense`` app."""
+    app.command("ab")(ab_cmd)
