@@ -202,7 +202,7 @@ def measure(a: argparse.Namespace) -> tuple[dict[str, Any], str]:
         f"{pace_probe.WARMUP_STEPS} warm-up; dataset {a.dataset}, optimizer {job.optimizer}; "
         f"{len(params)} parameter tensors, {grad.numel()} gradient elements ({mb:.3g} MB); "
         f"codecs decode {a.world} payloads per gathered level"
-        + ("" if buckets is None else f"; {len(buckets)} DDP buckets (1 MiB first, 25 MiB)"))
+        + ("" if buckets is None else f"; DDP's buckets: {len(buckets)} (1 MiB first, then 25 MiB)"))
     return entry, name
 
 

@@ -1,5 +1,6 @@
 """The ``netsense`` command: run, show, list, schema, doctor, clean, calibrate (+ sweep,
-plot, report, compare, export, sensing from analysis.py; simulate from simulate.py).
+plot, report, compare, export, sensing from analysis.py; simulate from simulate.py; profile
+from profile.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
@@ -20,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from testbed.cli import simulate
+from testbed.cli import profile, simulate
 from testbed.cli.common import (
     DEFAULT_RESULTS,
     ResultsOption,
@@ -499,6 +500,7 @@ def _register_analysis() -> None:
 
 _register_analysis()
 simulate.register(app)
+profile.register(app)
 
 def _sigint_interrupts() -> None:
     """SIGINT interrupts netsense wherever it lands, even where it was started ignoring it.
