@@ -7,6 +7,7 @@ is refused by ``netsense show``.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,66 @@ def test_show_refuses_a_scenario_naming_a_malformed_profile(tmp_path: Path, monk
                                         "accelerator": {"profile": "broken.json"}}))
     result = netsense(["show", str(scenario)], tmp_path, monkeypatch)
     _one_error_line(result, "accelerator.profile", "entries[0].buckets")
+
+
+# ------------------------------------------------------------------ doctor --profile
+
+
+def _tiny_profile(tmp_path: Path) -> Path:
+    """A profile whose entry for the tiny mlp is far faster than this CPU (so k > 1)."""
+    data = {"format": 1, "device": "a fast test device", "source": "written by a test",
+            "entries": [{"model": "mlp", "knobs": {"width": 32}, "batch_size": 16,
+                         "forward_s": 2e-5, "backward_s": 4e-5, "optimizer_s": 1e-5,
+                         "codec_s_per_mb": {"fp16": 1e-5}, "origin": "assumed"}]}
+    path = tmp_path / "fast.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.slow
+def test_doctor_states_what_this_host_keeps_faithful_for_a_profile(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """One probe run of two copies (~10-20 s on a loaded 2-core machine)."""
+    from testbed.emulation import faithful
+
+    path = _tiny_profile(tmp_path)
+    result = netsense(["doctor", "--profile", str(path), "--model", "mlp", "--dataset",
+                       "mixture", "--batch-size", "16", "--model-args", "width=32",
+                       "--workers", "2", "--method", "fp16", "--rate-mbit", "5000"],
+                      tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("accelerator: "))
+    k = float(re.search(r"picks k = ([\d.]+)", line)[1])
+    assert k >= 5  # at least the network's factor: 5000 Mbit/s over a 1000 Mbit/s range
+    top = float(re.search(r"links up to ([\d.]+) Mbit/s", line)[1])
+    assert top == pytest.approx(faithful.faithful_mbit() * k)
+    fits = int(re.search(r"fits up to (\d+) workers", line)[1])
+    assert fits >= 2  # the two measured fit at the factor chosen for them
+    assert "rule:" in line and "2 workers x 1 thread" in line
+
+
+def test_doctor_refuses_a_profile_without_the_entry_in_one_line(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    path = _tiny_profile(tmp_path)
+    result = netsense(["doctor", "--profile", str(path), "--model", "mlp", "--batch-size",
+                       "64"], tmp_path, monkeypatch)
+    _one_error_line(result, "--profile", "no entry", "batch 16")
+    result = netsense(["doctor", "--model", "mlp", "--batch-size", "16"], tmp_path, monkeypatch)
+    _one_error_line(result, "--profile")
+    result = netsense(["doctor", "--profile", str(path), "--model", "mlp", "--batch-size",
+                       "16", "--model-args", "width=32", "--workers", "0"], tmp_path,
+                      monkeypatch)
+    _one_error_line(result, "--workers", "allowed: 1..")
+
+
+def test_workers_within_follows_the_stated_rule() -> None:
+    from testbed.orchestration.dilation import workers_within
+
+    # 2 cores, 1 thread each, measured with 2 at once needing k = 4: at k = 4 nothing more
+    # fits than the cores (a third worker would be 1.5x slower), at k = 8 twice as many.
+    assert workers_within(need=4.0, k=4.0, workers=2, threads=1, cores=2) == 2
+    assert workers_within(need=4.0, k=8.0, workers=2, threads=1, cores=2) == 4
+    # measured oversubscribed (4 workers on 2 cores): the measurement already holds the 2x
+    assert workers_within(need=4.0, k=4.0, workers=4, threads=1, cores=2) == 4
+    # 2 threads each halve the count
+    assert workers_within(need=1.0, k=4.0, workers=1, threads=2, cores=8) == 16
