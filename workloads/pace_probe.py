@@ -9,6 +9,12 @@ which these real times fit the emulated accelerator's slots. Printed (seconds, m
 the steps after a warm-up): ``forward_s``, ``backward_s``, ``optimizer_s``, ``elements``
 (gradient elements) and ``codec_s`` per codec level (compress, residual update and decode
 of the whole gradient, as the hook does it), keyed by the compressor's level name.
+
+The step loop (:func:`time_steps`) and the codec timing (:func:`codec_seconds`) are also
+what ``workloads.profile`` measures a device's profile with: one definition of "a step's
+parts" for the host's check and for the device's profile. The optimizer is the model's own
+(``workloads.train.make_optimizer``: SGD with momentum, AdamW for the language model), as
+the worker trains it.
 """
 
 from __future__ import annotations
@@ -18,24 +24,46 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from netsenseml import methods
 from workloads import registry
-from workloads.datasets import load_dataset
+from workloads.datasets import Data, load_dataset
 from workloads.models import build_model
+from workloads.train import make_optimizer
+
+WARMUP_STEPS = 2
 
 
-def _timed(fn) -> float:  # noqa: ANN001 - a thunk
+def _noop() -> None:
+    pass
+
+
+def syncer(device: torch.device) -> Callable[[], None]:
+    """What waits for the device's queued work (CUDA), so a clock read after it sees the
+    work done; nothing on the CPU."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return _noop
+
+
+def _timed(fn: Callable[[], None], sync: Callable[[], None] = _noop) -> float:
+    sync()
     t = time.perf_counter()
     fn()
+    sync()
     return time.perf_counter() - t
 
 
-def codec_seconds(spec: str, x: torch.Tensor, world: int) -> tuple[str, float]:
-    """The level name and the seconds of a compress, residual update and decode of ``x``."""
+def codec_seconds(spec: str, x: torch.Tensor, world: int,
+                  sync: Callable[[], None] = _noop) -> tuple[str, float]:
+    """The level name and the seconds of a compress, residual update and decode of ``x``
+    (``sync``: waits for the device, :func:`syncer`)."""
     c = methods.resolve(spec).build()
     out = torch.zeros_like(x)
 
@@ -47,7 +75,106 @@ def codec_seconds(spec: str, x: torch.Tensor, world: int) -> tuple[str, float]:
             out.add_(c.decompress(p).reshape(-1).to(out.dtype))
 
     once()  # warm-up
-    return c.name, min(_timed(once) for _ in range(3))
+    return c.name, min(_timed(once, sync) for _ in range(3))
+
+
+@dataclass
+class Job:
+    """One process's training step: the model, its optimizer and its batches."""
+
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    loader: torch.utils.data.DataLoader
+    data: Data
+    knobs: dict[str, Any]  # resolved as the worker resolves them (defaults filled)
+    optimizer: str
+
+
+def build_job(model: str, dataset: str, batch_size: int, model_args: str = "", *,
+              context: int = 64, data_dir: str | None = None,
+              device: torch.device | None = None) -> Job:
+    """The model (on ``device``), its optimizer and a loader of ``batch_size`` batches.
+    Raises ``registry.RegistryError``/``DatasetError``/``ValueError`` with one line."""
+    torch.manual_seed(0)
+    data = load_dataset(dataset, data_dir=data_dir, context=context)
+    entry = registry.model_entry(model)
+    if not registry.fits(entry, registry.dataset_entry(dataset)):
+        raise registry.RegistryError(
+            f"dataset {dataset!r} (kind {data.kind}) does not fit model {model!r}; accepted "
+            f"kinds: {', '.join(entry.kinds)}")
+    given = registry.parse_knobs(model_args)
+    knobs = entry.resolve_knobs(given)
+    net = build_model(model, input_shape=data.input_shape, num_classes=data.num_classes,
+                      **given)
+    if device is not None:
+        net.to(device)
+    opt = make_optimizer(net, entry, entry.lr, entry.momentum)
+    loader = torch.utils.data.DataLoader(data.train, batch_size=batch_size, shuffle=True,
+                                         drop_last=True)
+    if len(loader) == 0:
+        raise ValueError(f"batch size {batch_size} exceeds the {len(data.train)} training "
+                         f"samples of {dataset}")
+    return Job(net, opt, loader, data, knobs, entry.optimizer)
+
+
+class BackwardProbe:
+    """Told when each timed backward pass begins and ends (:func:`time_steps`)."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
+               warmup: int = WARMUP_STEPS, at_warm: Callable[[], None] | None = None,
+               probe: BackwardProbe | None = None) -> dict[str, list[float]]:
+    """Seconds of the forward pass (with the loss), the backward pass and the optimizer
+    step, per step after ``warmup`` steps; on CUDA the device is waited for around each
+    part. ``at_warm`` runs once, after the warm-up (a barrier between copies); ``probe``
+    sees every backward pass, warm-up included."""
+    device = device or torch.device("cpu")
+    sync = syncer(device)
+    times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
+    batches = iter(job.loader)
+    for i in range(steps + warmup):
+        if i == warmup and at_warm is not None:
+            at_warm()
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            batches = iter(job.loader)
+            x, y = next(batches)
+        x, y = x.to(device), y.to(device)
+        job.opt.zero_grad(set_to_none=True)
+        sync()
+        t0 = time.perf_counter()
+        out = job.model(x)
+        if job.data.kind == "lm":
+            out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+        loss = F.cross_entropy(out, y)
+        sync()
+        t1 = time.perf_counter()
+        if probe is not None:
+            probe.begin()
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        if probe is not None:
+            probe.end()
+        job.opt.step()
+        sync()
+        t3 = time.perf_counter()
+        if i >= warmup:
+            times["forward_s"].append(t1 - t0)
+            times["backward_s"].append(t2 - t1)
+            times["optimizer_s"].append(t3 - t2)
+    return times
+
+
+def gradient(model: torch.nn.Module) -> torch.Tensor:
+    """The model's gradient as one flat fp32 tensor (what the codecs are timed on)."""
+    return torch.cat([q.grad.reshape(-1).float() for q in model.parameters()
+                      if q.grad is not None])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,42 +193,16 @@ def main(argv: list[str] | None = None) -> None:
                         "copies started together time their steps together")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    data = load_dataset(a.dataset, context=a.context)
-    model = build_model(a.model, input_shape=data.input_shape, num_classes=data.num_classes,
-                        **registry.parse_knobs(a.model_args))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = torch.utils.data.DataLoader(data.train, batch_size=a.batch_size, shuffle=True,
-                                         drop_last=True)
-    times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
-    batches = iter(loader)
-    for i in range(a.steps + 2):
-        if i == 2 and a.barrier:  # warm, every copy imported: the timed steps overlap
-            print("ready", flush=True)
-            sys.stdin.readline()
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            batches = iter(loader)
-            x, y = next(batches)
-        opt.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        out = model(x)
-        if data.kind == "lm":
-            out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
-        loss = F.cross_entropy(out, y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        t3 = time.perf_counter()
-        if i >= 2:  # warm-up
-            times["forward_s"].append(t1 - t0)
-            times["backward_s"].append(t2 - t1)
-            times["optimizer_s"].append(t3 - t2)
-    grad = torch.cat([q.grad.reshape(-1) for q in model.parameters() if q.grad is not None])
+    job = build_job(a.model, a.dataset, a.batch_size, a.model_args, context=a.context)
+
+    def barrier() -> None:  # warm, every copy imported: the timed steps overlap
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    times = time_steps(job, a.steps, at_warm=barrier if a.barrier else None)
+    grad = gradient(job.model)
     specs = [c for c in a.codecs.split(",") if c]
-    result = {k: statistics.median(v) for k, v in times.items()}
+    result: dict[str, Any] = {k: statistics.median(v) for k, v in times.items()}
     result["elements"] = grad.numel()
     result["codec_s"] = dict(codec_seconds(spec, grad, a.world) for spec in specs)
     sys.stdout.write(json.dumps(result) + "\n")

@@ -1,6 +1,6 @@
 """The ``netsense`` command: run, show, list, schema, doctor, clean, calibrate (+ sweep,
 plot, report, compare, export, sensing from analysis.py; ab from ab.py; simulate from
-simulate.py).
+simulate.py; profile from profile.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
@@ -21,11 +21,16 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from testbed.cli import ab, simulate
+from testbed.cli import ab, profile, simulate
 from testbed.cli.common import (
     DEFAULT_RESULTS,
+    BatchOption,
+    DatasetOption,
+    ModelArgsOption,
+    ModelOption,
     ResultsOption,
     SetOption,
+    check_workload,
     deprecated,
     fail,
     parse_overrides,
@@ -365,14 +370,78 @@ def topology_listing() -> list[list[str]]:
     return blocks
 
 
+def _accelerator_plan(spec: str | None, model: str | None, batch_size: int | None,
+                      dataset: str | None, model_args: str, workers: int, method: str,
+                      threads: int, rate_mbit: float | None) -> dict[str, Any] | None:
+    """The checked options of `doctor --profile`, or None without --profile; one error
+    line and exit 2 for a bad one (before any probe runs)."""
+    if spec is None:
+        if model is not None or batch_size is not None:
+            fail("--model/--batch-size: only with --profile NAME|FILE")
+        return None
+    from netsenseml import accelerator
+    from testbed.config.accelerator import Accelerator
+    from testbed.orchestration import dilation
+
+    dataset, knobs = check_workload(model, batch_size, dataset, model_args)
+    assert model is not None and batch_size is not None  # check_workload refuses None
+    try:
+        timing = accelerator.load(spec).timing(model, knobs, batch_size)
+    except accelerator.ProfileError as exc:
+        fail(f"--profile: {exc}")
+    if not 1 <= workers <= MAX_DOCTOR_WORKERS:
+        fail(f"--workers: {workers}; allowed: 1..{MAX_DOCTOR_WORKERS}")
+    if not 1 <= threads <= 64:
+        fail(f"--threads: {threads}; allowed: 1..64")
+    if rate_mbit is not None and not rate_mbit > 0:
+        fail(f"--rate-mbit: {rate_mbit:g}; allowed: a rate > 0 (virtual Mbit/s)")
+    try:
+        codecs = dilation.codec_specs(method)
+    except ValueError as exc:
+        fail(f"--method: {exc}")
+    label = f"{spec} {model}{_knob_text(knobs)} batch {batch_size} ({dataset})"
+    return {"timing": timing, "label": label, "codecs": codecs,
+            "margin": Accelerator.model_fields["margin"].default,
+            "workload": {"model": model, "dataset": dataset, "batch_size": batch_size,
+                         "knobs": knobs}}
+
+
+def _knob_text(knobs: dict[str, Any]) -> str:
+    return "[" + ",".join(f"{k}={v}" for k, v in sorted(knobs.items())) + "]"
+
+
+MAX_DOCTOR_WORKERS = 64
+
+
 @app.command()
 def doctor(
     measure_range: Annotated[
         bool, typer.Option("--range", help="also measure the faithful range here: goodput "
                            "across a shaped link at 100 Mbit/s and at the stated limit, two "
                            "workers' compute running (native mode; ~10 s)")] = False,
+    profile_spec: Annotated[str | None, typer.Option(
+        "--profile", metavar="NAME|FILE", help="an accelerator profile: state what this "
+        "host keeps faithful for its entry of --model/--batch-size (one probe run, seconds)"
+    )] = None,
+    model: ModelOption = None,
+    batch_size: BatchOption = None,
+    dataset: DatasetOption = None,
+    model_args: ModelArgsOption = "",
+    workers: Annotated[int, typer.Option(
+        "--workers", metavar="N", help="with --profile: emulated workers on this host")] = 2,
+    method: Annotated[str, typer.Option(
+        "--method", metavar="SPEC", help="with --profile: whose codecs to time")] = "netsenseml",
+    threads: Annotated[int, typer.Option(
+        "--threads", metavar="N", help="with --profile: CPU threads per worker")] = 1,
+    rate_mbit: Annotated[float | None, typer.Option(
+        "--rate-mbit", metavar="MBIT", help="with --profile: the fastest virtual link rate "
+        "training crosses (its network factor)")] = None,
 ) -> None:
     """Which mode runs use here (native root / rootless user namespace) and what works.
+
+    With --profile, also what this host keeps faithful for that accelerator: the dilation
+    factor `auto` picks for --workers, the fastest virtual link inside the faithful range,
+    and the most workers whose real work fits.
 
     Exit 1 when the chosen mode cannot run the testbed, or (with --range) when the stated
     faithful range does not hold here; optional features (netem, TBF) missing only say
@@ -381,10 +450,29 @@ def doctor(
     from rich.console import Console
     from rich.table import Table
 
-    from testbed.cli.doctor import check_faithful, checks, usable
+    from testbed.cli.doctor import (
+        accelerator_fit,
+        check_accelerator,
+        check_faithful,
+        checks,
+        usable,
+    )
 
+    plan = _accelerator_plan(profile_spec, model, batch_size, dataset, model_args, workers,
+                             method, threads, rate_mbit)
     results = checks()
     results.append(check_faithful(measure=measure_range, mode_ok=usable(results)))
+    sentence = None
+    if plan is not None:
+        from testbed.orchestration.dilation import DilationError
+
+        try:
+            fit: Any = accelerator_fit(plan["timing"], plan["workload"], workers,
+                                       plan["codecs"], threads, plan["margin"], rate_mbit)
+        except DilationError as exc:
+            fit = str(exc)
+        row, sentence = check_accelerator(plan["label"], fit, rate_mbit)
+        results.append(row)
     table = Table(title="netsense doctor", title_justify="left")
     for col in ("check", "status", "detail", "to fix"):
         table.add_column(col)
@@ -392,7 +480,10 @@ def doctor(
         status = "[green]ok[/]" if c.ok else ("[red]FAILED[/]" if c.required
                                               else "[yellow]missing[/]")
         table.add_row(c.name, status, c.detail or "", "" if c.ok else (c.fix or ""))
-    Console(width=max(120, Console().width)).print(table)
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    if sentence is not None:
+        console.print(sentence, highlight=False, markup=False, soft_wrap=True)
     if not usable(results):
         typer.echo("netsense run cannot work here: fix the FAILED checks")
         raise typer.Exit(1)
@@ -400,7 +491,7 @@ def doctor(
         typer.echo("the faithful range does not hold here: state this machine's with "
                    "NETSENSE_FAITHFUL_MBIT (benchmarks/faithful_range.py measures it)")
         raise typer.Exit(1)
-    missing = [c.name for c in results if not c.ok]
+    missing = [c.name for c in results if not c.ok and c.name != "accelerator"]
     if missing:
         typer.echo(f"runs work; features needing {', '.join(missing)} are refused")
 
@@ -501,6 +592,7 @@ def _register_analysis() -> None:
 _register_analysis()
 ab.register(app)
 simulate.register(app)
+profile.register(app)
 
 def _sigint_interrupts() -> None:
     """SIGINT interrupts netsense wherever it lands, even where it was started ignoring it.

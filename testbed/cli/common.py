@@ -87,3 +87,59 @@ def preflight() -> None:
             rootless.prepare_namespace()
         except OSError as exc:
             fail(str(exc))
+
+
+#: A model and its batch, as the commands that time one (``profile``, ``doctor --profile``)
+#: take them; each is checked by :func:`check_workload` before any process starts.
+ModelOption = Annotated[str | None, typer.Option(
+    "--model", metavar="NAME", help="model (netsense list), or package.module:factory")]
+BatchOption = Annotated[int | None, typer.Option(
+    "--batch-size", metavar="N", help="batch size of one worker")]
+DatasetOption = Annotated[str | None, typer.Option(
+    "--dataset", metavar="NAME",
+    help="dataset (default: the first that fits the model and needs no --data-dir)")]
+ModelArgsOption = Annotated[str, typer.Option(
+    "--model-args", metavar="K=V,...", help="model knobs, e.g. width=512")]
+
+
+def check_workload(model: str | None, batch_size: int | None, dataset: str | None,
+                   model_args: str, data_dir: str | None = None
+                   ) -> tuple[str, dict[str, Any]]:
+    """``(dataset, knobs)`` for a model and batch given as options (the dataset chosen when
+    not given; knobs with the model's defaults filled in, as the worker resolves them), or
+    one error line naming the option and exit 2. Imports no torch."""
+    from workloads import registry
+
+    if model is None:
+        fail(f"--model: required; accepted: {registry.accepted_models()}")
+    if batch_size is None:
+        fail("--batch-size: required; a positive integer")
+    try:
+        registry.check_model_name(model)
+    except registry.RegistryError as exc:
+        fail(f"--model: {exc}")
+    plugin = registry.is_plugin(model)
+    entry = None if plugin else registry.model_entry(model)
+    try:
+        given = registry.parse_knobs(model_args)
+        knobs = given if entry is None else entry.resolve_knobs(given)
+    except registry.RegistryError as exc:
+        fail(f"--model-args: {exc}")
+    fitting = registry.dataset_names() if entry is None else registry.datasets_for(entry)
+    if dataset is None:
+        usable = [n for n in fitting if not registry.dataset_entry(n).needs_data_dir]
+        if plugin or not usable:
+            fail(f"--dataset: required for {model}; accepted: {', '.join(fitting)}")
+        dataset = usable[0]
+    if dataset not in registry.dataset_names():
+        fail(f"--dataset: {dataset!r} unknown; accepted: {', '.join(fitting)}")
+    if dataset not in fitting:
+        fail(f"--dataset: {dataset!r} does not fit model {model}; accepted: "
+             f"{', '.join(fitting)}")
+    data = registry.dataset_entry(dataset)
+    if data.needs_data_dir and not data_dir:
+        fail(f"--dataset {dataset}: read from files: give --data-dir")
+    if batch_size < 1 or (data.train_samples is not None and batch_size > data.train_samples):
+        top = f"1..{data.train_samples}" if data.train_samples else "a positive integer"
+        fail(f"--batch-size: {batch_size} is not allowed for {dataset}; allowed: {top}")
+    return dataset, knobs

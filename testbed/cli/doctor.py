@@ -24,9 +24,10 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from netsenseml import accelerator
 from testbed.emulation import kernel, rootless
 
-OPTIONAL = ("TBF", "netem", "faithful")  # the testbed shapes with HTB; netem only for delay/jitter/loss
+OPTIONAL = ("TBF", "netem", "faithful", "accelerator")  # the testbed shapes with HTB; netem only for delay/jitter/loss
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,67 @@ def check_faithful(measure: bool = False, mode_ok: bool = True) -> Check:
     return Check("faithful", ok, f"{stated}; {detail}",
                  "" if ok else f"set {faithful.ENV} to a rate that holds here "
                                "(benchmarks/faithful_range.py --steps finds it)")
+
+
+@dataclass(frozen=True)
+class AcceleratorFit:
+    """What this host keeps faithful for one profile entry (``doctor --profile``)."""
+
+    k: float  # the factor `dilation: auto` would pick
+    k_host: float
+    k_network: float
+    need: float  # margin x the real parts' largest ratio to their slots, unrounded
+    max_mbit: float  # the largest virtual link rate inside the faithful range at k
+    max_workers: int  # the most workers whose real work fits at k
+    workers: int
+    threads: int
+    cores: int
+    real: dict
+
+
+def accelerator_fit(timing: accelerator.Timing, workload: dict, workers: int, codecs: list[str], threads: int,
+                    margin: float, rate_mbit: float | None = None) -> AcceleratorFit:
+    """``workers`` pace probes at once, as `dilation: auto` runs them before a run
+    (``testbed.orchestration.dilation``), and what follows from them. ``workload``: model,
+    dataset, batch_size, knobs. Raises ``DilationError`` (one line) when they fail."""
+    from testbed.emulation import faithful
+    from testbed.orchestration import dilation
+
+    real = dilation.measure_workload(workload["model"], workload["dataset"],
+                                     workload["batch_size"], workload["knobs"], codecs,
+                                     workers, threads)
+    need = dilation.host_need(timing, real, margin)
+    k_host = dilation.least_factor(timing, real, margin)
+    k_net = dilation.rate_factor(rate_mbit) if rate_mbit else 1.0
+    k = max(k_host, k_net)
+    cores = os.cpu_count() or 1
+    return AcceleratorFit(k, k_host, k_net, need, faithful.faithful_mbit() * k,
+                          dilation.workers_within(need, k, workers, threads, cores),
+                          workers, threads, cores, real)
+
+
+def check_accelerator(label: str, fit_or_error: AcceleratorFit | str,
+                      rate_mbit: float | None = None) -> tuple[Check, str]:
+    """The table's row and the full sentence for a profile entry on this host."""
+    if isinstance(fit_or_error, str):
+        return (Check("accelerator", False, fit_or_error,
+                      "see the error; `python -m workloads.pace_probe` times one copy"),
+                f"accelerator: {label}: {fit_or_error}")
+    f = fit_or_error
+    net = (f"network {f.k_network:g} for {rate_mbit:g} Mbit/s" if rate_mbit
+           else "no rate given: --rate-mbit")
+    short = (f"k = {f.k:g} for {f.workers} workers; links up to {f.max_mbit:g} Mbit/s; "
+             f"real work fits up to {f.max_workers} workers")
+    full = (f"accelerator: {label}, {f.workers} workers x {f.threads} thread"
+            f"{'s' if f.threads != 1 else ''} on {f.cores} cores: `dilation: auto` picks "
+            f"k = {f.k:g} (host {f.k_host:g}, {net}); virtual links up to "
+            f"{f.max_mbit:g} Mbit/s stay in the faithful range ({f.max_mbit / f.k:g} Mbit/s "
+            f"x k); at this k the real work fits up to {f.max_workers} workers (rule: a "
+            f"worker's compute x max(1, workers x threads / cores), from {f.workers} "
+            f"measured at once); real forward {f.real['forward_s'] * 1e3:.3g} ms, backward "
+            f"{f.real['backward_s'] * 1e3:.3g} ms, optimizer "
+            f"{f.real['optimizer_s'] * 1e3:.3g} ms")
+    return Check("accelerator", True, short, ""), full
 
 
 def usable(results: list[Check]) -> bool:

@@ -99,7 +99,13 @@ def codec_specs(method: str) -> list[str]:
 
 
 def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
-    """The least ``k`` at which each real part x ``margin`` fits its profiled slot.
+    """The least ``k`` at which each real part x ``margin`` fits its profiled slot
+    (:func:`host_need`), rounded up to two significant digits."""
+    return _round_up(host_need(timing, real, margin))
+
+
+def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
+    """``margin`` x the largest ratio of a real part to its profiled slot (unrounded).
 
     Parts: the forward pass; the backward pass with the costliest codec the method uses
     (released bucket by bucket, so the two share one slot); the optimizer step (a slot of
@@ -115,22 +121,31 @@ def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float
     ratios = [real["forward_s"] / timing.forward_s,
               max(r / p for r, p in backward),
               real["optimizer_s"] / optimizer_slot]
-    return _round_up(margin * max(ratios))
+    return margin * max(ratios)
 
 
 def measure(scn: Any, method: str) -> dict[str, Any]:
     """One ``workloads.pace_probe`` per worker at once; the slowest of their medians."""
     wl = scn.workload
-    knobs = wl.knobs()
-    argv = [sys.executable, "-m", "workloads.pace_probe", "--model", wl.model,
-            "--dataset", wl.dataset, "--batch-size", str(wl.batch_size),
+    return measure_workload(wl.model, wl.dataset, wl.batch_size, wl.knobs(),
+                            codec_specs(method), scn.world_size, wl.threads)
+
+
+def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str, Any],
+                     codecs: list[str], processes: int, threads: int = 1,
+                     steps: int = 12) -> dict[str, Any]:
+    """``processes`` copies of ``workloads.pace_probe`` at once, each on ``threads``
+    threads, their timed steps overlapping (the cores shared as in a run of that many
+    workers); the slowest copy's median of each part."""
+    argv = [sys.executable, "-m", "workloads.pace_probe", "--model", model,
+            "--dataset", dataset, "--batch-size", str(batch_size),
             "--model-args", ",".join(f"{k}={v}" for k, v in knobs.items()),
-            "--codecs", ",".join(codec_specs(method)), "--world", str(scn.world_size),
-            "--threads", str(wl.threads), "--steps", "12"]
+            "--codecs", ",".join(codecs), "--world", str(processes),
+            "--threads", str(threads), "--steps", str(steps)]
     env = {**os.environ, "NETSENSE_DILATION": "1"}
     procs = [subprocess.Popen([*argv, "--barrier"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for _ in range(scn.world_size)]
+                              env=env) for _ in range(processes)]
     results = []
     try:
         for p in procs:  # all warm before any times a step (their imports would weigh in)
@@ -193,8 +208,26 @@ def network_factor(scn: Any) -> float:
     range (``testbed.emulation.faithful``): a virtual 40 Gbit/s link at k = 40 is a real
     1 Gbit/s one."""
     rates = faithful.training_rates(scn.model_dump(mode="json"))
-    top = max(rates, default=0.0)
-    return max(1.0, _round_up(top / faithful.faithful_mbit()))
+    return rate_factor(max(rates, default=0.0))
+
+
+def rate_factor(mbit: float) -> float:
+    """The least ``k`` that brings a virtual rate of ``mbit`` into the faithful range."""
+    return max(1.0, _round_up(mbit / faithful.faithful_mbit()))
+
+
+def workers_within(need: float, k: float, workers: int, threads: int, cores: int) -> int:
+    """The most workers whose real work still fits its slots at factor ``k``, from
+    ``need`` (:func:`host_need`) measured with ``workers`` copies at once.
+
+    The rule (DESIGN.md's, for compute on the emulating machine): a worker's real compute
+    time grows with ``max(1, n x threads / cores)``, the cores shared evenly once they are
+    all busy; below that it stays as measured (memory bandwidth and the shaping's softirq
+    are not in it: the margin covers them)."""
+    cores, threads = max(int(cores), 1), max(int(threads), 1)
+    measured_share = max(1.0, workers * threads / cores)
+    growth = k * measured_share / need  # how much slower a worker may get and still fit
+    return max(int(math.floor(growth * cores / threads + 1e-9)), 0)
 
 
 def _round_up(k: float) -> float:
