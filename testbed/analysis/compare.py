@@ -108,7 +108,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _rank0(steps: pd.DataFrame) -> pd.DataFrame:
-    s = tables.step_rows(steps)
+    s = tables.training_step_rows(steps)
     if s.empty:
         return s
     return s[s["rank"] == s["rank"].min()].sort_values(tables.train_clock(s))
@@ -143,7 +143,7 @@ def figure(runs: pd.DataFrame, steps: pd.DataFrame, groups: pd.DataFrame) -> plt
         tc = tables.train_clock(s_all)
         c = colors[lab]
         if use_acc:
-            ev = tables._evals(s_all)
+            ev = tables.evaluations(s_all)
             if not ev.empty:
                 a_acc.plot(ev[tc], ev["accuracy"], drawstyle="steps-post", color=c, lw=1.4,
                            label=lab)

@@ -133,7 +133,7 @@ def coarse_tta(runs: pd.DataFrame, steps: pd.DataFrame,
     if ok.empty or steps.empty:
         return pd.DataFrame(columns=["run", "method", "evaluation", "step"])
     for r in ok[ok["reached_target"]].itertuples():
-        ev = tables._evals(steps[steps["run"] == r.run])
+        ev = tables.evaluations(steps[steps["run"] == r.run])
         hit = ev[ev["accuracy"] >= r.target_accuracy]
         if hit.empty:
             continue
