@@ -265,7 +265,9 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "tta_s_summary": summ.get("time_to_accuracy_s"),
             "final_accuracy": _nan(metrics.final_accuracy(step_dicts)),
             "final_loss": _nan(metrics.final_loss(step_dicts)),
-            "steps": len(metrics.training_steps(step_dicts)),
+            # a packed copy (``netsense pack``) keeps some of rank 0's rows: its count
+            "steps": (summ.get("packed") or {}).get("rank0_steps")
+            or len(metrics.training_steps(step_dicts)),
             "started_at": cfg.get("started_at") or "",
             "bytes_sent_total": summ.get("bytes_sent_total"),
             "warnings": "; ".join(str(w) for w in summ.get("warnings") or []),

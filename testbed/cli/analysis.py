@@ -1,4 +1,4 @@
-"""The analysis commands of ``netsense``: sweep, plot, report, compare, export, sensing.
+"""The analysis commands of ``netsense``: sweep, plot, report, compare, pack, export, sensing.
 
 Kept apart from testbed/cli/app.py (the orchestrator's commands) so each half can change
 without touching the other; app.py calls ``register(app)``, and what both need (the error
@@ -305,6 +305,40 @@ def compare_cmd(
         console.print(str(p), highlight=False, soft_wrap=True)
 
 
+def pack_cmd(
+    results_dir: Annotated[Path, typer.Argument(
+        help="a results folder (run folders below it)", metavar="RESULTS_DIR")],
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", metavar="DIR", help="where the compact copies go, e.g. "
+        "results/runs/<evaluation>")],
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="replace DIR's packed runs (one copy per evaluation, not one per "
+        "re-run)")] = False,
+    rank0_rows: Annotated[int, typer.Option(
+        "--rank0-rows", min=10, help="rank 0's training rows kept per run (every evaluation "
+        "row is kept)")] = 400,
+    series_rows: Annotated[int, typer.Option(
+        "--series-rows", min=10, help="rows kept per link of bottleneck.csv and of host.csv")
+    ] = 600,
+) -> None:
+    """Compact copies of run folders for committing (config, summary, events, downsampled
+    steps, bottleneck and host series; no worker logs, no captures): report, compare and
+    plot read them as they read the full ones."""
+    from testbed.analysis import pack
+
+    _check_out(out, "--out", folder=True)
+    err = Console(stderr=True)
+    try:
+        n, size = pack.pack(results_dir, out, replace=replace, rank0_rows=rank0_rows,
+                            series_rows=series_rows,
+                            log=lambda m: err.print(f"note: {m}", highlight=False,
+                                                    markup=False))
+    except pack.PackError as exc:
+        fail(str(exc))
+    Console().print(f"packed {n} runs into {out} ({size / 1e6:.2f} MB)", highlight=False,
+                    soft_wrap=True)
+
+
 def export_cmd(
     paths: Annotated[list[Path], typer.Argument(
         help="run folders or folders of run folders", metavar="RUN_OR_FOLDER...",
@@ -396,10 +430,12 @@ def sensing_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``sweep``, ``plot``, ``report``, ``compare``, ``export`` and ``sensing`` to the main ``netsense`` app."""
+    """Add ``sweep``, ``plot``, ``report``, ``compare``, ``pack``, ``export`` and ``sensing``
+    to the main ``netsense`` app."""
     app.command("sweep")(sweep_cmd)
     app.command("plot")(plot_cmd)
     app.command("report")(report_cmd)
     app.command("compare")(compare_cmd)
     app.command("export")(export_cmd)
+    app.command("pack")(pack_cmd)
     app.command("sensing")(sensing_cmd)

@@ -38,7 +38,11 @@ def select(inp: Inputs) -> pd.DataFrame:
 
 
 def grad_bytes(run_dir: Path) -> float:
-    """Dense gradient bytes from rank 0's start record (workers/rank0.jsonl), else NaN."""
+    """Dense gradient bytes from rank 0's start record (workers/rank0.jsonl, or start.json
+    of a packed run folder), else NaN."""
+    start = tables.read_json(Path(run_dir) / "start.json")
+    if start.get("grad_bytes"):
+        return float(start["grad_bytes"])
     try:
         with open(Path(run_dir) / "workers" / "rank0.jsonl") as fh:
             for line in fh:
