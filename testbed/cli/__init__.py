@@ -1,5 +1,5 @@
 """The ``netsense`` command (typer): run, show, list, schema, doctor, clean, calibrate, sweep, plot, report,
-compare, export, sensing, simulate."""
+compare, pack, export, sensing, simulate."""
 
 from testbed.cli.app import app, main
 
