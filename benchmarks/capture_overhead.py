@@ -6,7 +6,7 @@ REPEATS times each, at each link rate. Prints the mean goodput of both and the o
 percent (printed, not asserted: the project keeps the capture off by default when it costs
 more than 5 %). Run as root, under the machine's heavy lock:
 
-    flock /work/heavy.lock .venv/bin/python benchmarks/capture_overhead.py [--rates 100 1000]
+    python benchmarks/capture_overhead.py [--rates 100 1000]
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from testbed.analysis.figures import timeline as timeline_figure
 
 COLUMNS = ["group", "source", "experiment", "rate_mbit", "method", "runs", "throughput",
            "throughput_ci", "tta_s", "tta_ci", "reached", "final_accuracy",
-           "final_accuracy_ci", "mb_sent"]
+           "final_accuracy_ci", "mb_sent", "compute", "dilation", "overrun_share",
+           "host_other_pct", "degraded"]
 
 
 def _names(paths: list[Path]) -> list[str]:
@@ -41,7 +42,8 @@ def _names(paths: list[Path]) -> list[str]:
     return [str(p) for p in paths]
 
 
-def load(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load(paths: list[Path], *, include_degraded: bool = False
+         ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, steps) of every run folder under the given folders, ``run`` made absolute and
     a ``source`` column naming the argument each came from; damaged folders are named in
     ``runs.attrs["excluded"]`` as ``tables.load_runs`` does."""
@@ -57,6 +59,7 @@ def load(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
             step_parts.append(steps.assign(run=steps["run"].map(absolute)))
     runs = pd.concat(runs_parts, ignore_index=True) if runs_parts else pd.DataFrame()
     runs.attrs["excluded"] = excluded
+    tables.include_degraded(runs, include_degraded)
     steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame()
     return runs, steps
 
@@ -73,11 +76,21 @@ def _group_label(source: str, exp: str, rate: float, method: str, multi: dict[st
 
 
 def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """``tables.ok_runs`` per source: the same seed in two folders is two runs here."""
+    """``tables.ok_runs`` per source: the same seed in two folders is two runs here; a
+    degraded run only when ``load`` was told to include them."""
     if runs.empty:
         return runs
-    parts = [tables.ok_runs(g) for _, g in runs.groupby("source", sort=False)]
+    parts = []
+    for _, g in runs.groupby("source", sort=False):
+        g = g.copy()
+        g.attrs["include_degraded"] = runs.attrs.get("include_degraded", False)
+        parts.append(tables.ok_runs(g))
     return pd.concat(parts) if parts else runs.iloc[0:0]
+
+
+def degraded_left_out(runs: pd.DataFrame) -> int:
+    """Finished degraded runs left out of the groups (0 when included)."""
+    return tables.degraded_left_out(runs)
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -96,11 +109,22 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
         tta, tta_ci, _ = tables.ci95(g["tta_s"]) if reached == len(g) else (math.nan,) * 3
         acc, acc_ci, _ = tables.ci95(g["final_accuracy"])
         sent = pd.to_numeric(g["bytes_sent_total"], errors="coerce").mean() / 1e6
+        compute = ", ".join(dict.fromkeys(g["compute"].astype(str))) \
+            if "compute" in g.columns else "native"
         rows.append({"group": _group_label(src, exp, rate, m, multi), "source": src,
                      "experiment": exp, "rate_mbit": rate, "method": m, "runs": n,
                      "throughput": thr, "throughput_ci": thr_ci, "tta_s": tta,
                      "tta_ci": tta_ci, "reached": f"{reached}/{len(g)}",
                      "final_accuracy": acc, "final_accuracy_ci": acc_ci, "mb_sent": sent,
+                     "compute": compute,
+                     "dilation": float(g["dilation"].max()) if "dilation" in g else 1.0,
+                     "overrun_share": float(g["overrun_share"].mean())
+                     if "overrun_share" in g and g["overrun_share"].notna().any() else math.nan,
+                     "host_other_pct": float(g["host_other_pct"].mean())
+                     if "host_other_pct" in g and g["host_other_pct"].notna().any()
+                     else math.nan,
+                     "degraded": f"{int(tables.is_degraded(g).sum())} degraded (counted)"
+                     if tables.is_degraded(g).any() else "",
                      "_order": order.get(src, 0)})
     out = pd.DataFrame(rows).sort_values(["_order", "experiment", "rate_mbit", "method"],
                                          kind="stable")
@@ -108,7 +132,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _rank0(steps: pd.DataFrame) -> pd.DataFrame:
-    s = tables.step_rows(steps)
+    s = tables.training_step_rows(steps)
     if s.empty:
         return s
     return s[s["rank"] == s["rank"].min()].sort_values(tables.train_clock(s))
@@ -122,8 +146,11 @@ def figure(runs: pd.DataFrame, steps: pd.DataFrame, groups: pd.DataFrame) -> plt
     label_of = {(r.source, r.experiment, r.rate_mbit, r.method): r.group
                 for r in groups.itertuples()}
     labels = list(groups["group"])
+    # one group per method: the method's own colour (figures.style); else one per group
+    one_each = groups["method"].is_unique
     cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    colors = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+    colors = {lab: style.method_color(m) if one_each else cmap(i % cmap.N)
+              for i, (lab, m) in enumerate(zip(labels, groups["method"], strict=True))}
     levels = [lv for lv in dict.fromkeys(steps["level"].dropna())
               if isinstance(lv, str)] if "level" in steps.columns else []
     cats = [c for c in timeline_figure.LEVEL_ORDER if c in levels] + [
@@ -143,7 +170,7 @@ def figure(runs: pd.DataFrame, steps: pd.DataFrame, groups: pd.DataFrame) -> plt
         tc = tables.train_clock(s_all)
         c = colors[lab]
         if use_acc:
-            ev = tables._evals(s_all)
+            ev = tables.evaluations(s_all)
             if not ev.empty:
                 a_acc.plot(ev[tc], ev["accuracy"], drawstyle="steps-post", color=c, lw=1.4,
                            label=lab)
@@ -160,12 +187,13 @@ def figure(runs: pd.DataFrame, steps: pd.DataFrame, groups: pd.DataFrame) -> plt
     a_acc.set_ylabel(style.ACCURACY_AXIS if use_acc else style.LOSS_AXIS)
     a_step.set_yscale("log")
     style.log_ticks(a_step)
-    a_step.set_ylabel("step time\n(s, 5-step median, log)")
+    unit = style.time_unit(ok)
+    a_step.set_ylabel(f"step time\n({unit}, 5-step median, log)")
     if cats:
         axes[2].set_yticks(range(len(cats)), cats, fontsize=7)
         axes[2].set_ylim(-0.5, len(cats) - 0.5)
         axes[2].set_ylabel(style.LEVEL_AXIS)
-    axes[-1].set_xlabel(style.TRAIN_TIME_AXIS)
+    axes[-1].set_xlabel(style.TRAIN_TIME_AXIS.replace("(s ", f"({unit} "))
     for ax in axes:
         ax.grid(True, alpha=0.3)
     style.legend(a_acc, fontsize=7, loc="best")

@@ -42,7 +42,7 @@ def metrics(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
     tl = timelines.run_timeline(root, run, steps)
     if tl.empty:
         return pd.DataFrame()
-    s = tables.step_rows(steps)
+    s = tables.training_step_rows(steps)
     s = s[s["rank"] == s["rank"].min()].drop_duplicates("step").set_index("step")
     order = list(timeline_figure.LEVEL_ORDER)
     extra = [lv for lv in dict.fromkeys(tl["level"].dropna()) if lv not in order]

@@ -10,7 +10,7 @@ Definition, per timeline experiment and seed, from the fixed ladder levels' runs
 experiment and seed (the same network schedule, replayed for each of them):
 
 1. **Phases**: the schedule cut at every change of the network (configured rate of the
-   links training crosses, competing iperf3 streams; ``plots.network_series`` from each
+   links training crosses, competing iperf3 streams; ``figures.network.network_series`` from each
    run's events.csv as applied, moved onto the worker's training clock). Changes closer than
    ``MERGE_S`` (a rate drop and a stream start at the same ``at``) are one boundary.
 2. **Measured rate**: for each level, phase ``k`` and seed, the steps rank 0 finished in
@@ -89,7 +89,7 @@ def steps_to_target(steps: pd.DataFrame, target: float | None) -> float:
 
 def phase_bounds(root: Path, run: str, steps: pd.DataFrame) -> list[float]:
     """Start times (training clock) of the network's phases in one run, the first at 0."""
-    s = tables.step_rows(steps)
+    s = tables.training_step_rows(steps)
     s = s[s["rank"] == s["rank"].min()]
     if s.empty or "t_worker" not in s.columns:
         return [0.0]
@@ -98,7 +98,7 @@ def phase_bounds(root: Path, run: str, steps: pd.DataFrame) -> list[float]:
     if events.empty:
         return [0.0]
     events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce") - offset)
-    cfg = tables._read_json(Path(root) / run / "config.json")
+    cfg = tables.read_json(Path(root) / run / "config.json")
     t_end = float(s["t_worker"].max())
     rate, streams = network.network_series(cfg, events, t_end)
     changes = sorted({float(t) for t in rate["t"].iloc[1:-1]}
@@ -112,7 +112,7 @@ def phase_bounds(root: Path, run: str, steps: pd.DataFrame) -> list[float]:
 
 def phase_rates(bounds: list[float], steps: pd.DataFrame) -> list[float]:
     """Steps per second rank 0 ran in each phase; NaN after the run's last step."""
-    s = tables.step_rows(steps)
+    s = tables.training_step_rows(steps)
     s = s[s["rank"] == s["rank"].min()]
     t = np.sort(s["t_worker"].to_numpy(dtype=float)) if not s.empty else np.array([])
     if not len(t):
@@ -180,11 +180,15 @@ def table_of(root: Path, runs: pd.DataFrame, workers: int | None = None
     import json
 
     for run in runs["run"]:
-        cfg = tables._read_json(Path(root) / run / "config.json")
+        cfg = tables.read_json(Path(root) / run / "config.json")
         path = (cfg.get("scenario") or {}).get("convergence")
-        if path:
+        if not path:
+            continue
+        # a packed run folder carries its table beside config.json (``netsense pack``):
+        # the path the run named was the building machine's
+        for where in (Path(root) / run / "convergence.json", Path(path)):
             try:
-                table = json.loads(Path(path).read_text())
+                table = json.loads(where.read_text())
             except (OSError, ValueError):
                 continue
             if workers and table.get("world_size") not in (None, workers):
@@ -226,7 +230,7 @@ def ideal_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataF
             runs_s = {level_of(m): run for m, run in zip(gs["method"], gs["run"], strict=True)}
             # the phases: of the longest run (it saw the most of the schedule)
             longest = max(runs_s.values(), key=lambda run: float(
-                tables.step_rows(steps[steps["run"] == run])["t_worker"].max()))
+                tables.training_step_rows(steps[steps["run"] == run])["t_worker"].max()))
             bounds = phase_bounds(root, longest, steps[steps["run"] == longest])
             rates = {}
             for lv, run in runs_s.items():
@@ -276,7 +280,7 @@ def _main_levels(steps: pd.DataFrame, run_ids: list[str]) -> str:
     s = steps[steps["run"].isin(run_ids)] if not steps.empty else steps
     if s.empty or "level" not in s.columns:
         return ""
-    s = tables.step_rows(s)
+    s = tables.training_step_rows(s)
     s = s[s["rank"] == s["rank"].min()]
     share = s["level"].astype(str).value_counts(normalize=True)
     return ", ".join(f"{lv} {100 * v:.0f} %" for lv, v in share.items() if v >= 0.05)

@@ -1,4 +1,10 @@
-"""One self-contained HTML page for a results folder: headline, figures, tables, scenarios.
+"""One self-contained HTML page for a results folder: the claim, figures, tables, scenarios.
+
+The page leads with the claim: time to accuracy per experiment, rate and method (seeds
+reaching the target, mean and 95 % t-interval, NetSenseML's TTA speedup over each method
+with its interval) and the won/tie/lost calls, then throughput; it says which code made it
+(the commit, and "dirty" with uncommitted changes), how many runs were paced by the emulated
+accelerator and how many degraded runs were left out.
 
 Why self-contained (PNG figures inlined as base64, CSS in the page, no JavaScript): the page
 is the thing people mail around or attach to an issue; it must open anywhere, offline,
@@ -27,8 +33,9 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
-from testbed.analysis import ideal, loading, plots, sensing, tables
+from testbed.analysis import loading, plots, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
+from testbed.analysis.results import Results
 from testbed.common import bounded, files, names
 from testbed.common.files import atomic_write_text
 from testbed.config.sweep import SWEEPS_DIR
@@ -116,6 +123,62 @@ def headline(sp: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
+def claim_table(tta: pd.DataFrame, sp: pd.DataFrame) -> pd.DataFrame:
+    """The claim first: per experiment, rate and method, the time to accuracy (mean and its
+    95 % t-interval over seeds, seeds reaching the target of seeds run) and NetSenseML's
+    TTA speedup over that method with its interval (``tables.speedup_table``)."""
+    rows = []
+    for r in tta.itertuples(index=False):
+        x = sp[(sp["experiment"] == r.experiment) & (sp["rate_mbit"] == r.rate_mbit)
+               & (sp["baseline"] == r.method)] if not sp.empty else sp
+        x = x.iloc[0] if len(x) else None
+        rows.append({
+            "experiment": r.experiment, "rate_mbit": r.rate_mbit, "method": r.method,
+            "seeds": f"{int(r.reached)}/{int(r.seeds)}",
+            "tta": tables._tta_text(r.tta_mean_s, r.tta_ci95_s, int(r.reached), int(r.seeds)),
+            "x": ("(NetSenseML)" if r.method == tables.ADAPTIVE else
+                  (tables._ci_text(x["tta_speedup"], x["tta_speedup_lo"], x["tta_speedup_hi"])
+                   or "n/a") if x is not None else "–"),
+            "final": tables._ci_text(r.final_accuracy_mean, r.final_accuracy_mean
+                                     - r.final_accuracy_ci95, r.final_accuracy_mean
+                                     + r.final_accuracy_ci95, ".3f")
+            if pd.notna(r.final_accuracy_ci95) else tables._ci_text(
+                r.final_accuracy_mean, math.nan, math.nan, ".3f"),
+        })
+    return pd.DataFrame(rows, columns=["experiment", "rate_mbit", "method", "seeds", "tta",
+                                       "x", "final"])
+
+
+def throughput_headline(sp: pd.DataFrame) -> pd.DataFrame:
+    """Throughput after the claim: per experiment and rate, NetSenseML over the fastest
+    baseline there with the 95 % interval, and the seeds on each side."""
+    rows = []
+    for (exp, rate), g in sp.groupby(["experiment", "rate_mbit"], dropna=False, sort=True):
+        g = g[~g["baseline"].isin([tables.ORACLE, tables.IDEAL])].dropna(
+            subset=["throughput_speedup"])
+        if g.empty:
+            continue
+        best = g.loc[g["baseline_throughput"].idxmax()]
+        rows.append({"experiment": exp, "rate_mbit": rate, "best_baseline": best["baseline"],
+                     "vs_best": tables._ci_text(best["throughput_speedup"],
+                                                best["throughput_speedup_lo"],
+                                                best["throughput_speedup_hi"]),
+                     "seeds": f"{int(best['netsenseml_seeds'])} / "
+                              f"{int(best['baseline_seeds'])}",
+                     "range": f"{g['throughput_speedup'].min():.2f}x – "
+                              f"{g['throughput_speedup'].max():.2f}x"})
+    return pd.DataFrame(rows, columns=["experiment", "rate_mbit", "best_baseline", "vs_best",
+                                       "seeds", "range"])
+
+
+def made_by(commit: str) -> str:
+    """Which code made the page: the commit, and whether it had uncommitted changes."""
+    if commit.endswith("+dirty"):
+        return (f"commit {commit[:-len('+dirty')]}, dirty (uncommitted changes: the page "
+                "may not be reproducible from the commit alone)")
+    return f"commit {commit}, clean" if commit != "?" else "unknown code (not a git checkout)"
+
+
 #: Evaluations a run needs before its target for its TTA to measure training rather than
 #: when the evaluations happened.
 MIN_EVALS_BEFORE_TARGET = 5
@@ -133,7 +196,7 @@ def coarse_tta(runs: pd.DataFrame, steps: pd.DataFrame,
     if ok.empty or steps.empty:
         return pd.DataFrame(columns=["run", "method", "evaluation", "step"])
     for r in ok[ok["reached_target"]].itertuples():
-        ev = tables._evals(steps[steps["run"] == r.run])
+        ev = tables.evaluations(steps[steps["run"] == r.run])
         hit = ev[ev["accuracy"] >= r.target_accuracy]
         if hit.empty:
             continue
@@ -153,12 +216,12 @@ def _coarse_note(coarse: pd.DataFrame) -> str:
             "the very first), so their time to accuracy mostly says when those evaluations "
             "happened. Evaluate more often (workload.eval_every) or set a higher "
             "target_accuracy to measure it. ")
-def _extra_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame, sp: pd.DataFrame
-                  ) -> list[dict[str, Any]]:
+def _extra_tables(res: Results, sp: pd.DataFrame) -> list[dict[str, Any]]:
     """The ideal schedule against the best fixed method, the crossover, runs above the
     faithful range, experiments whose TTA does not measure convergence, and what the
     speedup table left out: each only when there is something to show."""
     out: list[dict[str, Any]] = []
+    runs = res.runs
     ivf = tables.ideal_vs_fixed(sp)
     if not ivf.empty:
         out.append({"title": "Hindsight-ideal schedule vs the best fixed method",
@@ -170,7 +233,7 @@ def _extra_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame, sp: pd.Da
                     "html": html_table(ivf, [Col(c, c.replace("_", " "), "x" if c == "ideal_x"
                                                  else ("f1" if c.endswith("_s") else "text"))
                                              for c in ivf.columns])})
-    xt, crossings = ideal.crossover_tables(root, runs, steps)
+    xt, crossings = res.crossover()
     if not xt.empty:
         note = "; ".join(f"{c['experiment']}: {c['below']} below ~{c['crossover_mbit']:.0f} "
                          f"Mbit/s, {c['above']} above" for c in crossings) or "no crossover"
@@ -182,7 +245,7 @@ def _extra_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame, sp: pd.Da
                         Col("steps_to_target", "steps to target", "f1"),
                         Col("time_to_target_s", "time to target (s)", "f1"),
                         Col("best", "best", "bool"), Col("steps_source", "steps from")])})
-    so = ideal.static_vs_oracle(root, runs, steps)
+    so = res.static_vs_oracle()
     if not so.empty:
         so = so.assign(x_oracle=[tables._ci_text(x, lo, hi) or "n/a" for x, lo, hi in zip(
             so["netsenseml_x_oracle"], so["netsenseml_x_oracle_lo"], so["netsenseml_x_oracle_hi"],
@@ -282,32 +345,46 @@ def _sweep_files(sweeps: list[str]) -> list[dict[str, str]]:
     return out
 
 
-def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
-           missing: dict[str, str], steps: pd.DataFrame | None = None) -> str:
-    """The page's HTML from the loaded runs and the drawn figures."""
-    if steps is None:
-        _, steps = tables.load_runs(root)
-    sp = tables.speedup_table(runs, ideal.ideal_table(root, runs, steps))
-    ok = tables.ok_runs(runs)
+def render(results: Results | Path, runs: pd.DataFrame | None = None,
+           figs: dict[str, list[Path]] | None = None, missing: dict[str, str] | None = None,
+           steps: pd.DataFrame | None = None, *, verbose: bool = False) -> str:
+    """The page's HTML from the loaded results (:class:`Results`, read once) and the drawn
+    figures. Figures not drawn are listed only with ``verbose``."""
+    if not isinstance(results, Results):
+        results = Results.of(Path(results), runs, steps) if runs is not None and steps \
+            is not None else Results.load(Path(results))
+    res = results
+    root, runs, steps = res.root, res.runs, res.steps
+    figs = figs or {}
+    missing = {**res.skipped, **(missing or {})}
+    sp = res.speedup()
+    ok = res.ok
     failed = runs[runs["status"] != "ok"]
     tta_note = _coarse_note(coarse_tta(runs, steps if steps is not None else pd.DataFrame()))
     figures = []
     for fig in figure_registry():  # every registered figure, drawn or said why not
         pngs = [p for p in figs.get(fig.name, []) if p.suffix == ".png"]
+        if not pngs and not verbose:
+            continue
         figures.append({"name": fig.name, "title": fig.title, "caption": fig.caption,
-                        "src": _img_src(pngs[0]) if pngs else None,
+                        "srcs": [_img_src(p) for p in pngs],
                         "missing": missing.get(fig.name, f"needs {fig.needs}")})
     by = ["experiment", "rate_mbit", "method"]
     thr = ok.groupby(by, dropna=False)["throughput"].apply(
         lambda v: pd.Series(tables.ci95(v), index=["mean", "ci", "n"])).unstack().reset_index()
-    tta = tables.tta_table(runs)
+    tta = res.tta()
     all_cols = [Col("run", "run folder", "run"), Col("method", "method"),
                 Col("seed", "seed", "int"), Col("status", "status"),
                 Col("rate_mbit", "rate (Mbit/s)", "f1"),
                 Col("throughput", "throughput (samples/s)", "f1"),
                 Col("tta_s", "time to target (s)", "f1"),
                 Col("final_accuracy", "final accuracy", "f3"), Col("steps", "steps", "int"),
-                Col("bytes_sent_total", "sent (MB)", "mb")]
+                Col("bytes_sent_total", "sent (MB)", "mb"),
+                Col("compute", "compute (native / paced profile, k)"),
+                Col("overrun_share", "overrun share", "f3"),
+                Col("degraded", "DEGRADED (left out unless --include-degraded)"),
+                Col("host_other_pct", "host's other load (%)", "f1")]
+    footer = res.footer()
     tabs = [
         {"title": "Speedup per experiment, rate and baseline",
          "note": "n/a (–) where the target was not reached by every seed of one side.",
@@ -320,22 +397,30 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
              Col("netsenseml_reached", "NetSenseML reached target", "bool"),
              Col("baseline_reached", "baseline reached target", "bool")])},
         {"title": "Throughput per experiment, rate and method",
-         "note": "Mean over seeds and the half-width of the 95 % t-interval (– with one seed).",
+         "note": "Mean over seeds and the half-width of the 95 % t-interval (– with one seed)."
+                 + (f" {footer}." if footer else ""),
          "html": html_table(thr, [
              Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("method", "method"), Col("mean", "throughput (samples/s)", "f1"),
              Col("ci", "± 95 % CI (samples/s)", "f1"), Col("n", "seeds", "int")])},
-        {"title": "Time to accuracy and final accuracy", "note": tta_note,
+        {"title": "Time to accuracy and final accuracy",
+         "note": " ".join(x for x in (tta_note, footer and f"{footer}.") if x),
          "html": html_table(tta, [
              Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("method", "method"), Col("target_accuracy", "target accuracy", "f2"),
              Col("reached", "seeds reaching it", "int"), Col("seeds", "seeds", "int"),
              Col("tta_mean_s", "mean time to target (s)", "f1"),
+             Col("tta_ci95_s", "± 95 % CI (s)", "f1"),
              Col("final_accuracy_mean", "final accuracy", "f3")])},
-        {"title": "All runs", "note": "Every run folder, repeats included.",
+        {"title": "All runs", "note": "Every run folder, repeats and degraded runs included; "
+         "compute: native CPU, or paced by the emulated accelerator (its profile and the time "
+         "dilation k: a dilated run's times are virtual seconds); overrun share: steps whose "
+         "real work did not fit the profiled slot; degraded: the run's reason (its numbers "
+         "are the host's, left out of the statistics unless --include-degraded); host's "
+         "other load: the mean share of all cores other work took.",
          "html": html_table(runs.sort_values(["experiment", "method", "seed", "run"]), all_cols)},
     ]
-    extra = _extra_tables(root, runs, steps, sp)
+    extra = _extra_tables(res, sp)
     tabs[1:1] = extra
     if not failed.empty:
         reasons = []
@@ -358,47 +443,65 @@ def render(root: Path, runs: pd.DataFrame, figs: dict[str, list[Path]],
                         "html": html_table(
                             pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]),
                             [Col("run", "run folder", "run"), Col("reason", "reason")])})
-    head = headline(sp, runs)
+    claim = claim_table(tta, sp)
+    verdicts = tables.verdict_table(sp) if not sp.empty else pd.DataFrame()
+    thr_head = throughput_headline(sp)
+    others = headline(sp, runs)
+    others = others[others["note"] != ""] if not others.empty else others
     sweeps = _sweep_names(runs)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
+    paced = runs[runs["accelerator"] == "paced"] if "accelerator" in runs.columns else runs.iloc[0:0]
     return env.get_template("report.html.j2").render(
         title=_title(root, runs), n_runs=len(runs), n_ok=int((runs["status"] == "ok").sum()),
-        n_bad=len(failed), n_repeats=tables.repeated_runs(runs), commit=git_commit(),
+        n_bad=len(failed), n_repeats=tables.repeated_runs(runs),
+        made_by=made_by(git_commit()), footer=footer,
+        n_degraded=int(tables.is_degraded(runs).sum()),
+        n_paced=len(paced), paced_k=", ".join(f"{k:g}" for k in sorted(
+            paced["dilation"].dropna().unique())) if len(paced) else "",
         generated=time.strftime("%Y-%m-%d %H:%M %Z"),
-        headline=html_table(head, [
+        claim=html_table(claim, [
             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
-            Col("best_baseline", "fastest baseline"), Col("vs_best", "speedup over it", "x"),
-            Col("lo", "lowest speedup (any baseline)", "x"),
-            Col("hi", "highest speedup (any baseline)", "x"),
-            Col("tta_lo", "TTA speedup, lowest", "x"),
-            Col("tta_hi", "TTA speedup, highest", "x"),
-            Col("note", "not compared because")]) if not head.empty else None,
+            Col("method", "method"), Col("seeds", "seeds reaching the target"),
+            Col("tta", "time to target (s, mean ± 95 % CI)"),
+            Col("x", "NetSenseML's TTA speedup over it [95 % CI]"),
+            Col("final", "final accuracy [95 % CI]")]) if not claim.empty else None,
+        verdicts=html_table(verdicts, [
+            Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+            Col("won", "won", "int"), Col("tie", "tie", "int"), Col("lost", "lost", "int"),
+            Col("unreached", "baseline never reached", "int"),
+            Col("vs_oracle", "vs best fixed"), Col("oracle_tta_method", "best fixed"),
+            Col("vs_oracle_tta", "TTA x best fixed [95 % CI]")]) if not verdicts.empty
+        else None,
+        headline=html_table(thr_head, [
+            Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+            Col("best_baseline", "fastest baseline"),
+            Col("vs_best", "throughput x over it [95 % CI]"),
+            Col("seeds", "seeds (NetSenseML / it)"),
+            Col("range", "range over all baselines")]) if not thr_head.empty else None,
+        others=html_table(others, [
+            Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+            Col("best_baseline", "fastest method"), Col("note", "not compared because")])
+        if not others.empty else None,
         figures=figures, tables=tabs, tta_note=tta_note, scenarios=_scenarios(root, runs),
-        sweep_files=_sweep_files(sweeps),
+        sweep_files=_sweep_files(sweeps), verbose=verbose,
         versions=html_table(_versions(root, runs), [Col("fact", "fact", "run"),
                                                     Col("value", "value"),
                                                     Col("runs", "runs", "int")]),
     )
 
 
-def build_report(root: Path, out: Path | None = None, figures_dir: Path | None = None,
-                 *, log: Any = print) -> Path:
-    """Draw the figures, then write the HTML page (atomically); returns its path."""
-    root = Path(root)
-    out = Path(out) if out else root / "report.html"
-    missing: dict[str, str] = {}
-
-    def note(msg: str) -> None:
-        if msg.startswith("skipped ") and ": " in msg:
-            name, why = msg[len("skipped "):].split(": ", 1)
-            missing[name] = why
-        log(msg)
-
-    files.no_links_below(root, out, "--html")
-    figs = plots.make_figures(root, figures_dir, log=note)
-    runs, steps = tables.load_runs(root)
+def build_report(root: Path | Results, out: Path | None = None,
+                 figures_dir: Path | None = None, *, log: Any = print,
+                 verbose: bool = False, include_degraded: bool = False) -> Path:
+    """Draw the figures, then write the HTML page (atomically); returns its path. The
+    results are read once (:class:`Results`) and handed to the figures and the page."""
+    res = root if isinstance(root, Results) else Results.load(
+        Path(root), include_degraded=include_degraded)
+    out = Path(out) if out else res.root / "report.html"
+    files.no_links_below(res.root, out, "--html")
+    figs = plots.make_figures(res, figures_dir, log=log, verbose=verbose)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, render(root, runs, figs, missing, steps))
+    atomic_write_text(out, render(res, figs=figs, verbose=verbose))
     return out

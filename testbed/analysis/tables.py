@@ -75,7 +75,7 @@ def read_json(p: Path) -> dict[str, Any]:
     return files.read_json(p) or {}
 
 
-_read_json = read_json  # deprecated name
+_read_json = read_json  # deprecated name (outside callers only; the project uses read_json)
 
 
 find_run_dirs = loading.find_run_dirs
@@ -265,10 +265,13 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             "tta_s_summary": summ.get("time_to_accuracy_s"),
             "final_accuracy": _nan(metrics.final_accuracy(step_dicts)),
             "final_loss": _nan(metrics.final_loss(step_dicts)),
-            "steps": len(metrics.training_steps(step_dicts)),
+            # a packed copy (``netsense pack``) keeps some of rank 0's rows: its count
+            "steps": (summ.get("packed") or {}).get("rank0_steps")
+            or len(metrics.training_steps(step_dicts)),
             "started_at": cfg.get("started_at") or "",
             "bytes_sent_total": summ.get("bytes_sent_total"),
             "warnings": "; ".join(str(w) for w in summ.get("warnings") or []),
+            **accelerator_columns(cfg, summ),
         }
         row["finished"], row["finished_mtime"] = _finished(d, summ)
         row["reached_target"] = not math.isnan(row["tta_s"])
@@ -279,6 +282,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             frames.append(steps.assign(run=rel))
     runs = pd.DataFrame(rows)
     runs.attrs["excluded"] = loaded.excluded
+    runs.attrs["include_degraded"] = False
     steps_all = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     for col in ("throughput_summary", "tta_s_summary", "bytes_sent_total"):
         if col in runs.columns:
@@ -286,9 +290,66 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, steps_all
 
 
+def accelerator_columns(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """How a run computed and how its host held up (``netsenseml.accelerator``,
+    ``testbed.orchestration.dilation`` / ``hostload``), as runs-table columns:
+
+    ``accelerator`` ``native`` or ``paced`` (config.json's ``accelerator.mode``; a run
+    without the block is native), ``profile``, ``dilation`` (k; 1 for native), ``compute``
+    (one readable cell: ``native`` or ``paced a100 k=4``), ``overrun_share`` (summary's
+    ``overruns.share``: steps whose real work did not fit the profiled slot), ``degraded``
+    (summary's one-line reason, "" when not; the run stays ``ok`` but is left out of the
+    statistics unless asked: :func:`ok_runs`), ``host_other_pct`` / ``host_other_p90_pct``
+    (the host's load by other work, percent of all cores; ``host_load``)."""
+    acc = config.get("accelerator") if isinstance(config.get("accelerator"), dict) else {}
+    mode = str(acc.get("mode") or "native")
+    k = acc.get("dilation")
+    k = float(k) if isinstance(k, int | float) else 1.0
+    profile = acc.get("profile") or (f"step {acc['step_ms']} ms" if acc.get("step_ms") else "")
+    over = summary.get("overruns") if isinstance(summary.get("overruns"), dict) else {}
+    host = summary.get("host_load") if isinstance(summary.get("host_load"), dict) else {}
+    compute = "native" if mode == "native" else " ".join(
+        x for x in (mode, str(profile or ""), f"k={k:g}") if x)
+    if mode == "native" and k != 1.0:
+        compute = f"native k={k:g}"
+    return {"accelerator": mode, "profile": profile or None, "dilation": k,
+            "compute": compute, "overrun_share": _nan(over.get("share")),
+            "degraded": str(summary.get("degraded") or ""),
+            "host_other_pct": _nan(host.get("other_mean_pct")),
+            "host_other_p90_pct": _nan(host.get("other_p90_pct"))}
+
+
+def is_degraded(runs: pd.DataFrame) -> pd.Series:
+    """Rows whose summary.json says ``degraded`` (a reason; the run stays ``ok``)."""
+    if runs.empty or "degraded" not in runs.columns:
+        return pd.Series(False, index=runs.index)
+    return runs["degraded"].fillna("").astype(str) != ""
+
+
+def include_degraded(runs: pd.DataFrame, include: bool = True) -> pd.DataFrame:
+    """The runs table, its degraded runs counted by every statistic (``--include-degraded``)
+    or not (the default)."""
+    runs.attrs["include_degraded"] = bool(include)
+    return runs
+
+
+def degraded_left_out(runs: pd.DataFrame) -> int:
+    """How many finished runs :func:`ok_runs` leaves out as degraded (0 when included)."""
+    if runs.empty or runs.attrs.get("include_degraded"):
+        return 0
+    return int((is_degraded(runs) & (runs["status"] == "ok")).sum())
+
+
 def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Finished runs, one per seed: see ``latest_per_seed``."""
-    return latest_per_seed(runs[runs["status"] == "ok"]) if not runs.empty else runs
+    """Finished runs, one per seed (``latest_per_seed``); a ``degraded`` run (the host did
+    not keep up with the emulated accelerator) only when the runs table says to include
+    them (:func:`include_degraded`): its numbers are the host's, not the accelerator's."""
+    if runs.empty:
+        return runs
+    keep = runs["status"] == "ok"
+    if not runs.attrs.get("include_degraded"):
+        keep &= ~is_degraded(runs)
+    return latest_per_seed(runs[keep])
 
 
 def seed_key(runs: pd.DataFrame) -> list[str]:

@@ -43,7 +43,7 @@ def _at(series: pd.DataFrame, col: str, t: np.ndarray) -> np.ndarray:
 
 def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
     """The rows of one run (see the module doc); empty when it has no step rows."""
-    s = tables.step_rows(steps)
+    s = tables.training_step_rows(steps)
     if s.empty or "t_worker" not in s.columns:
         return pd.DataFrame(columns=COLUMNS)
     s = s[s["rank"] == s["rank"].min()].sort_values("t_worker")
@@ -52,7 +52,7 @@ def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFram
     if not events.empty:
         events = events.assign(
             t_applied=pd.to_numeric(events["t_applied"], errors="coerce") - offset)
-    cfg = tables._read_json(Path(root) / run["run"] / "config.json")
+    cfg = tables.read_json(Path(root) / run["run"] / "config.json")
     t = s["t_worker"].to_numpy(dtype=float)
     rate, streams = network.network_series(cfg, events, float(t.max()) if len(t) else 0.0)
     acc = steps.dropna(subset=["accuracy"]) if "accuracy" in steps.columns else steps.iloc[0:0]

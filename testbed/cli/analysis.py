@@ -1,4 +1,4 @@
-"""The analysis commands of ``netsense``: sweep, plot, report, compare, export, sensing.
+"""The analysis commands of ``netsense``: sweep, plot, report, compare, pack, export, sensing.
 
 Kept apart from testbed/cli/app.py (the orchestrator's commands) so each half can change
 without touching the other; app.py calls ``register(app)``, and what both need (the error
@@ -26,6 +26,12 @@ from testbed.cli.common import (
 )
 
 EXIT_INTERRUPTED = 130
+
+VerboseOption = Annotated[bool, typer.Option(
+    "--verbose", "-v", help="also say which figures and tables were not made, and why")]
+IncludeDegradedOption = Annotated[bool, typer.Option(
+    "--include-degraded", help="count degraded runs (the host did not keep up with the "
+    "emulated accelerator) in the statistics; left out by default")]
 
 PathArg = Annotated[Path | None, typer.Argument(
     help="a run folder or a folder of run folders (same as --results)", metavar="[PATH]",
@@ -168,6 +174,8 @@ def plot_cmd(
     figures: Annotated[Path | None, typer.Option(
         "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures)")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
+    verbose: VerboseOption = False,
+    include_degraded: IncludeDegradedOption = False,
 ) -> None:
     """Figures (PNG + PDF) and tables (CSV) from the run folders under RESULTS.
 
@@ -175,6 +183,7 @@ def plot_cmd(
     curve and, when it has a timeline, its network/adaptation timeline.
     """
     from testbed.analysis import plots
+    from testbed.analysis.results import Results
 
     if out is not None:
         deprecated("plot --out/-o", "--figures/-f")
@@ -182,9 +191,10 @@ def plot_cmd(
     folder = _folder(path, results)
     _check_out(figures or folder / "figures", "--figures", folder=True)
     try:
-        written = plots.make_figures(folder, figures,
-                                     log=lambda m: Console(stderr=True).print(
-                                         f"note: {m}", highlight=False, markup=False))
+        written = plots.make_figures(
+            Results.load(folder, include_degraded=include_degraded), figures, verbose=verbose,
+            log=lambda m: Console(stderr=True).print(f"note: {m}", highlight=False,
+                                                     markup=False))
     except plots.NoData as exc:
         fail(str(exc))
     for name, paths in written.items():
@@ -200,8 +210,11 @@ def report_cmd(
     figures: Annotated[Path | None, typer.Option(
         "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures)")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
+    verbose: VerboseOption = False,
+    include_degraded: IncludeDegradedOption = False,
 ) -> None:
-    """One self-contained HTML page: headline, figures, tables, scenarios, versions."""
+    """One self-contained HTML page: the claim (time to accuracy), throughput, figures,
+    tables, scenarios, versions."""
     from testbed.analysis import plots, report
 
     if out is not None:
@@ -211,7 +224,8 @@ def report_cmd(
     _check_out(html or folder / "report.html", "--html", folder=False)
     _check_out(figures or folder / "figures", "--figures", folder=True)
     try:
-        page = report.build_report(folder, html, figures,
+        page = report.build_report(folder, html, figures, verbose=verbose,
+                                   include_degraded=include_degraded,
                                    log=lambda m: Console(stderr=True).print(
                                        f"note: {m}", highlight=False, markup=False))
     except plots.NoData as exc:
@@ -226,6 +240,7 @@ def compare_cmd(
     out: Annotated[Path, typer.Option(
         "--out", "-o", metavar="DIR", help="folder for compare.csv and compare.png/.pdf")
     ] = Path("compare"),
+    include_degraded: IncludeDegradedOption = False,
 ) -> None:
     """Any runs side by side: headline metrics per group (95 % intervals over seeds) and
     their accuracy, step-time and level timelines on shared axes."""
@@ -236,7 +251,7 @@ def compare_cmd(
         if not p.is_dir():
             fail(f"RUN_OR_FOLDER: no such folder {str(p)!r}")
     _check_out(out, "--out", folder=True)
-    runs, steps = compare.load(paths)
+    runs, steps = compare.load(paths, include_degraded=include_degraded)
     err = Console(stderr=True)
     for e in loading.excluded_of(runs):
         err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
@@ -248,6 +263,7 @@ def compare_cmd(
         err.print(f"note: left out: {r['run']} is {r['status']}", highlight=False,
                   markup=False)
     groups = compare.table(runs)
+    n_deg = compare.degraded_left_out(runs)
     if groups.empty:
         fail("RUN_OR_FOLDER: none of the runs finished ok; nothing to compare")
 
@@ -257,17 +273,26 @@ def compare_cmd(
         return format(v, fmt) + (f" ± {format(ci, fmt)}" if ci == ci else "")
 
     t = Table(title=f"compare: {len(groups)} groups", title_justify="left")
-    for c in ("group", "runs", "samples/s", "TTA s", "reached", "final acc", "MB sent"):
-        t.add_column(c, justify="left" if c == "group" else "right")
+    for c in ("group", "runs", "compute", "samples/s", "TTA s", "reached", "final acc",
+              "MB sent", "overruns", "host other %", "degraded"):
+        t.add_column(c, justify="left" if c in ("group", "compute", "degraded") else "right")
     for g in groups.itertuples():
-        t.add_row(g.group, str(g.runs), pm(g.throughput, g.throughput_ci, ".1f"),
+        t.add_row(g.group, str(g.runs), g.compute, pm(g.throughput, g.throughput_ci, ".1f"),
                   pm(g.tta_s, g.tta_ci, ".2f"), g.reached,
                   pm(g.final_accuracy, g.final_accuracy_ci, ".3f"),
-                  "-" if g.mb_sent != g.mb_sent else f"{g.mb_sent:.1f}")
+                  "-" if g.mb_sent != g.mb_sent else f"{g.mb_sent:.1f}",
+                  "-" if g.overrun_share != g.overrun_share else f"{100 * g.overrun_share:.1f} %",
+                  "-" if g.host_other_pct != g.host_other_pct else f"{g.host_other_pct:.0f}",
+                  g.degraded or "")
     console = Console(width=max(120, Console().width))
     console.print(t)
     console.print("± : half-width of the 95 % t-interval over seeds (none with one seed); "
-                  "TTA only when every seed reached the target", highlight=False)
+                  "TTA (s; virtual s where k != 1) only when every seed reached the target; compute: "
+                  "native, or paced by the emulated accelerator (profile, dilation k: times "
+                  "of a dilated run are virtual seconds); overruns: share of steps that did "
+                  "not fit the profiled slot; host other %: the host's load by other work"
+                  + (f"; {n_deg} degraded run(s) left out (--include-degraded counts them)"
+                     if n_deg else ""), highlight=False)
     out.mkdir(parents=True, exist_ok=True)
     from testbed.analysis.plots import write_csv
 
@@ -278,6 +303,40 @@ def compare_cmd(
         err.print(f"note: no figure: {exc}", highlight=False, markup=False)
     for p in written:
         console.print(str(p), highlight=False, soft_wrap=True)
+
+
+def pack_cmd(
+    results_dir: Annotated[Path, typer.Argument(
+        help="a results folder (run folders below it)", metavar="RESULTS_DIR")],
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", metavar="DIR", help="where the compact copies go, e.g. "
+        "results/runs/<evaluation>")],
+    replace: Annotated[bool, typer.Option(
+        "--replace", help="replace DIR's packed runs (one copy per evaluation, not one per "
+        "re-run)")] = False,
+    rank0_rows: Annotated[int, typer.Option(
+        "--rank0-rows", min=10, help="rank 0's training rows kept per run (every evaluation "
+        "row is kept)")] = 400,
+    series_rows: Annotated[int, typer.Option(
+        "--series-rows", min=10, help="rows kept per link of bottleneck.csv and of host.csv")
+    ] = 600,
+) -> None:
+    """Compact copies of run folders for committing (config, summary, events, downsampled
+    steps, bottleneck and host series; no worker logs, no captures): report, compare and
+    plot read them as they read the full ones."""
+    from testbed.analysis import pack
+
+    _check_out(out, "--out", folder=True)
+    err = Console(stderr=True)
+    try:
+        n, size = pack.pack(results_dir, out, replace=replace, rank0_rows=rank0_rows,
+                            series_rows=series_rows,
+                            log=lambda m: err.print(f"note: {m}", highlight=False,
+                                                    markup=False))
+    except pack.PackError as exc:
+        fail(str(exc))
+    Console().print(f"packed {n} runs into {out} ({size / 1e6:.2f} MB)", highlight=False,
+                    soft_wrap=True)
 
 
 def export_cmd(
@@ -371,10 +430,12 @@ def sensing_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``sweep``, ``plot``, ``report``, ``compare``, ``export`` and ``sensing`` to the main ``netsense`` app."""
+    """Add ``sweep``, ``plot``, ``report``, ``compare``, ``pack``, ``export`` and ``sensing``
+    to the main ``netsense`` app."""
     app.command("sweep")(sweep_cmd)
     app.command("plot")(plot_cmd)
     app.command("report")(report_cmd)
     app.command("compare")(compare_cmd)
     app.command("export")(export_cmd)
+    app.command("pack")(pack_cmd)
     app.command("sensing")(sensing_cmd)

@@ -44,8 +44,11 @@ def _drawn(root: Path) -> dict[str, plt.Figure]:
     for fig in registry():
         sel = fig.runs(inp)
         if not sel.empty:
-            out[fig.name] = fig.draw(inp, sel)
-            out[fig.name].canvas.draw()  # tick labels and offset texts exist once drawn
+            drawn = fig.draw(inp, sel)
+            pages = drawn if isinstance(drawn, list) else [drawn]  # speedup: one per experiment
+            for i, page in enumerate(pages):
+                out[fig.name if i == 0 else f"{fig.name}-{i + 1}"] = page
+                page.canvas.draw()  # tick labels and offset texts exist once drawn
     return out
 
 

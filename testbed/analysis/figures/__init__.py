@@ -10,7 +10,7 @@ The contract (all a new figure needs):
            caption="How to read it ...",     # the report's caption (units, what marks mean)
            needs="runs of kind tta",         # said when it is skipped: what runs it draws
            runs=select,                      # (Inputs) -> DataFrame of the runs it draws
-           draw=draw,                        # (Inputs, runs) -> matplotlib Figure
+           draw=draw,                        # (Inputs, runs) -> Figure or [Figure]
        )
 
 2. its module name in :data:`MODULES` (the order of the report).
@@ -18,8 +18,10 @@ The contract (all a new figure needs):
 ``runs`` picks rows of ``inputs.runs`` (one per run folder, :func:`tables.load_runs`); an
 empty frame means "nothing to draw here" and the figure is skipped, saying ``needs``.
 ``draw`` gets the same :class:`Inputs` (runs, steps, the speedup table, the results root and
-one colour per method shared by every figure) and returns the figure; it may raise
-:class:`NoData` when the selected runs lack what it needs. Saving (PNG + PDF, atomically,
+one colour per method shared by every figure) and returns the figure (or a list: one page
+each); it may raise :class:`NoData` when the selected runs lack what it needs. A figure
+that draws intervals attaches what it drew as ``fig.plotted`` (a DataFrame: one row per
+cell or point, the value and its 95 % interval), so a test compares it with the tables'. Saving (PNG + PDF, atomically,
 the note on damaged runs under it) is ``make_figures``' job, never a figure's.
 
 The look every figure shares is in :mod:`testbed.analysis.figures.style` (one colour per
@@ -53,12 +55,21 @@ class Inputs:
     steps: pd.DataFrame
     speedup: pd.DataFrame
     colors: dict[str, Any] = field(default_factory=dict)
+    #: the :class:`testbed.analysis.results.Results` these were taken from (its derived
+    #: tables are built once and shared by every figure)
+    results: Any = None
 
     def color(self, method: str) -> Any:
-        """The method's colour, the same in every figure of one call."""
+        """The method's colour: ``style.method_color``, the same in every figure and set."""
         if method not in self.colors:
-            self.colors.update(style.method_colors([*self.colors, method]))
+            self.colors[method] = style.method_color(method)
         return self.colors[method]
+
+    def crossover(self) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+        """The crossover tables (``ideal.crossover_tables``), built once per results."""
+        if self.results is None:
+            raise NoData("no results object (make Inputs with plots.inputs)")
+        return self.results.crossover()
 
 
 @dataclass(frozen=True)

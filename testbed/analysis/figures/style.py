@@ -1,7 +1,12 @@
 """The look every figure shares, so a set of figures reads as one paper's.
 
-- one colour per method, the same in every figure (NetSenseML first, in the first colour;
-  the others in sorted order), from :func:`method_colors`;
+- one colour per method, the same in every figure and in every figure set, whatever else a
+  folder holds: :data:`METHOD_COLORS` gives the built-in methods fixed colours (a method of
+  the registry with an argument, ``topk-0.05``, takes its family's unless it has its own),
+  any other method (a plug-in) a colour derived from its name (:func:`method_color`);
+- one interval everywhere: the tables' 95 % Student-t interval over seeds
+  (``testbed.common.stats``), said in each caption (:data:`INTERVAL`);
+- time axes in seconds, "virtual s" where a run is dilated (:func:`time_unit`);
 - one line style (and marker) per rate where rates share a panel (:func:`rate_styles`);
 - legend entries unique (:func:`legend` drops repeats by label);
 - every axis labelled with its unit in parentheses (the axis constants below);
@@ -11,6 +16,9 @@
 
 from __future__ import annotations
 
+import colorsys
+import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +48,57 @@ _LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
+#: The one place a method's colour is set (hex, so a test and a reader can see them).
+METHOD_COLORS: dict[str, str] = {
+    "netsenseml": "#1f77b4",        # blue
+    "netsenseml-paper": "#17becf",  # cyan
+    "allreduce": "#8c564b",         # brown
+    "fp16": "#ff7f0e",              # orange
+    "bf16": "#bcbd22",              # olive
+    "int8": "#2ca02c",              # green
+    "topk": "#d62728",              # red (the family; topk-0.01 is the common one)
+    "topk-0.01": "#d62728",
+    "topk-0.1": "#e377c2",          # pink
+    "topk-0.001": "#9467bd",        # purple
+    "randomk": "#7f7f7f",           # grey
+    "dgc": "#393b79",               # dark blue
+    "powersgd": "#8c6d31",          # ochre
+    "oracle": "#000000",
+    "ideal": "#555555",
+}
+
+#: The interval of every figure and table, as captions say it.
+INTERVAL = "95 % Student-t interval over seeds (the tables' testbed.common.stats.ci95)"
+
+
+def method_color(method: str) -> str:
+    """The method's colour: its own in :data:`METHOD_COLORS`, else its family's (the name
+    before the first ``-`` or ``:``), else one derived from the name (a plug-in: the same
+    in every figure and every run of the code, never a neighbour's by position)."""
+    m = str(method)
+    if m in METHOD_COLORS:
+        return METHOD_COLORS[m]
+    family = re.split(r"[-:]", m, maxsplit=1)[0]
+    if family in METHOD_COLORS and family != m and not m.startswith(f"{family}:"):
+        return METHOD_COLORS[family]
+    h = int(hashlib.sha1(m.encode()).hexdigest()[:8], 16)
+    r, g, b = colorsys.hsv_to_rgb((h % 360) / 360, 0.55 + (h >> 9) % 30 / 100,
+                                  0.55 + (h >> 17) % 25 / 100)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
 def method_colors(methods: list[str]) -> dict[str, Any]:
-    """One colour per method: netsenseml in tab10's first, the others in sorted order."""
-    others = sorted({m for m in methods if m != ADAPTIVE})
-    cmap = plt.get_cmap("tab10" if len(others) < 10 else "tab20")
-    n = cmap.N
-    out = {m: cmap(i % n) for i, m in enumerate(others, start=1)}
-    out[ADAPTIVE] = cmap(0)
-    return out
+    """{method: colour} (:func:`method_color`), the same whatever else is in the list."""
+    return {m: method_color(m) for m in dict.fromkeys(methods)}
+
+
+def time_unit(runs: Any) -> str:
+    """"virtual s" when any of ``runs`` (a runs table) was dilated (k != 1), else "s"."""
+    k = runs.get("dilation") if hasattr(runs, "get") else None
+    if k is None:
+        return "s"
+    k = k.dropna().astype(float)
+    return "virtual s" if ((k != 1.0).any()) else "s"
 
 
 def rate_styles(rates: list[float]) -> dict[float, tuple[Any, str]]:
@@ -96,15 +147,33 @@ def log_ticks(ax: Any, axis: str = "y") -> None:
 
 
 def save(fig: Any, out: Path, name: str, note: str = "") -> list[Path]:
-    """PNG + PDF, atomically; ``note`` (the damaged runs left out) under the figure."""
+    """PNG + PDF, atomically; ``note`` (the damaged runs left out) under the figure.
+
+    ``fig`` may be a list of figures (one page each, e.g. one speedup grid per experiment):
+    ``name.png`` is the first, ``name-2.png`` ... the others; ``name.pdf`` has them all, one
+    page each. Older ``name-N.png`` files beyond the new count are removed."""
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    figs = list(fig) if isinstance(fig, list | tuple) else [fig]
     paths = []
-    if note:
-        fig.text(0.01, 0.0, note, fontsize=7, color="firebrick", ha="left", va="top",
-                 wrap=True)
-    for ext in ("png", "pdf"):
-        p = Path(out) / f"{name}.{ext}"
+    for f in figs:
+        if note:
+            f.text(0.01, 0.0, note, fontsize=7, color="firebrick", ha="left", va="top",
+                   wrap=True)
+    for i, f in enumerate(figs):
+        p = Path(out) / (f"{name}.png" if i == 0 else f"{name}-{i + 1}.png")
         with files.atomic_path(p) as tmp:
-            fig.savefig(tmp, dpi=130, bbox_inches="tight", format=ext)
+            f.savefig(tmp, dpi=130, bbox_inches="tight", format="png")
         paths.append(p)
-    plt.close(fig)
+    for old in Path(out).glob(f"{name}-*.png"):
+        suffix = old.stem[len(name) + 1:]
+        if suffix.isdigit() and int(suffix) > len(figs):
+            old.unlink(missing_ok=True)
+    p = Path(out) / f"{name}.pdf"
+    with files.atomic_path(p) as tmp, PdfPages(tmp) as pdf:
+        for f in figs:
+            pdf.savefig(f, bbox_inches="tight")
+    paths.append(p)
+    for f in figs:
+        plt.close(f)
     return paths

@@ -1,5 +1,6 @@
-"""Throughput vs bottleneck rate: every run as a dot, the mean per method as a line with a
-95 % t-interval over seeds, and the line-rate model (dashed).
+"""Throughput vs bottleneck rate: every run as a dot, the mean per method as a marker with
+its 95 % t-interval over seeds (markers only: no line between two measured rates), and the
+line-rate model (dashed: a formula, drawn as a curve over the measured span).
 
 The line-rate model is samples/s if a step cost its measured compute time plus a dense fp32
 ring allreduce of the model's gradient at the link rate (no overlap, no protocol overhead):
@@ -37,7 +38,11 @@ def select(inp: Inputs) -> pd.DataFrame:
 
 
 def grad_bytes(run_dir: Path) -> float:
-    """Dense gradient bytes from rank 0's start record (workers/rank0.jsonl), else NaN."""
+    """Dense gradient bytes from rank 0's start record (workers/rank0.jsonl, or start.json
+    of a packed run folder), else NaN."""
+    start = tables.read_json(Path(run_dir) / "start.json")
+    if start.get("grad_bytes"):
+        return float(start["grad_bytes"])
     try:
         with open(Path(run_dir) / "workers" / "rank0.jsonl") as fh:
             for line in fh:
@@ -59,18 +64,20 @@ def line_rate_model(runs: pd.DataFrame, steps: pd.DataFrame, root: Path) -> pd.D
     rows = []
     for exp, g in runs.groupby("experiment"):
         s = steps[steps["run"].isin(g["run"])] if not steps.empty else steps
-        s = tables.step_rows(s) if not s.empty else s
+        s = tables.training_step_rows(s) if not s.empty else s
         if s.empty or "compute_s" not in s.columns:
             continue
         s0 = s[s["rank"] == 0]
         compute = float(s0["compute_s"].median())
         samples = float(s0["samples"].median())
         gb = next((b for b in (grad_bytes(root / r) for r in g["run"]) if b == b), math.nan)
-        cfg = tables._read_json(root / g["run"].iloc[0] / "config.json")
+        cfg = tables.read_json(root / g["run"].iloc[0] / "config.json")
         world = cfg.get("world_size")
         if not (isinstance(world, int) and world > 1 and gb == gb and compute > 0):
             continue
-        for rate in sorted(g["rate_mbit"].dropna().unique()):
+        measured = sorted(g["rate_mbit"].dropna().unique())
+        grid = np.geomspace(measured[0], measured[-1], 40) if len(measured) > 1 else measured
+        for rate in grid:
             comm = 2 * (world - 1) / world * gb * 8 / (float(rate) * 1e6)
             rows.append({"experiment": exp, "rate_mbit": float(rate),
                          "samples_per_s": samples / (compute + comm)})
@@ -83,28 +90,34 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
     bound = line_rate_model(sel, inp.steps, inp.root)
     exps = list(dict.fromkeys(sel["experiment"]))
     fig, axes = plt.subplots(1, len(exps), figsize=(5.8 * len(exps), 4.4), squeeze=False)
+    plotted = []
     for ax, exp in zip(axes[0], exps, strict=True):
         e = sel[sel["experiment"] == exp]
+        methods = sorted(e["method"].unique())
         n_seeds = 0
-        for m, g in e.groupby("method"):
+        for k, m in enumerate(methods):
+            g = e[e["method"] == m]
             color = inp.color(m)
+            # each method a little apart in x (log axis), so intervals do not hide each other
+            off = 10 ** (0.015 * (k - (len(methods) - 1) / 2))
             pts = []
             for rate, gr in g.groupby("rate_mbit"):
                 mean, half, n = tables.ci95(gr["throughput"])
                 n_seeds = max(n_seeds, n)
                 pts.append((rate, mean, half))
-                # spread the dots a little in x (log axis) so seeds do not hide behind the mean
-                spread = 10 ** (np.linspace(-0.012, 0.012, len(gr)) if len(gr) > 1
-                                else np.zeros(1))
-                ax.scatter(rate * spread, gr["throughput"], s=14, color=color, alpha=0.6,
-                           lw=0, zorder=5)
+                plotted.append({"experiment": exp, "rate_mbit": rate, "method": m,
+                                "value": mean, "half": half, "seeds": n})
+                ax.scatter(np.full(len(gr), rate * off), gr["throughput"], s=12, color=color,
+                           alpha=0.45, lw=0, zorder=5)
             pts.sort()
             err = [0.0 if p[2] != p[2] else p[2] for p in pts]
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts],
-                        yerr=err if any(err) else None, marker="o", ms=4, capsize=3, label=m,
-                        color=color, lw=2.2 if m == style.ADAPTIVE else 1.3, zorder=4)
+            # markers only: the rates between two measured ones were not measured
+            ax.errorbar([p[0] * off for p in pts], [p[1] for p in pts],
+                        yerr=err if any(err) else None, ls="none", marker="o", ms=5,
+                        capsize=3, label=m, color=color, zorder=4,
+                        mew=1.6 if m == style.ADAPTIVE else 1.0)
         b = bound[bound["experiment"] == exp].sort_values("rate_mbit")
-        if not b.empty:
+        if not b.empty:  # a formula, so a curve: drawn over the measured span only
             ax.plot(b["rate_mbit"], b["samples_per_s"], color="k", ls="--", lw=1, zorder=2,
                     label="line-rate model (compute + dense allreduce)")
         ax.set_xscale("log")
@@ -114,11 +127,14 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         style.log_ticks(ax)
         ax.set_xlabel(style.RATE_AXIS)
-        ax.set_ylabel(style.THROUGHPUT_AXIS)
-        ax.set_title(f"{exp}: mean ± 95 % CI over {n_seeds} seeds (dots: runs)"
+        unit = style.time_unit(sel)
+        ax.set_ylabel(style.THROUGHPUT_AXIS if unit == "s" else
+                      style.THROUGHPUT_AXIS.replace("samples/s", f"samples per {unit}"))
+        ax.set_title(f"{exp}: mean, 95 % t-interval over {n_seeds} seeds (dots: runs)"
                      if n_seeds > 1 else f"{exp}: one seed per point", fontsize=9)
         ax.grid(True, which="major", alpha=0.3)
         style.legend(ax, ncol=2)
+    fig.plotted = pd.DataFrame(plotted)
     return fig
 
 
@@ -126,9 +142,11 @@ FIGURE = Figure(
     name="throughput_vs_rate",
     title="Throughput vs bottleneck rate",
     caption="Training throughput (global samples/s, first step excluded) vs bottleneck rate, "
-    "both axes log. Dots: single runs; line: mean per method with a 95 % t-interval when "
-    "there are two or more seeds; dashed: the line-rate model (measured compute time plus a "
-    "dense fp32 ring allreduce of the gradient at the link rate).",
+    "both axes log. Dots: single runs; markers with bars: mean per method and its 95 % "
+    "t-interval over seeds (two or more seeds), at the measured rates only -- no line joins "
+    "two rates, nothing was measured between them; dashed: the line-rate model (measured "
+    "compute time plus a dense fp32 ring allreduce of the gradient at the link rate), a "
+    "formula drawn over the measured span.",
     needs="runs of kind throughput, or one experiment run at two or more rates",
     runs=select,
     draw=draw,

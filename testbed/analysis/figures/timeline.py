@@ -53,12 +53,12 @@ def select(inp: Inputs) -> pd.DataFrame:
 
 
 def _rank0(s: pd.DataFrame) -> pd.DataFrame:
-    s = tables.step_rows(s)
+    s = tables.training_step_rows(s)
     return s[s["rank"] == s["rank"].min()].sort_values("t")
 
 
 def _first_step_t(s: pd.DataFrame) -> float:
-    s = tables.step_rows(s)
+    s = tables.training_step_rows(s)
     return float(s["t"].min()) if not s.empty else 0.0
 
 
@@ -72,7 +72,7 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
         raise NoData(f"{ref['run']} has no step rows")
     t0 = _first_step_t(ref_all)
     t_end = float(ref_steps["t"].max()) - t0
-    cfg = tables._read_json(inp.root / ref["run"] / "config.json")
+    cfg = tables.read_json(inp.root / ref["run"] / "config.json")
     events = network.read_events(inp.root / ref["run"])
     if not events.empty:
         events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce")
@@ -154,8 +154,9 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
                ls="none", marker=".", ms=2.5 if m == style.ADAPTIVE else 2, alpha=0.8)
     a.set_yscale("log")
     style.log_ticks(a)
-    a.set_ylabel(style.STEP_TIME_AXIS)
-    a.set_xlabel("time since the run's first training step (s)")
+    a.set_ylabel(style.STEP_TIME_AXIS.replace("(s,", f"({style.time_unit(sel)},"))
+    a.set_xlabel(f"time since the run's first training step ({style.time_unit(sel)})")
+    style.plain(a, "x")
     style.legend(a, ncol=3, markerscale=3)
 
     applied = events.dropna(subset=["t_applied"]) if not events.empty else events
