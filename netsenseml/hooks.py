@@ -169,6 +169,7 @@ class NetSenseState:
       offline),
     * ``tcp_*`` -- the kernel's view of this rank's peer sockets (``TCP_INFO``):
       ``tcp_delivery_rate_mbit``, ``tcp_app_limited``, ``tcp_min_rtt_s``, ``tcp_sockets``,
+      ``tcp_retrans`` (segments retransmitted since the previous step),
     * ``pace_*`` -- with an emulated accelerator (``pacer``): ``pace_wait_s`` (held back to
       the profile), ``pace_late_s`` (the latest part's lateness), ``pace_overrun`` (1 when
       the host's real work did not fit the profiled step; ``netsenseml.accelerator``),
@@ -303,7 +304,8 @@ class NetSenseState:
             tcp = self.tcp.read()
             if tcp is not None:  # the kernel's view (TCP_INFO of the peer sockets)
                 out.update(tcp_delivery_rate_mbit=tcp.delivery_rate_Bps * 8e-6,
-                           tcp_app_limited=int(tcp.app_limited), tcp_sockets=tcp.sockets)
+                           tcp_app_limited=int(tcp.app_limited), tcp_sockets=tcp.sockets,
+                           tcp_retrans=tcp.retrans)
                 if tcp.min_rtt_s is not None:
                     out["tcp_min_rtt_s"] = tcp.min_rtt_s
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:

@@ -284,6 +284,7 @@ class NetworkMonitor:
 # struct tcp_info (include/uapi/linux/tcp.h): the offsets of the fields read here.
 _TCP_INFO_LEN = 232
 _OFF_FLAGS = 7  # tcpi_delivery_rate_app_limited:1, tcpi_fastopen_client_fail:2
+_OFF_TOTAL_RETRANS = 100  # u32, segments retransmitted over the socket's life
 _OFF_BYTES_ACKED = 120  # u64
 _OFF_MIN_RTT = 148  # u32, microseconds
 _OFF_DELIVERY_RATE = 160  # u64, bytes/s
@@ -296,13 +297,16 @@ class TcpView:
 
     ``delivery_rate_Bps``: the largest ``tcpi_delivery_rate`` of a socket whose latest
     sample was not app-limited (else the largest of any, with ``app_limited`` True);
-    ``min_rtt_s``: the smallest ``tcpi_min_rtt``; ``sockets``: how many were read.
+    ``min_rtt_s``: the smallest ``tcpi_min_rtt``; ``sockets``: how many were read;
+    ``retrans``: segments the sockets retransmitted since the previous read
+    (``tcpi_total_retrans``; a congested run's spread is in them).
     """
 
     delivery_rate_Bps: float | None
     app_limited: bool
     min_rtt_s: float | None
     sockets: int
+    retrans: int = 0
 
 
 def parse_tcp_info(raw: bytes) -> tuple[float, bool, float, int]:
@@ -314,6 +318,13 @@ def parse_tcp_info(raw: bytes) -> tuple[float, bool, float, int]:
     (min_rtt_us,) = struct.unpack_from("<I", raw, _OFF_MIN_RTT)
     (rate,) = struct.unpack_from("<Q", raw, _OFF_DELIVERY_RATE)
     return float(rate), app_limited, min_rtt_us * 1e-6, int(acked)
+
+
+def parse_total_retrans(raw: bytes) -> int:
+    """``tcpi_total_retrans`` of a TCP_INFO blob (segments retransmitted so far)."""
+    if len(raw) < _OFF_TOTAL_RETRANS + 4:
+        raise ValueError(f"TCP_INFO of {len(raw)} bytes is too short")
+    return int(struct.unpack_from("<I", raw, _OFF_TOTAL_RETRANS)[0])
 
 
 class TcpInfoSensor:
@@ -330,6 +341,7 @@ class TcpInfoSensor:
         self.rescan_every = max(1, rescan_every)
         self._fds: list[int] = []
         self._reads = 0
+        self._retrans: dict[int, int] = {}  # fd -> tcpi_total_retrans at the previous read
         self.available = hasattr(socket, "TCP_INFO") or os.path.isdir("/proc/self/fd")
 
     def _scan(self) -> list[int]:
@@ -365,17 +377,22 @@ class TcpInfoSensor:
             self._fds = self._scan()
         self._reads += 1
         limited, free, rtts = [], [], []
+        retrans = 0
         for fd in self._fds:
             try:
                 s = socket.socket(fileno=os.dup(fd))
             except OSError:
                 continue
             try:
-                rate, app, rtt, acked = parse_tcp_info(s.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_LEN))
+                raw = s.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_LEN)
+                rate, app, rtt, acked = parse_tcp_info(raw)
+                total = parse_total_retrans(raw)
             except (OSError, ValueError):
                 continue
             finally:
                 s.close()
+            retrans += max(total - self._retrans.get(fd, total), 0)
+            self._retrans[fd] = total
             if acked == 0:
                 continue  # never carried data: not a collective's socket
             (limited if app else free).append(rate)
@@ -384,7 +401,8 @@ class TcpInfoSensor:
         if not limited and not free:
             return None
         best = max(free) if free else max(limited)
-        return TcpView(best, not free, min(rtts) if rtts else None, len(limited) + len(free))
+        return TcpView(best, not free, min(rtts) if rtts else None, len(limited) + len(free),
+                       retrans)
 
 
 RTT_PROBE_EVERY = 16

@@ -72,6 +72,30 @@ def read_counters(pid: int, intf: str) -> IntfCounters:
     raise LookupError(f"interface {intf} not found in the namespace of pid {pid}")
 
 
+#: The TCP counters of a namespace read around a run: (file, section, field).
+TCP_COUNTERS = (("snmp", "Tcp", "OutSegs"), ("snmp", "Tcp", "RetransSegs"),
+                ("netstat", "TcpExt", "TCPTimeouts"), ("netstat", "TcpExt", "TCPLossProbes"),
+                ("netstat", "TcpExt", "TCPSpuriousRTOs"))
+
+
+def read_tcp_counters(pid: int) -> dict[str, int]:
+    """The TCP stack's counters of the network namespace of ``pid`` (``/proc/<pid>/net/snmp``
+    and ``netstat``: segments sent and retransmitted, retransmission timeouts, tail-loss
+    probes). A worker host's namespace carries only its rank's traffic, so their
+    differences over a run are the job's own retransmissions and timeouts."""
+    out: dict[str, int] = {}
+    for fname in ("snmp", "netstat"):
+        lines = Path(f"/proc/{pid}/net/{fname}").read_text().splitlines()
+        for head, vals in zip(lines[::2], lines[1::2], strict=False):
+            section, names = head.split(":", 1)
+            values = vals.split(":", 1)[1].split()
+            table = dict(zip(names.split(), values, strict=False))
+            for f, sec, field in TCP_COUNTERS:
+                if f == fname and sec == section and field in table:
+                    out[field] = int(table[field])
+    return out
+
+
 def wire_factors(world_size: int) -> tuple[float, float]:
     """(f_lo, f_hi): wire bytes per hook byte of a ring all-reduce and a ring all-gather."""
     if world_size < 2:

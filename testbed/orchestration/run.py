@@ -97,6 +97,8 @@ class _Run(RunLifecycle):
         self.counters_before: dict[str, counters.IntfCounters] = {}
         self.counters_after: dict[str, counters.IntfCounters] = {}
         self.intfs: dict[str, str] = {}
+        self.tcp_before: dict[str, dict[str, int]] = {}
+        self.tcp_after: dict[str, dict[str, int]] = {}
         self.capture: Any = None
         self.capture_ips: set[str] = set()
         self._first_step_wall: float | None = None  # progress line: start-up vs training
@@ -295,8 +297,14 @@ class _Run(RunLifecycle):
 
     # network truth ------------------------------------------------------------------
     def _read_counters(self) -> dict[str, counters.IntfCounters]:
-        """Each worker host's interface counters, read in its namespace (no subprocess)."""
+        """Each worker host's interface counters, read in its namespace (no subprocess),
+        and its TCP stack's counters (``tcp_before`` / ``tcp_after``)."""
         self.intfs = {h: self.emu.intf(h) for h in self.emu.worker_hosts}
+        tcp = {h: counters.read_tcp_counters(self.emu.host_pid(h)) for h in self.emu.worker_hosts}
+        if self.tcp_before:
+            self.tcp_after = tcp
+        else:
+            self.tcp_before = tcp
         return {h: counters.read_counters(self.emu.host_pid(h), self.intfs[h])
                 for h in self.emu.worker_hosts}
 
@@ -379,6 +387,12 @@ class _Run(RunLifecycle):
         block, warns = counters.verdict(ranks, self.scn.world_size)
         self.network["bytes"] = block
         self.warnings += warns
+        if self.tcp_after:  # the job's own retransmissions and timeouts, per rank
+            self.network["tcp"] = [
+                {"rank": rank, "host": host,
+                 **{k: self.tcp_after[host].get(k, 0) - v
+                    for k, v in self.tcp_before.get(host, {}).items()}}
+                for rank, host in enumerate(self.emu.worker_hosts) if host in self.tcp_after]
 
     def _cross_reports(self) -> None:
         if self.traffic is None or not self.traffic.groups:

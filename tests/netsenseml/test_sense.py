@@ -18,6 +18,7 @@ from netsenseml.sense import (
     TcpInfoSensor,
     WindowedExtreme,
     parse_tcp_info,
+    parse_total_retrans,
     rtt_probe_due,
 )
 
@@ -199,3 +200,12 @@ def test_tcp_info_of_a_real_loopback_connection():
     assert sum(got) == 4 << 20
     with pytest.raises(ValueError, match="too short"):
         parse_tcp_info(b"\0" * 100)
+
+
+def test_retransmitted_segments_are_read_from_their_offset() -> None:
+    raw = bytearray(232)
+    raw[100:104] = (7).to_bytes(4, "little")  # tcpi_total_retrans
+    raw[96:100] = (99).to_bytes(4, "little")  # tcpi_rcv_space, beside it
+    assert parse_total_retrans(bytes(raw)) == 7
+    with pytest.raises(ValueError, match="too short"):
+        parse_total_retrans(b"\0" * 100)
