@@ -4,7 +4,7 @@
         --batch-size B --seed S --log-dir DIR [--eval-every K] [--target-accuracy A]
         [--data-dir DIR] [--lr LR] [--width W] [--layers L] [--d-model D] [--context C]
         [--model-args K=V,...] [--threads N] [--pg-timeout S] [--eval-samples N]
-        [--no-error-feedback]
+        [--no-error-feedback] [--accelerator PROFILE | --step-ms MS] [--dilation K]
 
 Models and datasets come from ``workloads.registry`` (names, accepted pairings, default
 optimizer and lr, default evaluation size); ``--model package.module:factory`` trains a
@@ -78,6 +78,12 @@ Why the choices below:
   always runs at the end. Batches of at least ``EVAL_BATCH`` samples (larger matrix products
   cost less per sample). Evaluation time is inside the worker's clock; each eval record
   carries its own ``eval_s`` so an analysis can count training time without it.
+- **Emulated accelerator.** ``--accelerator PROFILE`` (or ``--step-ms``) holds each part of
+  a step to the profile's time (``netsenseml.accelerator``): the forward, each bucket's
+  release (in the hook), the codec, the optimizer; ``--dilation k`` makes the worker's
+  clock real time / k (``netsenseml.clock``), so every time it records, ``--time-limit``
+  included, is virtual, while ``--pg-timeout`` and the watchdog act on the real clock at k
+  times their value. A part whose real work did not fit is counted (``pace_overrun``).
 - **DGC and momentum.** ``dgc:R`` keeps its momentum in the hook (momentum correction,
   ``netsenseml.memory``), so with error feedback on the worker's SGD runs without momentum;
   SGD momentum on top would apply momentum twice.
