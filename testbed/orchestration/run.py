@@ -468,6 +468,8 @@ class _Run(RunLifecycle):
             self.warnings.append(above)
 
     def _work(self) -> None:
+        if "error" in self.pace_facts:  # the factor `auto` could not be measured
+            raise RunFailed(self.pace_facts["error"])
         actions, plans = expand(self.scn.timeline, end_s=self.scn.workload.time_limit_s)
         self.cross_pairs = [(p.src, p.dst) for p in plans]
         self._start_zygote()
@@ -525,7 +527,10 @@ def run_scenario(
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())
     health.check_space(Path(run_dir), scenario)  # files.NotEnoughSpace: nothing is written
-    pace = dilation.choose(scenario, method)  # DilationError: the host's step not timed
+    try:
+        pace = dilation.choose(scenario, method)
+    except dilation.DilationError as exc:  # the run fails with that reason, in its folder
+        pace = (1.0, {"mode": "paced", "error": str(exc)})
     # absolute: workers (forked by the zygote, which works elsewhere) open files under it
     return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta,
                 plan, pace).execute()
