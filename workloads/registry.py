@@ -260,6 +260,22 @@ register_model(ModelEntry(
     weight_decay=0.01, knobs={"layers": 4, "d_model": 256},
     summary="decoder-only character LM; context comes from the dataset"))
 
+register_model(ModelEntry(
+    "resnet18-imagenet", "workloads.models.imagenet:build_resnet18_imagenet", kinds=("image",),
+    weight_decay=5e-4, knobs={"width": 64},
+    summary="torchvision's ResNet-18 (ImageNet stem; 11.2 M params with 100 classes), "
+            "initialised: no pretrained weights here"))
+register_model(ModelEntry(
+    "vgg16", "workloads.models.imagenet:build_vgg16", kinds=("image",), lr=0.01,
+    weight_decay=5e-4, knobs={"width": 64, "hidden": 4096},
+    summary="torchvision's VGG-16 (configuration D; 134.7 M params with 100 classes), "
+            "initialised: no pretrained weights here"))
+register_model(ModelEntry(
+    "gpt2-small", "workloads.models.gpt:build_gpt2", kinds=("lm",), optimizer="adamw", lr=5e-5,
+    weight_decay=0.01, knobs={"layers": 12, "d_model": 768, "heads": 12, "positions": 1024},
+    summary="GPT-2 small (124.4 M params, tied embeddings, AdamW 5e-5 as the prototype), "
+            "initialised: no pretrained weights here"))
+
 register_dataset(DatasetEntry(
     "digits", "workloads.datasets:load_digits_data", "image", eval_samples=1000,
     train_samples=1438,
@@ -285,3 +301,17 @@ register_dataset(DatasetEntry(
 register_dataset(DatasetEntry(
     "cifar100", "workloads.datasets:load_cifar100_data", "image", eval_samples=1000,
     needs_data_dir=True, summary="CIFAR-100 python batches from --data-dir"))
+register_dataset(DatasetEntry(
+    "cifar100-224-synth", "workloads.datasets:load_cifar100_224_synth_data", "image",
+    eval_samples=1000, train_samples=50_000,
+    summary="cifar100-synth resized to 3x224x224 (the paper's input shape), 100 classes"))
+register_dataset(DatasetEntry(
+    "cifar100-224", "workloads.datasets:load_cifar100_224_data", "image", eval_samples=1000,
+    needs_data_dir=True, summary="CIFAR-100 python batches from --data-dir, resized to 224"))
+register_dataset(DatasetEntry(
+    "gpt2-synth", "workloads.datasets:load_gpt2_synth_data", "lm", eval_samples=1000,
+    train_samples=200_000,
+    summary="generated GPT-2 tokens (vocabulary 50257; a learnable Markov chain)"))
+register_dataset(DatasetEntry(
+    "openwebtext", "workloads.datasets:load_openwebtext_data", "lm", eval_samples=1000,
+    needs_data_dir=True, summary="nanoGPT's train.bin/val.bin GPT-2 tokens from --data-dir"))
