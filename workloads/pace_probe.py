@@ -1,7 +1,8 @@
 """What one step of a workload really costs on this host, part by part (one JSON line).
 
     python -m workloads.pace_probe --model mlp --dataset mixture --batch-size 256 \
-        --model-args width=512 --codecs fp16,int8,topk:0.01 [--steps 8] [--threads 1]
+        --model-args width=512 --codecs fp16,int8,topk:0.01 [--steps 8] [--threads 1] \
+        [--grads recorded]
 
 The testbed's automatic time dilation (``testbed.orchestration.dilation``) starts one copy
 per worker at once, so the cores are shared as in the run, and picks the least factor at
@@ -9,6 +10,10 @@ which these real times fit the emulated accelerator's slots. Printed (seconds, m
 the steps after a warm-up): ``forward_s``, ``backward_s``, ``optimizer_s``, ``elements``
 (gradient elements) and ``codec_s`` per codec level (compress, residual update and decode
 of the whole gradient, as the hook does it), keyed by the compressor's level name.
+
+``--grads recorded`` times what a worker in the gradient-shape mode does instead
+(``workloads.recorded``): the surrogate's forward and backward over one recorded real
+gradient, and no optimizer step (0).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from netsenseml import methods
-from workloads import registry
+from workloads import recorded, registry
 from workloads.datasets import load_dataset
 from workloads.models import build_model
 
@@ -50,6 +55,13 @@ def codec_seconds(spec: str, x: torch.Tensor, world: int) -> tuple[str, float]:
     return c.name, min(_timed(once) for _ in range(3))
 
 
+def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+    out = model(x)
+    if kind == "lm":
+        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+    return F.cross_entropy(out, y)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m workloads.pace_probe")
     p.add_argument("--model", required=True)
@@ -61,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--world", type=int, default=2, help="payloads decoded by gathered levels")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--grads", choices=recorded.MODES, default="real")
     p.add_argument("--barrier", action="store_true",
                    help="after the warm-up print 'ready' and wait for a line on stdin, so "
                         "copies started together time their steps together")
@@ -75,25 +88,29 @@ def main(argv: list[str] | None = None) -> None:
                                          drop_last=True)
     times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
     batches = iter(loader)
+    rec = None
+    if a.grads == "recorded":
+        x, y = next(batches)
+        rec = recorded.record(model, lambda: _loss(model, x, y, data.kind))
+        recorded.install(model, rec)
     for i in range(a.steps + 2):
         if i == 2 and a.barrier:  # warm, every copy imported: the timed steps overlap
             print("ready", flush=True)
             sys.stdin.readline()
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            batches = iter(loader)
-            x, y = next(batches)
+        if rec is None:
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                batches = iter(loader)
+                x, y = next(batches)
         opt.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        out = model(x)
-        if data.kind == "lm":
-            out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
-        loss = F.cross_entropy(out, y)
+        loss = model() if rec is not None else _loss(model, x, y, data.kind)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
-        opt.step()
+        if rec is None:
+            opt.step()
         t3 = time.perf_counter()
         if i >= 2:  # warm-up
             times["forward_s"].append(t1 - t0)

@@ -126,7 +126,10 @@ def measure(scn: Any, method: str) -> dict[str, Any]:
             "--dataset", wl.dataset, "--batch-size", str(wl.batch_size),
             "--model-args", ",".join(f"{k}={v}" for k, v in knobs.items()),
             "--codecs", ",".join(codec_specs(method)), "--world", str(scn.world_size),
-            "--threads", str(wl.threads), "--steps", "12"]
+            "--threads", str(wl.threads), "--steps", "12", "--grads", wl.grads]
+    context = {k.replace("_", "-"): v for k, v in wl.args.items()}.get("context")
+    if context is not None:  # the language model's context sets its step's cost
+        argv += ["--context", str(context)]
     env = {**os.environ, "NETSENSE_DILATION": "1"}
     procs = [subprocess.Popen([*argv, "--barrier"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -177,7 +180,7 @@ def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
                              "profile": acc.profile, "step_ms": acc.step_ms}
     if acc.dilation != "auto":
         return float(acc.dilation), {**facts, "dilation_source": "given"}
-    key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset,
+    key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
            tuple(codec_specs(method)), scn.world_size, acc.profile, acc.step_ms, acc.margin)
     if key not in _cache:
         real = measure(scn, method)
