@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workloads.sizes import gpt2_params  # noqa: F401 - counted without torch (workloads.sizes)
+
 
 class Block(nn.Module):
     def __init__(self, d_model: int, heads: int, gelu: str = "none") -> None:
@@ -103,11 +105,3 @@ def build_gpt2(input_shape: tuple[int, ...], num_classes: int, layers: int = 12,
     for GPT-2's tokens), ``input_shape == (context,)``."""
     return GPT(num_classes, context=input_shape[0], layers=layers, d_model=d_model,
                heads=heads, positions=positions, gelu="tanh", scaled_init=True)
-
-
-def gpt2_params(vocab: int = 50257, layers: int = 12, d_model: int = 768,
-                positions: int = 1024) -> int:
-    """Parameters of :func:`build_gpt2`, counted without building it (tied embeddings)."""
-    d = d_model
-    block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
-    return vocab * d + positions * d + layers * block + 2 * d

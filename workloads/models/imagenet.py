@@ -30,6 +30,10 @@ import torch
 from torch import nn
 
 from workloads.models.resnet import _image_channels
+from workloads.sizes import VGG16_CFG, resnet18_imagenet_params, vgg16_params
+
+__all__ = ["VGG16", "ResNet18ImageNet", "build_resnet18_imagenet", "build_vgg16",
+           "resnet18_imagenet_params", "vgg16_params"]
 
 
 class BasicBlock(nn.Module):
@@ -84,11 +88,6 @@ class ResNet18ImageNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-#: VGG configuration D (vgg16): channels in units of ``width / 64``, "M" a max-pool.
-VGG16_CFG: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M",
-                                    512, 512, 512, "M", 512, 512, 512, "M")
-
-
 class VGG16(nn.Module):
     """torchvision's ``vgg16`` (no BatchNorm); ``width`` scales the convolutions, ``hidden``
     the classifier."""
@@ -133,30 +132,3 @@ def build_resnet18_imagenet(input_shape: tuple[int, ...], num_classes: int,
 def build_vgg16(input_shape: tuple[int, ...], num_classes: int, width: int = 64,
                 hidden: int = 4096) -> VGG16:
     return VGG16(_image_channels("vgg16", input_shape), num_classes, width, hidden)
-
-
-def resnet18_imagenet_params(num_classes: int, width: int = 64, in_channels: int = 3) -> int:
-    """Parameters of :class:`ResNet18ImageNet`, counted without building it."""
-    w = width
-    n = in_channels * w * 49 + 2 * w  # stem conv + bn
-    cin = w
-    for cout, stride in ((w, 1), (2 * w, 2), (4 * w, 2), (8 * w, 2)):
-        for c_in, s in ((cin, stride), (cout, 1)):
-            n += c_in * cout * 9 + 2 * cout + cout * cout * 9 + 2 * cout
-            if s != 1 or c_in != cout:
-                n += c_in * cout + 2 * cout
-        cin = cout
-    return n + cin * num_classes + num_classes
-
-
-def vgg16_params(num_classes: int, width: int = 64, hidden: int = 4096,
-                 in_channels: int = 3) -> int:
-    """Parameters of :class:`VGG16`, counted without building it."""
-    n, cin = 0, in_channels
-    for v in VGG16_CFG:
-        if v != "M":
-            cout = int(v) * width // 64
-            n += cin * cout * 9 + cout
-            cin = cout
-    return (n + cin * 49 * hidden + hidden + hidden * hidden + hidden
-            + hidden * num_classes + num_classes)
