@@ -19,9 +19,12 @@ not known before the run and are estimated here, each from stated figures:
   and the host's, ``margin`` x the host's real work over its profiled slot, with the
   host's work from figures measured on the 2-core build machine (one thread per worker,
   ``benchmarks/paper_models.py`` and ``python -m workloads.pace_probe``) scaled by the
-  workers sharing its cores (``max(1, n / cores)``): ``HOST_REAL_PER_PROFILE`` for real
-  compute, ``RECORDED_NS`` per gradient element for the recorded surrogate, and
-  ``CODEC_NS`` per element per codec level.
+  workers sharing its cores (``max(1, n / cores)``): ``HOST_MEASURED`` (or
+  ``HOST_REAL_PER_PROFILE`` x the profile) for real compute, with the optimizer step, whose
+  slot is the smallest (SGD over 11.2 M parameters: 20 ms here against the profile's
+  0.3 ms, which makes a real-compute run's factor ~400 at 8 workers); ``RECORDED_NS`` per
+  gradient element for the recorded surrogate (no optimizer step); ``CODEC_NS`` per
+  element per codec level.
 
 The estimate says so: ``--dry-run`` prints its basis, and the ETA of a running sweep scales
 the pending estimates by how the finished runs compared with theirs.
@@ -29,6 +32,7 @@ the pending estimates by how the finished runs compared with theirs.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -46,14 +50,29 @@ FALLBACK_STEP_S = 0.25
 
 #: Host (1 thread, this machine) forward + backward over the profile's: resnet18-imagenet
 #: at batch 32, 224 px: 2.02 s forward against 6.7 ms, 2.73 s backward against 13.3 ms
-#: (benchmarks/paper_models.py); the larger ratio, the forward's.
+#: (benchmarks/paper_models.py); the larger ratio, the forward's. For a model not in
+#: ``HOST_MEASURED``.
 HOST_REAL_PER_PROFILE = 300.0
+#: A real step's forward, backward and optimizer seconds on this host (1 thread, batch 32,
+#: alone) where measured: benchmarks/paper_models.py (224 px) and workloads.pace_probe
+#: (32 px).
+HOST_MEASURED: dict[tuple[str, str], tuple[float, float, float]] = {
+    ("resnet18-imagenet", "cifar100-224-synth"): (2.02, 2.73, 0.020),
+    ("resnet18-imagenet", "cifar100-synth"): (0.040, 0.098, 0.020),
+    ("vgg16", "cifar100-224-synth"): (28.73, 29.13, 0.639),
+}
+#: The optimizer's host cost per parameter where not measured (SGD with momentum, 1 thread:
+#: 20 ms for 11.2 M).
+OPTIMIZER_NS = 1.8
 #: The recorded surrogate's forward and backward per gradient element (ns, 1 thread):
 #: resnet18-imagenet 14 + 20 ms for 11.2 M, vgg16 89 + 245 ms for 134.7 M.
 RECORDED_NS = {"forward": 1.3, "backward": 1.9}
 #: A codec's compress + residual + decode per gradient element (ns, 1 thread, 8 ranks'
-#: payloads decoded for the gathered levels; pace_probe on resnet18-imagenet).
-CODEC_NS = {"fp16": 1.2, "bf16": 1.2, "int8": 6.0, "topk": 25.0, "dgc": 8.0, "randomk": 6.0}
+#: payloads decoded for the gathered levels): ``python -m workloads.pace_probe --model
+#: resnet18-imagenet --dataset cifar100-224-synth --grads recorded --world 8`` gave fp16
+#: 20 ms, int8 509 ms, exact top-k 849 ms, DGC's sampled top-k 423 ms, random-k 64 ms for
+#: 11.2 M elements.
+CODEC_NS = {"fp16": 1.8, "bf16": 1.8, "int8": 45.0, "topk": 76.0, "dgc": 38.0, "randomk": 5.7}
 #: What the estimate assumes an adaptive method sends, and PowerSGD's share of the gradient.
 ADAPTIVE_AS = "topk:0.01"
 POWERSGD_SHARE = 0.01
@@ -121,21 +140,41 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
         k = float(acc.dilation)
     else:
         k_net = max(1.0, max(rates, default=0.0) / faithful.faithful_mbit())
-        if wl.grads == "recorded" and elements:
+        fwd, bwd, opt = _host_real(wl.model, wl.dataset, timing, elements)
+        if wl.grads == "recorded" and elements:  # the surrogate; no optimizer step
             fwd = elements * RECORDED_NS["forward"] * 1e-9
             bwd = elements * RECORDED_NS["backward"] * 1e-9
-        else:
-            fwd = timing.forward_s * HOST_REAL_PER_PROFILE
-            bwd = timing.backward_s * HOST_REAL_PER_PROFILE
+            opt = 0.0
         codec_real = elements * CODEC_NS.get(level or "", 0.0) * 1e-9 if elements else 0.0
+        opt_slot = timing.optimizer_s or accelerator.TOLERANCE_SHARE * timing.step_s
         k_host = acc.margin * share_cores * max(
-            fwd / timing.forward_s, (bwd + codec_real) / (timing.backward_s + codec_v))
-        k = max(k_net, k_host)
+            fwd / timing.forward_s, (bwd + codec_real) / (timing.backward_s + codec_v),
+            opt / opt_slot)
+        k = _round_up(max(k_net, k_host))
     record = 0.0
     if wl.grads == "recorded":
-        record = (timing.forward_s + timing.backward_s) * HOST_REAL_PER_PROFILE * share_cores
+        fwd, bwd, _ = _host_real(wl.model, wl.dataset, timing, elements)
+        record = (fwd + bwd) * share_cores
     return {"seconds": virtual * k + PER_RUN_OVERHEAD_S + record, "k": k,
             "virtual_s": virtual, "step_s": step_v}
+
+
+def _host_real(model: str, dataset: str, timing: accelerator.Timing,
+               elements: int | None) -> tuple[float, float, float]:
+    """A real step's forward, backward, optimizer seconds on this host (1 thread)."""
+    if (model, dataset) in HOST_MEASURED:
+        return HOST_MEASURED[(model, dataset)]
+    opt = (elements or 0) * OPTIMIZER_NS * 1e-9
+    return (timing.forward_s * HOST_REAL_PER_PROFILE, timing.backward_s * HOST_REAL_PER_PROFILE,
+            opt)
+
+
+def _round_up(k: float) -> float:
+    """Two significant digits, up (as testbed.orchestration.dilation rounds ``auto``)."""
+    if k <= 1:
+        return 1.0
+    digits = 10 ** (math.floor(math.log10(k)) - 1)
+    return math.ceil(k / digits - 1e-9) * digits
 
 
 def estimate_run_s(scenario: Any, method: str | None = None) -> float:
