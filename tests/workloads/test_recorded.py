@@ -30,8 +30,10 @@ from workloads.models import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
-METHODS = ["allreduce", "fp16", "int8", "topk:0.1", "topk:0.01", "topk:0.001", "dgc:0.01",
-           "powersgd:4", "netsenseml-paper"]
+# one per family of the paper sweep's methods (dense, cast, quantized, top-k, sampled top-k,
+# low rank, the prototype's adaptive rule)
+METHODS = ["allreduce", "fp16", "int8", "topk:0.01", "dgc:0.01", "powersgd:4",
+           "netsenseml-paper"]
 # (model, input shape, classes, knobs): the paper's models at reduced sizes
 MODELS = [
     ("resnet18-imagenet", (3, 32, 32), 100, {"width": 8}),
