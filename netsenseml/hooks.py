@@ -510,7 +510,7 @@ def _reduce_bucket(
             state.memory.reset(key)  # lossless: the residual went out with this bucket
     n = buffer.numel()
     if state.pacer is not None:
-        state.pacer.codec(compressor.name, 4 * n, t0)
+        state.pacer.codec(state.decision.level, 4 * n, t0)  # the level's label (dgc, topk, ...)
     codec = clock.now() - t0
     state.count(payload.kept, n, n * 4, codec)
 

@@ -46,6 +46,24 @@ through ``DistributedSampler`` (set up by the worker).
   is ``context + 1`` characters (input = first ``context``, target = shifted by one).
 - ``cifar10`` / ``cifar100``: ``--data-dir`` containing ``cifar-10-batches-py`` or
   ``cifar-100-python`` (or those folders' contents); normalised per channel, no augmentation.
+
+The paper's shapes (issue 41: the prototype trains torchvision's ResNet-18 and VGG-16 on
+CIFAR-100 resized to 224 px, GPT-2 on OpenWebText at context 128):
+
+- ``cifar100-224-synth``: ``cifar100-synth``'s samples (same templates, noise, split and
+  sizes) resized to 3x224x224 bilinearly, as the prototype resizes CIFAR-100: a
+  deterministic, learnable 100-class task of the paper's input shape, for time to accuracy
+  without a download. Resized per sample on demand (~1 ms), so 8 workers hold no set.
+- ``cifar100-224``: the user's CIFAR-100 (``--data-dir``, as ``cifar100``) resized to 224.
+- ``gpt2-synth``: GPT-2's token shape (vocabulary 50257, ``--context`` tokens, default 64;
+  the paper's 128 is set by the scenarios) from a deterministic generator: a Markov chain
+  in which each token has four successors (drawn once, Zipf-like, so some tokens are
+  frequent as in text) taken with probabilities 0.7/0.1/0.1/0.1: learnable (the best
+  next-token accuracy is ~0.7), generated per index, 200,000 train / 10,000 held-out
+  windows. No tokenizer is needed (none can be fetched here).
+- ``openwebtext``: the user's GPT-2 tokens from ``--data-dir``: nanoGPT's
+  ``data/openwebtext/prepare.py`` output, ``train.bin`` and ``val.bin`` (uint16 GPT-2 token
+  ids), read through a memory map; windows of ``context + 1`` tokens every ``context``.
 """
 
 from __future__ import annotations
@@ -158,6 +176,41 @@ def load_cifar100_synth_data(data_dir: str | Path | None = None, context: int = 
 
 CIFAR_SYNTH_NOISE = 2.0
 
+class Resized(Dataset):
+    """Another image dataset's samples resized to ``size`` x ``size`` (bilinear), on demand:
+    CIFAR resized to 224 px as the paper's prototype trains on it."""
+
+    def __init__(self, base: Dataset, size: int) -> None:
+        self.base, self.size = base, size
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, y = self.base[i]
+        x = torch.nn.functional.interpolate(x.unsqueeze(0), size=(self.size, self.size),
+                                            mode="bilinear", align_corners=False)
+        return x.squeeze(0), int(y)
+
+
+PAPER_IMAGE_PX = 224
+
+
+def load_cifar100_224_synth_data(data_dir: str | Path | None = None, context: int = 64) -> Data:
+    """``cifar100-synth`` resized to 224 px (module doc)."""
+    d = load_cifar100_synth_data()
+    return Data("cifar100-224-synth", Resized(d.train, PAPER_IMAGE_PX),
+                Resized(d.test, PAPER_IMAGE_PX), (3, PAPER_IMAGE_PX, PAPER_IMAGE_PX), 100,
+                "image")
+
+
+def load_cifar100_224_data(data_dir: str | Path | None = None, context: int = 64) -> Data:
+    """The user's CIFAR-100 resized to 224 px (module doc)."""
+    d = load_cifar_data("cifar100", data_dir)
+    return Data("cifar100-224", Resized(d.train, PAPER_IMAGE_PX), Resized(d.test, PAPER_IMAGE_PX),
+                (3, PAPER_IMAGE_PX, PAPER_IMAGE_PX), 100, "image")
+
+
 # --------------------------------------------------------------------------- mixture
 
 MIXTURE_FEATURES, MIXTURE_CLASSES, MIXTURE_SCALE = 256, 300, 0.45
@@ -231,6 +284,77 @@ def load_text_data(data_dir: str | Path | None = None, context: int = 64,
     train = CharWindows(ids[:cut], context, stride=max(1, context // 4))
     test = CharWindows(ids[cut:], context, stride=context)
     return Data("text", train, test, (context,), len(vocab), "lm")
+
+
+GPT2_VOCAB = 50257
+TOKENS_TRAIN, TOKENS_TEST = 200_000, 10_000
+_SUCCESSOR_P = np.array([0.7, 0.1, 0.1, 0.1])
+
+
+class MarkovTokens(Dataset):
+    """Windows ``offset .. offset + n - 1`` of the ``gpt2-synth`` chain (module doc)."""
+
+    def __init__(self, n: int, offset: int, context: int, vocab: int = GPT2_VOCAB,
+                 seed: int = SPLIT_SEED) -> None:
+        self.n, self.offset, self.context, self.seed = n, offset, context, seed
+        rng = np.random.default_rng(seed)
+        # successors drawn Zipf-like: rank r has weight 1 / (r + 10)
+        w = 1.0 / (np.arange(vocab) + 10.0)
+        self.successors = rng.choice(vocab, size=(vocab, len(_SUCCESSOR_P)), p=w / w.sum())
+        self.cumulative = np.cumsum(_SUCCESSOR_P)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = np.random.default_rng((self.seed, self.offset + int(i)))
+        picks = np.searchsorted(self.cumulative, rng.random(self.context + 1), side="right")
+        succ = self.successors
+        tok = int(rng.integers(len(succ)))
+        out = np.empty(self.context + 1, dtype=np.int64)
+        for j in range(self.context + 1):
+            out[j] = tok
+            tok = int(succ[tok, min(int(picks[j]), succ.shape[1] - 1)])
+        ids = torch.from_numpy(out)
+        return ids[:-1], ids[1:]
+
+
+def load_gpt2_synth_data(data_dir: str | Path | None = None, context: int = 64) -> Data:
+    return Data("gpt2-synth", MarkovTokens(TOKENS_TRAIN, 0, context),
+                MarkovTokens(TOKENS_TEST, TOKENS_TRAIN, context), (context,), GPT2_VOCAB, "lm")
+
+
+class TokenWindows(Dataset):
+    """Windows of ``context + 1`` GPT-2 tokens every ``context`` tokens of a uint16 file."""
+
+    def __init__(self, path: Path, context: int) -> None:
+        self.ids = np.memmap(path, dtype=np.uint16, mode="r")
+        self.context = context
+        self.n = (len(self.ids) - 1) // context
+        if self.n < 1:
+            raise DatasetError(f"{path}: {len(self.ids)} tokens, fewer than context {context}")
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s = int(i) * self.context
+        chunk = torch.from_numpy(self.ids[s : s + self.context + 1].astype(np.int64))
+        return chunk[:-1], chunk[1:]
+
+
+def load_openwebtext_data(data_dir: str | Path | None = None, context: int = 64) -> Data:
+    """nanoGPT's tokenised OpenWebText (``train.bin``, ``val.bin``) from ``--data-dir``."""
+    if data_dir is None:
+        raise DatasetError("dataset openwebtext needs --data-dir containing train.bin and "
+                           "val.bin (nanoGPT's data/openwebtext/prepare.py)")
+    root = Path(data_dir)
+    missing = [f for f in ("train.bin", "val.bin") if not (root / f).is_file()]
+    if missing:
+        raise DatasetError(f"dataset openwebtext: {root} lacks {', '.join(missing)} (uint16 "
+                           "GPT-2 token ids, nanoGPT's prepare.py)")
+    return Data("openwebtext", TokenWindows(root / "train.bin", context),
+                TokenWindows(root / "val.bin", context), (context,), GPT2_VOCAB, "lm")
 
 
 # --------------------------------------------------------------------------- CIFAR

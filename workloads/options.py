@@ -28,7 +28,9 @@ ORCHESTRATOR: dict[str, str] = {
     "target-accuracy": "workload.target_accuracy", "data-dir": "workload.data_dir",
     "lr": "workload.lr", "pg-timeout": "workload.pg_timeout_s",
     "backend": "workload.backend", "device": "workload.device",
-    "convergence": "convergence",
+    "convergence": "convergence", "grads": "workload.grads",
+    "accelerator": "accelerator.profile", "step-ms": "accelerator.step_ms",
+    "dilation": "accelerator.dilation",
 }
 
 #: Options ``workload.args`` may set, and the kind of value each takes.

@@ -1,7 +1,8 @@
 """What one step of a workload really costs on this host, part by part (one JSON line).
 
     python -m workloads.pace_probe --model mlp --dataset mixture --batch-size 256 \
-        --model-args width=512 --codecs fp16,int8,topk:0.01 [--steps 8] [--threads 1]
+        --model-args width=512 --codecs fp16,int8,topk:0.01 [--steps 8] [--threads 1] \
+        [--grads recorded]
 
 The testbed's automatic time dilation (``testbed.orchestration.dilation``) starts one copy
 per worker at once, so the cores are shared as in the run, and picks the least factor at
@@ -15,6 +16,10 @@ what ``workloads.profile`` measures a device's profile with: one definition of "
 parts" for the host's check and for the device's profile. The optimizer is the model's own
 (``workloads.train.make_optimizer``: SGD with momentum, AdamW for the language model), as
 the worker trains it.
+
+``--grads recorded`` times what a worker in the gradient-shape mode does instead
+(``workloads.recorded``): the surrogate's forward and backward over one recorded real
+gradient, and no optimizer step (0).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from netsenseml import methods
-from workloads import registry
+from workloads import recorded, registry
 from workloads.datasets import Data, load_dataset
 from workloads.models import build_model
 from workloads.train import make_optimizer
@@ -62,8 +67,9 @@ def _timed(fn: Callable[[], None], sync: Callable[[], None] = _noop) -> float:
 
 def codec_seconds(spec: str, x: torch.Tensor, world: int,
                   sync: Callable[[], None] = _noop) -> tuple[str, float]:
-    """The level name and the seconds of a compress, residual update and decode of ``x``
-    (``sync``: waits for the device, :func:`syncer`)."""
+    """The level's label (as the hook and a profile's ``codec_s_per_mb`` name it: ``dgc``,
+    not its compressor's ``topk-sampled``) and the seconds of a compress, residual update and
+    decode of ``x`` (``sync``: waits for the device, :func:`syncer`)."""
     c = methods.resolve(spec).build()
     out = torch.zeros_like(x)
 
@@ -75,7 +81,7 @@ def codec_seconds(spec: str, x: torch.Tensor, world: int,
             out.add_(c.decompress(p).reshape(-1).to(out.dtype))
 
     once()  # warm-up
-    return c.name, min(_timed(once, sync) for _ in range(3))
+    return methods.parse(spec).level, min(_timed(once, sync) for _ in range(3))
 
 
 @dataclass
@@ -125,33 +131,46 @@ class BackwardProbe:
     def end(self) -> None: ...
 
 
+def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+    out = model(x)
+    if kind == "lm":
+        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+    return F.cross_entropy(out, y)
+
+
 def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
                warmup: int = WARMUP_STEPS, at_warm: Callable[[], None] | None = None,
-               probe: BackwardProbe | None = None) -> dict[str, list[float]]:
+               probe: BackwardProbe | None = None, grads: str = "real"
+               ) -> dict[str, list[float]]:
     """Seconds of the forward pass (with the loss), the backward pass and the optimizer
     step, per step after ``warmup`` steps; on CUDA the device is waited for around each
     part. ``at_warm`` runs once, after the warm-up (a barrier between copies); ``probe``
-    sees every backward pass, warm-up included."""
+    sees every backward pass, warm-up included. ``grads="recorded"``: the gradient-shape
+    mode's surrogate step over one recorded gradient, no optimizer step."""
     device = device or torch.device("cpu")
     sync = syncer(device)
     times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
     batches = iter(job.loader)
+    rec = None
+    if grads == "recorded":
+        x, y = next(batches)
+        x, y = x.to(device), y.to(device)
+        rec = recorded.record(job.model, lambda: _loss(job.model, x, y, job.data.kind))
+        recorded.install(job.model, rec)
     for i in range(steps + warmup):
         if i == warmup and at_warm is not None:
             at_warm()
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            batches = iter(job.loader)
-            x, y = next(batches)
-        x, y = x.to(device), y.to(device)
+        if rec is None:
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                batches = iter(job.loader)
+                x, y = next(batches)
+            x, y = x.to(device), y.to(device)
         job.opt.zero_grad(set_to_none=True)
         sync()
         t0 = time.perf_counter()
-        out = job.model(x)
-        if job.data.kind == "lm":
-            out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
-        loss = F.cross_entropy(out, y)
+        loss = job.model() if rec is not None else _loss(job.model, x, y, job.data.kind)
         sync()
         t1 = time.perf_counter()
         if probe is not None:
@@ -161,7 +180,8 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
         t2 = time.perf_counter()
         if probe is not None:
             probe.end()
-        job.opt.step()
+        if rec is None:
+            job.opt.step()
         sync()
         t3 = time.perf_counter()
         if i >= warmup:
@@ -188,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--world", type=int, default=2, help="payloads decoded by gathered levels")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--grads", choices=recorded.MODES, default="real")
     p.add_argument("--barrier", action="store_true",
                    help="after the warm-up print 'ready' and wait for a line on stdin, so "
                         "copies started together time their steps together")
@@ -199,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         print("ready", flush=True)
         sys.stdin.readline()
 
-    times = time_steps(job, a.steps, at_warm=barrier if a.barrier else None)
+    times = time_steps(job, a.steps, at_warm=barrier if a.barrier else None, grads=a.grads)
     grad = gradient(job.model)
     specs = [c for c in a.codecs.split(",") if c]
     result: dict[str, Any] = {k: statistics.median(v) for k, v in times.items()}

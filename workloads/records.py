@@ -119,7 +119,7 @@ class StartRecord(Record):
     """What the rank runs and what its set-up cost (module doc)."""
 
     KIND: ClassVar[str] = "start"
-    OMIT_NONE: ClassVar[tuple[str, ...]] = ("convergence", "accelerator")
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("convergence", "accelerator", "recorded_loss")
 
     rank: int | None = None
     world_size: int | None = None
@@ -152,6 +152,11 @@ class StartRecord(Record):
     accelerator: dict[str, Any] | None = None
     #: the time-dilation factor: the worker's clock is real time / dilation
     dilation: float = 1.0
+    #: real: every step's gradient computed; recorded: one real gradient handed to DDP every
+    #: step (workloads.recorded; throughput only, the model does not train)
+    grads: str = "real"
+    #: with recorded gradients: the loss of the real step that made them
+    recorded_loss: float | None = None
 
 
 #: Step-record fields the worker owns; a hook stat of the same name is logged as hook_<name>.

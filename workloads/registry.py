@@ -70,6 +70,9 @@ class ModelEntry:
     weight_decay: float = 0.0
     knobs: Mapping[str, int | float | str | bool] = field(default_factory=dict)
     summary: str = ""
+    #: ``package.module:function`` counting the parameters without torch,
+    #: ``function(num_classes, **knobs) -> int`` (the sweep's time estimate); None: unknown
+    params: str | None = None
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
@@ -112,6 +115,8 @@ class DatasetEntry:
     #: Training samples when fixed (None: depends on the data or the context), so that a
     #: batch larger than a rank's shard is refused before a network is built.
     train_samples: int | None = None
+    #: Classes (the vocabulary for ``lm``) when fixed: a model's size without torch.
+    classes: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -197,6 +202,17 @@ def dataset_entry(name: str) -> DatasetEntry:
                             f"{', '.join(_DATASETS)}") from None
 
 
+def param_count(model: str, knobs: Mapping[str, Any], dataset: str) -> int | None:
+    """The model's parameters for this dataset without building it (torch-free), or None
+    where the entry or the dataset does not say."""
+    if is_plugin(model) or model not in _MODELS:
+        return None
+    entry, data = _MODELS[model], _DATASETS.get(dataset)
+    if entry.params is None or data is None or data.classes is None:
+        return None
+    return int(load_object(entry.params)(data.classes, **entry.resolve_knobs(knobs)))
+
+
 def fits(model: ModelEntry, dataset: DatasetEntry) -> bool:
     return dataset.kind in model.kinds
 
@@ -260,6 +276,23 @@ register_model(ModelEntry(
     weight_decay=0.01, knobs={"layers": 4, "d_model": 256},
     summary="decoder-only character LM; context comes from the dataset"))
 
+register_model(ModelEntry(
+    "resnet18-imagenet", "workloads.models.imagenet:build_resnet18_imagenet", kinds=("image",),
+    weight_decay=5e-4, knobs={"width": 64},
+    summary="torchvision's ResNet-18 (ImageNet stem; 11.2 M params with 100 classes), "
+            "initialised: no pretrained weights here",
+    params="workloads.sizes:resnet18_imagenet_params"))
+register_model(ModelEntry(
+    "vgg16", "workloads.models.imagenet:build_vgg16", kinds=("image",), lr=0.01,
+    weight_decay=5e-4, knobs={"width": 64, "hidden": 4096},
+    summary="torchvision's VGG-16 (configuration D; 134.7 M params with 100 classes), "
+            "initialised: no pretrained weights here", params="workloads.sizes:vgg16_params"))
+register_model(ModelEntry(
+    "gpt2-small", "workloads.models.gpt:build_gpt2", kinds=("lm",), optimizer="adamw", lr=5e-5,
+    weight_decay=0.01, knobs={"layers": 12, "d_model": 768, "heads": 12, "positions": 1024},
+    summary="GPT-2 small (124.4 M params, tied embeddings, AdamW 5e-5 as the prototype), "
+            "initialised: no pretrained weights here", params="workloads.sizes:gpt2_params"))
+
 register_dataset(DatasetEntry(
     "digits", "workloads.datasets:load_digits_data", "image", eval_samples=1000,
     train_samples=1438,
@@ -285,3 +318,19 @@ register_dataset(DatasetEntry(
 register_dataset(DatasetEntry(
     "cifar100", "workloads.datasets:load_cifar100_data", "image", eval_samples=1000,
     needs_data_dir=True, summary="CIFAR-100 python batches from --data-dir"))
+register_dataset(DatasetEntry(
+    "cifar100-224-synth", "workloads.datasets:load_cifar100_224_synth_data", "image",
+    eval_samples=1000, train_samples=50_000, classes=100,
+    summary="cifar100-synth resized to 3x224x224 (the paper's input shape), 100 classes"))
+register_dataset(DatasetEntry(
+    "cifar100-224", "workloads.datasets:load_cifar100_224_data", "image", eval_samples=1000,
+    needs_data_dir=True, classes=100,
+    summary="CIFAR-100 python batches from --data-dir, resized to 224"))
+register_dataset(DatasetEntry(
+    "gpt2-synth", "workloads.datasets:load_gpt2_synth_data", "lm", eval_samples=1000,
+    train_samples=200_000, classes=50257,
+    summary="generated GPT-2 tokens (vocabulary 50257; a learnable Markov chain)"))
+register_dataset(DatasetEntry(
+    "openwebtext", "workloads.datasets:load_openwebtext_data", "lm", eval_samples=1000,
+    needs_data_dir=True, classes=50257,
+    summary="nanoGPT's train.bin/val.bin GPT-2 tokens from --data-dir"))

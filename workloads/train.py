@@ -5,6 +5,7 @@
         [--data-dir DIR] [--lr LR] [--width W] [--layers L] [--d-model D] [--context C]
         [--model-args K=V,...] [--threads N] [--pg-timeout S] [--eval-samples N]
         [--no-error-feedback] [--accelerator PROFILE | --step-ms MS] [--dilation K]
+        [--grads real|recorded]
 
 Models and datasets come from ``workloads.registry`` (names, accepted pairings, default
 optimizer and lr, default evaluation size); ``--model package.module:factory`` trains a
@@ -84,6 +85,13 @@ Why the choices below:
   clock real time / k (``netsenseml.clock``), so every time it records, ``--time-limit``
   included, is virtual, while ``--pg-timeout`` and the watchdog act on the real clock at k
   times their value. A part whose real work did not fit is counted (``pace_overrun``).
+- **Recorded gradients** (``--grads recorded``, throughput runs): one real local gradient
+  is computed in set-up (phase ``record``) and every step hands DDP that gradient through
+  the normal hook path, without the host's forward/backward, data or optimizer step; the
+  emulated accelerator's pacer still holds each part to its profile (``workloads.recorded``
+  says why and how). The model does not train, so evaluation options are refused and no
+  accuracy is reported; the start record's ``grads`` says which mode ran, and each step's
+  ``loss`` is empty.
 - **DGC and momentum.** ``dgc:R`` keeps its momentum in the hook (momentum correction,
   ``netsenseml.memory``), so with error feedback on the worker's SGD runs without momentum;
   SGD momentum on top would apply momentum twice.
@@ -124,7 +132,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
 
 from netsenseml import accelerator, clock, convergence, hooks, lifecycle, methods  # noqa: E402
-from workloads import registry  # noqa: E402
+from workloads import recorded, registry  # noqa: E402
 from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
 from workloads.records import EvalRecord, Record, StartRecord, StepRecord, SummaryRecord  # noqa: E402
@@ -225,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dilation", type=float, default=1.0,
                    help="time-dilation factor k >= 1: the worker's clock is real time / k "
                         "(the testbed divides link rates by k; netsenseml.clock)")
+    p.add_argument("--grads", choices=recorded.MODES, default="real",
+                   help="real: compute every step's gradient (default); recorded: compute one "
+                        "real gradient in set-up and hand DDP that gradient every step, no "
+                        "backward on the host (throughput runs; workloads.recorded)")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where the model trains (auto: cuda when available); the GPU is "
                         "LOCAL_RANK's (default 0)")
@@ -294,6 +306,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"accepted for {args.model}: {', '.join(registry.datasets_for(entry))}")
     if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
         bad_args(f"argument --target-accuracy: must be in (0, 1], got {args.target_accuracy}")
+    if args.grads == "recorded":
+        given = [flag for flag, v in (("--eval-every", args.eval_every),
+                                      ("--target-accuracy", args.target_accuracy),
+                                      ("--stop-at-target", args.stop_at_target)) if v]
+        if given:
+            bad_args(f"argument --grads: recorded gradients do not train the model, so "
+                     f"{', '.join(given)} cannot be measured; drop them")
     if args.stop_at_target and (args.target_accuracy is None or not args.eval_every):
         bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
     if args.eval_samples is None:
@@ -528,6 +547,7 @@ class Setup:
     momentum: float
     knobs: dict[str, Any]
     phases: dict[str, float] = field(default_factory=dict)
+    recorded: recorded.RecordedGrads | None = None
 
 
 def setup(args: argparse.Namespace) -> Setup:
@@ -603,11 +623,21 @@ def setup(args: argparse.Namespace) -> Setup:
     opt = make_optimizer(ddp, entry, lr, momentum)
     phases["ddp"] = time.perf_counter() - t
 
+    rec = None
+    if args.grads == "recorded":  # one real local gradient, nothing sent (workloads.recorded)
+        t = time.perf_counter()
+        x, y = next(iter(loader))
+        x, y = x.to(device), y.to(device)
+        with ddp.no_sync():
+            rec = recorded.record(ddp, lambda: _loss_and_correct(ddp, x, y, data.kind)[0])
+        recorded.install(ddp.module, rec)
+        phases["record"] = time.perf_counter() - t
+
     t = time.perf_counter()
     dist.barrier()
     phases["barrier"] = time.perf_counter() - t
     return Setup(rank, world, data, ddp, state, opt, sampler, loader, device, backend, info,
-                 lr, entry, momentum, knobs, {k: round(v, 4) for k, v in phases.items()})
+                 lr, entry, momentum, knobs, {k: round(v, 4) for k, v in phases.items()}, rec)
 
 
 @dataclass
@@ -656,19 +686,24 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
         t0 = clock.now()
         if pacer is not None:
             pacer.start_step()
-        x, y = next(batches)
-        x, y = x.to(s.device), y.to(s.device)
         s.opt.zero_grad(set_to_none=True)
-        loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
+        if s.recorded is None:
+            x, y = next(batches)
+            x, y = x.to(s.device), y.to(s.device)
+            loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
+        else:  # the surrogate: DDP's forward, the recorded gradient (workloads.recorded)
+            loss = s.ddp()
         if pacer is not None:
             _sync(s.device)
             pacer.forward_done()
         loss.backward()
         if pacer is not None:
             pacer.backward_done()
-        loss_v = loss.item()
-        zero_steps = check_health(s.ddp, loss_v, step + 1, zero_steps)
-        s.opt.step()
+        loss_v = loss.item() if s.recorded is None else None
+        zero_steps = check_health(s.ddp, 0.0 if loss_v is None else loss_v, step + 1,
+                                  zero_steps)
+        if s.recorded is None:  # recorded: the parameters stay (the pacer holds the slot)
+            s.opt.step()
         if pacer is not None:
             _sync(s.device)
             pacer.optimizer_done()
@@ -698,7 +733,7 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
             if next_check is None:
                 break
     out.train_time_s = clock.now() - origin
-    if not (args.eval_every and step % args.eval_every == 0):
+    if s.recorded is None and not (args.eval_every and step % args.eval_every == 0):
         t = clock.now()
         do_eval(step)
         out.final_eval_s = clock.now() - t
@@ -765,7 +800,8 @@ def run(args: argparse.Namespace) -> int:
         convergence=(s.state.policy.prior.summary()
                      if hasattr(s.state.policy, "prior") else None),
         accelerator=None if args.timing is None else args.timing.to_json(),
-        dilation=clock.dilation()))
+        dilation=clock.dilation(), grads=args.grads,
+        recorded_loss=None if s.recorded is None else s.recorded.loss))
     say(f"rank {s.rank}/{s.world} model={args.model} params={s.info.params} "
         f"grad_bytes={s.info.grad_bytes} grad_MB={s.info.grad_bytes / 1e6:.2f} "
         f"dataset={args.dataset} method={args.method} backend={s.backend}")

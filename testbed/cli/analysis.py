@@ -128,17 +128,28 @@ def sweep_cmd(
         console.print(t)
         if verbose:
             v = Table(title="runs", title_justify="left")
-            for c in ("experiment", "params", "method", "seed", "state", "est_s"):
-                v.add_column(c, justify="right" if c in ("seed", "est_s") else "left")
+            for c in ("experiment", "params", "method", "seed", "state", "k", "virtual_s",
+                      "est_s"):
+                v.add_column(c, justify="right" if c in ("seed", "k", "virtual_s", "est_s")
+                             else "left")
             for r in rows:
                 v.add_row(r["experiment"], r["params"], r["method"], str(r["seed"]), r["state"],
-                          f"{r['est_s']:.0f}")
+                          f"{r['k']:g}", f"{r['virtual_s']:.1f}", f"{r['est_s']:.0f}")
             console.print(v)
         pending = sum(1 for r in rows if r["state"] == "pending")
+        paced = [r for r in rows if r["k"] != 1.0 or r.get("step_s")]
+        basis = (f"training time limit or steps x {sw.FALLBACK_STEP_S} s, + "
+                 f"{sw.PER_RUN_OVERHEAD_S:.0f} s per run for build, worker start-up and "
+                 "teardown")
+        if paced:
+            ks = sorted(r["k"] for r in paced)
+            basis = (f"{basis}; {len(paced)} runs on the emulated accelerator: virtual "
+                     f"training time (time limit, or steps x the profile's step + codec + the "
+                     f"closed-form transfer) x the dilation factor k (given, or for auto "
+                     f"estimated from this host's measured costs: k {ks[0]:.0f}-{ks[-1]:.0f}), "
+                     "+ the recorded-gradient step; testbed/config/estimate.py")
         console.print(f"{pending} pending, {len(rows) - pending} done; estimated "
-                      f"{total / 60:.1f} min (training time limit or steps x "
-                      f"{sw.FALLBACK_STEP_S} s, + {sw.PER_RUN_OVERHEAD_S:.0f} s per run for "
-                      "build, worker start-up and teardown)"
+                      f"{total / 60:.1f} min = {total / 3600:.1f} h ({basis})"
                       + ("" if verbose else "; --verbose lists every run"), highlight=False)
         return
     if isinstance(ex, LocalExecutor):

@@ -131,10 +131,10 @@ def run(
     if dry_run:
         from testbed.config.sweep import estimate_run_s
 
-        est = estimate_run_s(scn)
+        est = sum(estimate_run_s(scn, m) for m in methods)
         typer.echo(f"scenario {scn.name}: {len(methods) * len(seeds)} runs "
                    f"({len(methods)} methods x {len(seeds)} seeds), {scn.world_size} workers; "
-                   f"about {est * len(methods) * len(seeds) / 60:.1f} min")
+                   f"about {est * len(seeds) / 60:.1f} min")
         for s in seeds:
             for m in methods:
                 typer.echo(f"  {m:<18} seed {s:<3} -> {root}/<time>-{m}-s{s}/")

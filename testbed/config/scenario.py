@@ -175,6 +175,8 @@ class Workload(StrictModel):
     """torch.distributed backend: auto (NCCL when every worker can have its own GPU, else gloo), gloo or nccl."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the model runs: auto (CUDA when every worker can have a GPU), cpu or cuda."""
+    grads: Literal["real", "recorded"] = "real"
+    """real: every step computes its gradient (default). recorded: one real gradient is computed before training and handed to DDP every step through the normal hook path, with no backward on the host (throughput runs under an accelerator profile; the model does not train, so no eval_every or target_accuracy; workloads/recorded.py)."""
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
     """More worker options by name (e.g. width: 256, stop_at_target: true): any option of `python -m workloads.train -h` that the scenario does not set already."""
 
@@ -194,6 +196,9 @@ class Workload(StrictModel):
     def _one_length(self) -> Workload:
         if (self.steps is None) == (self.time_limit_s is None):
             raise ValueError("give exactly one of steps or time_limit_s")
+        if self.grads == "recorded" and (self.eval_every or self.target_accuracy):
+            raise ValueError("grads: recorded gradients do not train the model; drop "
+                             "eval_every and target_accuracy (accuracy cannot be measured)")
         if not registry.is_plugin(self.model):
             entry = registry.model_entry(self.model)
             if not registry.fits(entry, registry.dataset_entry(self.dataset)):

@@ -59,16 +59,15 @@ from testbed.common import inputs, schema
 from testbed.common.names import is_name, slug
 from testbed.common.schema import StrictModel
 
+# The run-time estimate (its constants and basis), re-exported for the CLI and the sweep.
+from testbed.config.estimate import (  # noqa: F401
+    FALLBACK_STEP_S,
+    PER_RUN_OVERHEAD_S,
+    estimate,
+    estimate_run_s,
+)
+
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-
-#: Seconds each run costs on top of its training time (build, workers forked from the
-#: pre-imported zygote up to their first step, final evaluation, exit, teardown), well above
-#: what benchmarks/run_overhead.py prints on an idle machine (docs/measurements.md), to
-#: leave room for a loaded machine and cross-traffic servers.
-PER_RUN_OVERHEAD_S = 3.0
-
-#: Used for the estimate when a scenario states only a step count, not a time limit.
-FALLBACK_STEP_S = 0.25
 
 Kind = Literal["throughput", "tta", "timeline", "other"]
 
@@ -379,19 +378,6 @@ def _find(obj: Any, names: Iterable[str]) -> float | None:
         if isinstance(cur, int | float) and not isinstance(cur, bool) and cur > 0:
             return float(cur)
     return None
-
-
-def estimate_run_s(scenario: Any) -> float:
-    """Training time a scenario allows, plus PER_RUN_OVERHEAD_S.
-
-    A scenario stops at its time limit or its step count, whichever comes first; with only a
-    step count we assume FALLBACK_STEP_S per step (an optimistic guess for the tiny models).
-    """
-    limit = _find(scenario, ("workload.time_limit_s",))
-    steps = _find(scenario, ("workload.steps",))
-    if limit is None and steps is not None:
-        limit = steps * FALLBACK_STEP_S
-    return (limit or 30.0) + PER_RUN_OVERHEAD_S
 
 
 def with_overrides(runs: list[RunSpec], overrides: dict[str, Any]) -> list[RunSpec]:

@@ -127,13 +127,16 @@ def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -
 def measure(scn: Any, method: str) -> dict[str, Any]:
     """One ``workloads.pace_probe`` per worker at once; the slowest of their medians."""
     wl = scn.workload
+    context = {k.replace("_", "-"): v for k, v in wl.args.items()}.get("context")
     return measure_workload(wl.model, wl.dataset, wl.batch_size, wl.knobs(),
-                            codec_specs(method), scn.world_size, wl.threads)
+                            codec_specs(method), scn.world_size, wl.threads,
+                            grads=wl.grads, context=context)
 
 
 def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str, Any],
                      codecs: list[str], processes: int, threads: int = 1,
-                     steps: int = 12) -> dict[str, Any]:
+                     steps: int = 12, grads: str = "real",
+                     context: Any = None) -> dict[str, Any]:
     """``processes`` copies of ``workloads.pace_probe`` at once, each on ``threads``
     threads, their timed steps overlapping (the cores shared as in a run of that many
     workers); the slowest copy's median of each part."""
@@ -141,7 +144,9 @@ def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str,
             "--dataset", dataset, "--batch-size", str(batch_size),
             "--model-args", ",".join(f"{k}={v}" for k, v in knobs.items()),
             "--codecs", ",".join(codecs), "--world", str(processes),
-            "--threads", str(threads), "--steps", str(steps)]
+            "--threads", str(threads), "--steps", str(steps), "--grads", grads]
+    if context is not None:  # the language model's context sets its step's cost
+        argv += ["--context", str(context)]
     env = {**os.environ, "NETSENSE_DILATION": "1"}
     procs = [subprocess.Popen([*argv, "--barrier"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -192,7 +197,7 @@ def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
                              "profile": acc.profile, "step_ms": acc.step_ms}
     if acc.dilation != "auto":
         return float(acc.dilation), {**facts, "dilation_source": "given"}
-    key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset,
+    key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
            tuple(codec_specs(method)), scn.world_size, acc.profile, acc.step_ms, acc.margin)
     if key not in _cache:
         real = measure(scn, method)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.common.files import NoSpace, is_no_space, read_json, write_json
-from testbed.config.sweep import RunSpec, estimate_run_s, param_slug
+from testbed.config.sweep import RunSpec, estimate, estimate_run_s, param_slug
 from testbed.orchestration.executors import Finished, LocalExecutor, sweep_meta
 
 
@@ -162,7 +162,7 @@ def run_sweep(
                 bar.advance(task)
             else:
                 pending.append(r)
-        eta = SweepEta([estimate_run_s(r.scenario) for r in pending])
+        eta = SweepEta([estimate_run_s(r.scenario, r.method) for r in pending])
         index = {r.label: i for i, r in enumerate(pending)}
         bar.update(task, eta=eta.text())
 
@@ -249,9 +249,12 @@ def dry_run_rows(runs: list[RunSpec]) -> tuple[list[dict[str, Any]], float]:
     rows, total = [], 0.0
     for r in runs:
         done = is_done(r.run_dir)
-        est = 0.0 if done else estimate_run_s(r.scenario)
+        guess = estimate(r.scenario, r.method)
+        est = 0.0 if done else guess["seconds"]
         total += est
         rows.append({"experiment": r.experiment, "params": param_slug(r.params),
                      "method": r.method, "seed": r.seed,
-                     "state": "skip (ok)" if done else "pending", "est_s": est})
+                     "state": "skip (ok)" if done else "pending", "est_s": est,
+                     "k": guess["k"], "virtual_s": guess["virtual_s"],
+                     "step_s": guess.get("step_s")})
     return rows, total

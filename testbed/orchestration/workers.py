@@ -55,6 +55,8 @@ def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
     ):
         if value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if wl.grads != "real":
+        argv += ["--grads", wl.grads]
     if scenario.accelerator is not None:
         argv += scenario.accelerator.worker_args()
     if dilation != 1:

@@ -76,7 +76,7 @@ def test_bundled_scenarios_load_and_name_their_links():
         (with_("name", "../evil"), "name: invalid name '../evil'"),
         (with_("methods", ["allreduce", "foo"]), "methods[1]"),
         (with_("methods", ["topk:abc"]), "topk:abc"),
-        (with_("workload.model", "vgg"), "model 'vgg' unknown; accepted: mlp, resnet18, resnet20, gpt or package.module:factory"),
+        (with_("workload.model", "vgg"), "model 'vgg' unknown; accepted: mlp, resnet18, resnet20, gpt, resnet18-imagenet, vgg16, gpt2-small or package.module:factory"),
         (with_("workload.dataset", "mnist"), "dataset 'mnist' unknown; accepted: digits, synthetic, cifar100-synth, mixture"),
         (with_("workload.model", "gpt"), "dataset 'digits' does not fit model 'gpt'; accepted: text"),
         (with_("workload.model", "nosuchpkg.mod:build"), "module 'nosuchpkg.mod' not found"),

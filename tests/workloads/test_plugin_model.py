@@ -112,7 +112,8 @@ def test_registry_names_and_pairings_are_importable_without_torch() -> None:
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["mlp,resnet18,resnet20,gpt", "text", "False"]
+    assert p.stdout.split() == ["mlp,resnet18,resnet20,gpt,resnet18-imagenet,vgg16,gpt2-small",
+                                "text,gpt2-synth,openwebtext", "False"]
 
 
 def test_knob_strings_are_typed() -> None:

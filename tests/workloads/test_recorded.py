@@ -1,0 +1,164 @@
+"""The gradient-shape mode (``workloads.recorded``, the worker's ``--grads recorded``).
+
+* the surrogate hands autograd exactly the recorded gradient, in the real backward's order;
+* with two real gloo ranks on loopback (spawned processes, as
+  tests/netsenseml/test_hooks_distributed.py starts them), a recorded step sends the same
+  bytes per step as a real step, for each paper model (reduced sizes, same code path) and
+  each fixed method of the paper's sweep;
+* the worker itself (two ``python -m workloads.train`` ranks) in both modes: the same
+  ``bytes_sent`` per step, and the start record saying which mode ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from netsenseml import lifecycle
+from workloads import recorded
+from workloads.models import build_model
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 3
+# one per family of the paper sweep's methods (dense, cast, quantized, top-k, sampled top-k,
+# low rank, the prototype's adaptive rule)
+METHODS = ["allreduce", "fp16", "int8", "topk:0.01", "dgc:0.01", "powersgd:4",
+           "netsenseml-paper"]
+# (model, input shape, classes, knobs): the paper's models at reduced sizes
+MODELS = [
+    ("resnet18-imagenet", (3, 32, 32), 100, {"width": 8}),
+    ("vgg16", (3, 32, 32), 100, {"width": 8, "hidden": 64}),
+    ("gpt2-small", (16,), 500, {"layers": 2, "d_model": 64, "heads": 2, "positions": 32}),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _batch(shape: tuple[int, ...], classes: int, rank: int, step: int):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    if len(shape) == 1:  # tokens
+        x = torch.randint(classes, (4, *shape), generator=g)
+        return x, torch.randint(classes, (4, *shape), generator=g)
+    return torch.randn(4, *shape, generator=g), torch.randint(classes, (4,), generator=g)
+
+
+def _loss(model, x, y):
+    out = model(x)
+    if out.dim() == 3:
+        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
+    return torch.nn.functional.cross_entropy(out, y)
+
+
+def _bytes_per_step(name, shape, classes, knobs, method, rank, mode):
+    from netsenseml import hooks
+
+    torch.manual_seed(0)
+    ddp = DDP(build_model(name, input_shape=shape, num_classes=classes, **knobs))
+    state = hooks.register(ddp, method, seed=0)
+    if mode == "recorded":
+        x, y = _batch(shape, classes, rank, 0)
+        with ddp.no_sync():
+            rec = recorded.record(ddp, lambda: _loss(ddp, x, y))
+        recorded.install(ddp.module, rec)
+    out = []
+    for step in range(STEPS):
+        ddp.zero_grad(set_to_none=True)
+        loss = _loss(ddp, *_batch(shape, classes, rank, step)) if mode == "real" else ddp()
+        loss.backward()
+        out.append(state.pop_step_stats()["bytes_sent"])
+    return out
+
+
+def _worker(rank: int, world: int, port: int) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        for name, shape, classes, knobs in MODELS:
+            for method in METHODS:
+                real = _bytes_per_step(name, shape, classes, knobs, method, rank, "real")
+                rec = _bytes_per_step(name, shape, classes, knobs, method, rank, "recorded")
+                assert real == rec, f"{name} {method}: real {real} != recorded {rec}"
+                assert min(real) > 0
+                dist.barrier()
+    finally:
+        lifecycle.destroy_group()
+
+
+def test_recorded_step_sends_the_bytes_of_a_real_step_two_ranks():
+    mp.spawn(_worker, args=(2, _free_port()), nprocs=2, join=True)
+
+
+def test_surrogate_gradient_is_the_recorded_one_in_the_real_order():
+    torch.manual_seed(0)
+    model = build_model("resnet18-imagenet", input_shape=(3, 32, 32), num_classes=10, width=4)
+    x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
+    rec = recorded.record(model, lambda: _loss(model, x, y))
+    assert sorted(rec.order) == list(range(len(rec.params)))
+    assert rec.order[0] == len(rec.params) - 1  # the head's bias is ready first
+    recorded.install(model, rec)
+    order: list[int] = []
+    index = {id(p): i for i, p in enumerate(rec.params)}
+    for p in rec.params:
+        p.register_post_accumulate_grad_hook(lambda q: order.append(index[id(q)]))
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        order.clear()
+        model().backward()
+        for p, g in zip(rec.params, rec.grads, strict=True):
+            assert torch.equal(p.grad, g)
+        assert order == rec.order
+    assert any(g.abs().sum() > 0 for g in rec.grads)  # real values, not zeros
+
+
+def _train(log_dir: Path, grads: str) -> list[dict]:
+    port = _free_port()
+    argv = [sys.executable, "-m", "workloads.train", "--model", "resnet18-imagenet",
+            "--model-args", "width=4", "--dataset", "cifar100-224-synth", "--method",
+            "topk:0.01", "--steps", "3", "--batch-size", "2", "--log-dir", str(log_dir),
+            "--grads", grads, "--step-ms", "1"]
+    procs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                              "RANK": str(r), "WORLD_SIZE": "2",
+                                              "MASTER_ADDR": "127.0.0.1",
+                                              "MASTER_PORT": str(port)})
+             for r in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=240)
+        assert p.returncode == 0, out
+    return [json.loads(line) for line in (log_dir / "rank0.jsonl").read_text().splitlines()]
+
+
+def test_worker_recorded_mode_matches_a_real_run(tmp_path):
+    real = _train(tmp_path / "real", "real")
+    rec = _train(tmp_path / "recorded", "recorded")
+    assert real[0]["grads"] == "real" and rec[0]["grads"] == "recorded"
+    assert rec[0]["phases"]["record"] > 0 and isinstance(rec[0]["recorded_loss"], float)
+    steps = [[r["bytes_sent"] for r in recs if r["kind"] == "step"] for recs in (real, rec)]
+    assert steps[0] == steps[1] and len(steps[0]) == 3
+    assert all(r.get("loss") is None for r in rec if r["kind"] == "step")
+    assert not any(r["kind"] == "eval" for r in rec)  # no accuracy without training
+    assert rec[-1]["kind"] == "summary" and rec[-1]["status"] == "ok"
+
+
+@pytest.mark.parametrize("flag", [["--eval-every", "2"], ["--target-accuracy", "0.5"]])
+def test_worker_refuses_evaluation_with_recorded_gradients(flag):
+    from workloads.train import parse_args
+
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--grads", "recorded", *flag])
+    assert exc.value.code == 2
