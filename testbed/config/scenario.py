@@ -430,13 +430,14 @@ class Scenario(StrictModel):
 def check_method(spec: str) -> None:
     """Raise ValueError naming the spec and the accepted forms if it is not a method.
 
-    Grammar only (``netsenseml.methods``, no torch): a plug-in ``pkg.mod:Name`` is imported
-    by the workers, which exit with one line when it cannot be.
+    Grammar (``netsenseml.methods``, no torch), and for a plug-in ``pkg.mod:Name`` that its
+    module is found on the Python path (not imported: that may need torch), as for model
+    plug-ins; what the module holds is checked by the workers, which exit with one line.
     """
     if not isinstance(spec, str) or len(spec) > MAX_METHOD_LEN:
         raise ValueError(f"method spec longer than {MAX_METHOD_LEN} characters (it names "
                          "the run folder)")
-    methods.parse(spec)
+    methods.check_findable(spec)
 
 
 # --------------------------------------------------------------------------- loading
