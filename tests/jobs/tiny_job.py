@@ -60,7 +60,7 @@ def main() -> None:
             if not args.no_report:
                 hooks.report(samples=len(xb), loss=loss.item())
             if step == args.steps // 2 and args.fail == "crash" and rank == 1:
-                raise RuntimeError("the job's own bug at step %d" % step)
+                raise RuntimeError(f"the job's own bug at step {step}")
             if step == args.steps // 2 and args.fail == "hang-late" and rank == 1:
                 time.sleep(3600)
             if step % 10 == 0 or step == args.steps:
