@@ -266,7 +266,7 @@ class JobRecorder:
                 self.step_start = None
             code = lifecycle.exit_code  # set by hooks.shutdown / clean_exit before atexit
             failed = self._error is not None or code not in (None, 0)
-            error = self._error or (f"leaving with exit code {code}" if failed else None)
+            error = self._error  # a non-zero exit's cause is in the job's log, not here
             last_t = end - self.origin
             self._write({"kind": "summary", "steps": self.steps, "samples": self.samples_total,
                          "status": "failed" if failed else "ok",

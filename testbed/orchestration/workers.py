@@ -17,6 +17,7 @@ leaves behind is found by :func:`stragglers`; how far a hung rank got, by :func:
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -249,6 +250,22 @@ def tail(path: Path, n: int = 3) -> str:
     return " | ".join(ln[:300] for ln in keep[:n])
 
 
+_EXCEPTION_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Fault)(: .*)?$")
+
+
+def exception_line(path: Path) -> str | None:
+    """The last line of a log that is a Python traceback's verdict (``RuntimeError: ...``):
+    an own job's cause, which it writes nowhere else."""
+    try:
+        text = path.read_text(errors="replace")[-64_000:]
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):
+        if _EXCEPTION_RE.match(line.strip()):
+            return line.strip()[:400]
+    return None
+
+
 def own_error(jsonl: Path) -> str | None:
     """The reason a worker wrote in its own failed summary record, if it wrote one."""
     summ = records.last_summary(jsonl)
@@ -348,7 +365,9 @@ class WorkerGroup:
         rank, code = min(failed, key=lambda rc: (rc[1] >= 0, self._collateral(rc[0]), rc[0]))
         others = ", ".join(f"rank {r}: {c}" for r, c in failed if r != rank)
         own = own_error(self.workers_dir / f"rank{rank}.jsonl")
-        cause = own or tail(self.workers_dir / f"rank{rank}.log")
+        log = self.workers_dir / f"rank{rank}.log"
+        said = tail(log)  # the worker's own FAILED line first; else a traceback's verdict
+        cause = own or (said if "FAILED" in said else exception_line(log) or said)
         alive = [r for r, c in enumerate(codes) if c is None]
         stuck = ""
         if alive and _is_wait(cause):
@@ -361,7 +380,8 @@ class WorkerGroup:
 
     def _collateral(self, rank: int) -> bool:
         """A rank whose own error is a peer's disappearance, not a cause of its own."""
-        err = own_error(self.workers_dir / f"rank{rank}.jsonl") or ""
+        log = self.workers_dir / f"rank{rank}.log"  # an own job says it in its log only
+        err = own_error(self.workers_dir / f"rank{rank}.jsonl") or exception_line(log) or ""
         return any(m in err for m in ("Connection reset", "Connection closed", "peer",
                                       "Broken pipe"))
 
