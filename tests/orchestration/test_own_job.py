@@ -73,7 +73,8 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
         log = (d / "workers" / "rank0.log").read_text()
         assert f"rank 0: method {method}" in log  # the run's method reached register(model)
         assert_nothing_left(d)
-    for cmd in (["report", "-r", str(root)], ["plot", "-r", str(root)]):
+    for cmd in (["report", "-r", str(root)], ["plot", "-r", str(root)],
+                ["compare", str(root), "-o", str(tmp_path / "compare")]):
         q = subprocess.run([str(NETSENSE), *cmd], capture_output=True, text=True, timeout=300)
         assert q.returncode == 0, (cmd, q.stdout, q.stderr)
 
