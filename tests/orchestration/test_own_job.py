@@ -45,8 +45,8 @@ def _scenario(tmp_path: Path, args: list[str], timeout_s: float = 60, **more) ->
 
 
 def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_path: Path) -> None:
-    path = _scenario(tmp_path, ["--steps", "40"], timeline=[
-        {"at_s": 0.1, "kind": "set_rate", "link": "w1", "rate_mbit": 20}])
+    path = _scenario(tmp_path, ["--steps", "400"], timeline=[  # ~2 s of training
+        {"at_s": 0.3, "kind": "set_rate", "link": "w1", "rate_mbit": 20}])
     root = tmp_path / "results"
     p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
                        capture_output=True, text=True, timeout=400)
@@ -57,7 +57,7 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
         s = json.loads((d / "summary.json").read_text())
         method = s["method"]
         assert s["status"] == "ok", s
-        assert s["steps"] == 40 and s["throughput_samples_per_s"] > 0
+        assert s["steps"] == 400 and s["throughput_samples_per_s"] > 0
         assert s["final_accuracy"] is not None and s["bytes_sent_total"] > 0
         assert s["events_applied"] == s["events_scheduled"] == 1
         assert s["network"]["bytes"]["status"] == "ok", s["network"]["bytes"]
