@@ -248,8 +248,13 @@ class Pacer:
     (the latest part's lateness), ``pace_overrun`` (1 when that exceeds the tolerance).
     """
 
-    def __init__(self, timing: Timing, total_elements: int) -> None:
+    def __init__(self, timing: Timing, total_elements: int, own_job: bool = False) -> None:
+        """``own_job``: the hook paces a job it does not run (``netsenseml.job``): the
+        step's start is taken at bucket 0 (:meth:`start_own_step`), and the worker's calls
+        (start_step, forward_done, backward_done, optimizer_done) never come."""
         self.timing = timing
+        self.own_job = own_job
+        self._anchor_at_bucket = False
         self.total = max(int(total_elements), 1)
         self.tolerance = max(TOLERANCE_SHARE * timing.step_s,
                              TOLERANCE_FLOOR_REAL_S / clock.dilation())
@@ -276,6 +281,19 @@ class Pacer:
         self._codec_shift = 0.0
         self._backward_end = None
 
+    def start_own_step(self, previous_backward_end: float | None) -> None:
+        """An own job's bucket 0 arrived (``netsenseml.job``, "emulated accelerator"): the
+        step's virtual start is the previous backward's end (its last collective's
+        completion) plus the optimizer's profiled time, so bucket 0 is held until the
+        optimizer, data loading and forward pass together took ``optimizer_s +
+        forward_s``; the first step has no previous end and is anchored at bucket 0 itself
+        (nothing held)."""
+        self.start_step()
+        if previous_backward_end is None:
+            self._anchor_at_bucket = True
+        else:
+            self._t0 = previous_backward_end + self.timing.optimizer_s
+
     def forward_done(self) -> None:
         if self._t0 is not None:
             self._hold(self._t0 + self.timing.forward_s, "forward")
@@ -292,7 +310,12 @@ class Pacer:
             share = min(self._seen / self.total, 1.0)
         self._bucket_i += 1
         t = self.timing
-        self._hold(self._t0 + t.forward_s + t.backward_s * share + self._codec_shift, "backward")
+        if self._anchor_at_bucket:  # an own job's first step: bucket 0 is due now
+            self._anchor_at_bucket = False
+            self._t0 = clock.now() - t.forward_s - t.backward_s * share
+        part = "backward" if not (self.own_job and self._bucket_i == 1) else \
+            "optimizer, data and forward (an own job: one slot)"
+        self._hold(self._t0 + t.forward_s + t.backward_s * share + self._codec_shift, part)
 
     def codec(self, level: str, nbytes: int, started: float) -> None:
         """The codec work of a bucket began at ``started`` (virtual): it takes its profiled

@@ -8,6 +8,11 @@ Usage, in any PyTorch DDP job (gloo or NCCL, with or without the testbed)::
     ...
     optimizer.step()
     stats = state.pop_step_stats()                    # bytes_sent, comm_s, kept_ratio, level, ...
+    hooks.report(samples=len(x), loss=loss.item())   # what only the job knows (testbed records)
+
+``hooks.register(ddp_model)`` with no method takes the run's method when the testbed started
+the job (``netsense run`` of a scenario whose workload is a command; ``netsenseml.job``), and
+``allreduce`` otherwise; under the testbed the hook also writes the run's per-step records.
 
 The algorithm, once
 -------------------
@@ -78,16 +83,18 @@ World size 1 works (collectives of one rank): a single-process DDP job runs unch
 
 import os
 import threading
+import time as _time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from netsenseml import accelerator, clock, compress, convergence, methods
+from netsenseml import accelerator, clock, compress, convergence, job, methods
 from netsenseml.comm import CommRecorder, CommTotals, allgather_bytes, allreduce, pack, unpack
 from netsenseml.compress.base import Payload
 from netsenseml.counted_group import counted_group
+from netsenseml.job import report as report  # re-exported: hooks.report(samples=, loss=, ...)
 from netsenseml.lifecycle import clean_exit as clean_exit  # re-exported: hooks.clean_exit()
 from netsenseml.lifecycle import shutdown as shutdown  # re-exported: hooks.shutdown()
 from netsenseml.memory import MomentumCorrectionMemory, ResidualMemory
@@ -113,6 +120,19 @@ def parse_method(spec: str) -> MethodSpec:
     A ValueError is one line naming the spec and :data:`METHOD_FORMS`.
     """
     return methods.parse(spec)
+
+
+class _UserCode:
+    """Marks the state as inside user code (``NetSenseState.user_code``)."""
+
+    def __init__(self, state: Any, what: str) -> None:
+        self.state, self.what = state, what
+
+    def __enter__(self) -> None:
+        self.state._user_code = (self.what, _time.monotonic())
+
+    def __exit__(self, *exc: Any) -> None:
+        self.state._user_code = None
 
 
 class NetSenseState:
@@ -253,13 +273,17 @@ class NetSenseState:
         self._codec_total = 0.0  # cumulative, for per-step differences
         self._codec_at_step_start = 0.0
         self._prev_obs: torch.Tensor | None = None
-        # Stats since the last pop.
-        self._stats_totals = self.recorder.totals()
-        self._rate_samples_seen = 0
-        self._kept = 0
-        self._elements = 0
-        self._codec_s = 0.0
-        self._bytes_dense = 0
+        # Cumulative counts; each reader of step statistics keeps its own cursor into them
+        # (the job's own pop_step_stats and, in an own job, the testbed's records).
+        self._kept_total = 0
+        self._elements_total = 0
+        self._dense_total = 0
+        self._user_cursor = self._cursor()
+        self._job_cursor = self._cursor()
+        #: the own job's recorder (``netsenseml.job``), when the testbed asked for records
+        self.job: Any = None
+        #: user code the hook is inside now: (what, time.monotonic() it was entered)
+        self._user_code: tuple[str, float] | None = None
         # Bucket layouts, to carry residuals over DDP's bucket rebuild.
         self._layouts: dict[int, tuple[int, ...]] = {}
         self._params: dict[int, torch.Tensor] = {}
@@ -271,24 +295,45 @@ class NetSenseState:
         return self.hook_state if self.method.name == "powersgd" else None
 
     # ----------------------------------------------------------------- statistics
+    def _cursor(self) -> dict[str, Any]:
+        return {"totals": self.recorder.totals(), "kept": self._kept_total,
+                "elements": self._elements_total, "dense": self._dense_total,
+                "codec": self._codec_total, "rate_seen": 0}
+
     def pop_step_stats(self) -> dict[str, Any]:
-        """Returns and resets this rank's statistics since the last call (see class doc)."""
+        """Returns and resets this rank's statistics since the last call (see class doc).
+
+        In an own job under the testbed (``netsenseml.job``) the testbed's records read the
+        same statistics through a cursor of their own, so a job that pops them too takes
+        nothing from the records; the pacer's (``pace_*``) then go to the records only.
+        """
+        return self._pop(self._user_cursor, pacer=self.job is None)
+
+    def pop_job_stats(self) -> dict[str, Any]:
+        """The testbed's records' statistics since their last step (``netsenseml.job``)."""
+        return self._pop(self._job_cursor, pacer=True)
+
+    def _pop(self, cur: dict[str, Any], pacer: bool) -> dict[str, Any]:
         totals = self.recorder.totals()
         with self._lock:
-            sent = int(totals.bytes_sent - self._stats_totals.bytes_sent)
+            prev = cur["totals"]
+            sent = int(totals.bytes_sent - prev.bytes_sent)
+            dense = int(self._dense_total - cur["dense"])
+            kept_n = self._kept_total - cur["kept"]
+            elements = self._elements_total - cur["elements"]
             if self.hook is not None:  # a raw hook: only its bytes are known
-                kept = sent / self._bytes_dense if self._bytes_dense else 1.0
+                kept = sent / dense if dense else 1.0
             else:
-                kept = self._kept / self._elements if self._elements else 1.0
+                kept = kept_n / elements if elements else 1.0
             out = {
                 "bytes_sent": sent,
-                "comm_s": float(totals.busy_s - self._stats_totals.busy_s),
+                "comm_s": float(totals.busy_s - prev.busy_s),
                 "kept_ratio": float(kept),
                 "level": self.decision.level,
                 "ratio": float(self.decision.ratio),
-                "codec_s": float(self._codec_s),
-                "bytes_dense": int(self._bytes_dense),
-                "collectives": int(totals.collectives - self._stats_totals.collectives),
+                "codec_s": float(self._codec_total - cur["codec"]),
+                "bytes_dense": dense,
+                "collectives": int(totals.collectives - prev.collectives),
             }
             est = self.monitor.estimate()
             if est is not None:  # the monitor's view, for the testbed's sensing validation
@@ -297,10 +342,10 @@ class NetSenseState:
                     out.update(est_rate_mbit=float(est.max_rate) * 8e-6, est_bdp_bytes=float(est.bdp),
                                est_queue_delay_s=float(est.queue_delay))
                 last = self.monitor.last_rate_sample
-                if est.rate_samples > self._rate_samples_seen and last is not None:
+                if est.rate_samples > cur["rate_seen"] and last is not None:
                     out.update(est_sample_bytes=float(last[0]), est_sample_s=float(last[1]),
                                est_sample_rtt_s=float(last[2]))
-                self._rate_samples_seen = est.rate_samples
+                cur["rate_seen"] = est.rate_samples
             tcp = self.tcp.read()
             if tcp is not None:  # the kernel's view (TCP_INFO of the peer sockets)
                 out.update(tcp_delivery_rate_mbit=tcp.delivery_rate_Bps * 8e-6,
@@ -311,26 +356,45 @@ class NetSenseState:
             if isinstance(self.policy, NetSensePolicy) and self.policy.calibration is not None:
                 out.update(self.policy.stats())
                 out["probe"] = int(self.decision.probe)
-            if self.pacer is not None:
+            if self.pacer is not None and pacer:
                 out.update(self.pacer.pop())
-            self._stats_totals = totals
-            self._kept = self._elements = self._bytes_dense = 0
-            self._codec_s = 0.0
+            cur.update(totals=totals, kept=self._kept_total, elements=self._elements_total,
+                       dense=self._dense_total, codec=self._codec_total)
         return out
 
     def count(self, kept: int, elements: int, dense_bytes: int, codec_s: float) -> None:
         with self._lock:
-            self._kept += kept
-            self._elements += elements
-            self._bytes_dense += dense_bytes
-            self._codec_s += codec_s
+            self._kept_total += kept
+            self._elements_total += elements
+            self._dense_total += dense_bytes
             self._codec_total += codec_s
+
+    # ----------------------------------------------------------------- user code
+    def user_code(self, what: str) -> _UserCode:
+        """``with state.user_code("..."):`` around a plug-in's code: a worker's watchdog
+        can then say that user code did not return (:meth:`user_code_stuck`), not that the
+        network stalled."""
+        return _UserCode(self, what)
+
+    def user_code_stuck(self, min_s: float = 0.0) -> str | None:
+        """What user code the hook has been inside for at least ``min_s`` real seconds, or
+        None: e.g. ``the compressor plug-in 'my.mod:Codec' compress() (12 s)``."""
+        now = _time.monotonic()
+        inside = self._user_code
+        if inside is None or now - inside[1] < min_s:
+            return None
+        return f"{inside[0]}, entered {now - inside[1]:.0f} s ago and not returned"
 
     # ----------------------------------------------------------------- step loop
     def begin_bucket(self, bucket: dist.GradBucket) -> bool:
         """Called first by every hook; returns True when ``bucket`` opens a new step."""
         now = clock.now()
         first = bucket.index() == 0
+        if first and self.job is not None:  # an own job: bucket 0 is its step boundary
+            self.job.boundary(now)
+        if first and self.pacer is not None and self.pacer.own_job:
+            done = self.recorder.totals().last_done
+            self.pacer.start_own_step(done if self.step > 0 and done > 0 else None)
         if bucket.index() == 1:  # bucket 0's collective was launched inside its hook call
             self._first_launch = self.recorder.totals().last_launch
         if first:
@@ -500,7 +564,11 @@ def _reduce_bucket(
         source, carry = state.memory.drain(key, buffer, state.residual_drain)
     else:
         source = state.memory.compensate(key, buffer) if use_memory else buffer
-    payload = compressor.compress(source, seed=seed)
+    if state.method.plugin:
+        with state.user_code(f"the compressor plug-in {state.method.text!r} compress()"):
+            payload = compressor.compress(source, seed=seed)
+    else:
+        payload = compressor.compress(source, seed=seed)
     if use_memory:
         if compressor.lossy or drain:
             state.memory.update(key, source, compressor.decompress(payload).reshape(-1), carry=carry)
@@ -636,7 +704,11 @@ def raw_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Fut
     n = bucket.buffer().numel()
     state.count(0, n, n * 4, 0.0)
     assert state.hook is not None
-    fut = state.hook(state.hook_state, bucket)
+    if state.method.plugin:
+        with state.user_code(f"the comm hook plug-in {state.method.text!r}"):
+            fut = state.hook(state.hook_state, bucket)
+    else:
+        fut = state.hook(state.hook_state, bucket)
     state.previous_future = fut
     return fut
 
@@ -659,7 +731,7 @@ def powersgd_state(group: Any, spec: MethodSpec, error_feedback: bool, options: 
 
 def register(
     ddp_model: torch.nn.parallel.DistributedDataParallel,
-    method: str,
+    method: str | None = None,
     *,
     process_group: Any = None,
     error_feedback: bool = True,
@@ -667,7 +739,9 @@ def register(
 ) -> NetSenseState:
     """Registers the hook for ``method`` on ``ddp_model`` and returns its state.
 
-    ``method``: any form of :data:`METHOD_FORMS`, including a plug-in
+    ``method``: None takes the run's method when the testbed started the job
+    (``NETSENSE_METHOD``, ``netsenseml.job``), else ``allreduce`` (DDP's own fp32 allreduce,
+    every byte counted); or any form of :data:`METHOD_FORMS`, including a plug-in
     ``package.module:Name[:ARG]`` (``netsenseml/PLUGINS.md``); a failed import or a class
     that is no compressor is a one-line ValueError before the model is touched.
 
@@ -690,6 +764,8 @@ def register(
     probes the network once: both are collective, so call ``register`` on every rank, in
     the same order, as DDP's constructor is.
     """
+    if method is None:
+        method = job.default_method()
     spec = parse_method(method)  # a bad method is named first, whatever the model
     target = methods.resolve(spec)
     if not callable(getattr(ddp_model, "register_comm_hook", None)):
@@ -698,6 +774,11 @@ def register(
             f"{type(ddp_model).__name__}; wrap it first: "
             "model = torch.nn.parallel.DistributedDataParallel(net)")
     common = {k: options.pop(k) for k in _COMMON_OPTIONS if k in options}
+    if common.get("pacer") is None and (timing := job.env_timing()) is not None:
+        # an own job under the testbed's emulated accelerator (netsenseml.job)
+        common["pacer"] = accelerator.Pacer(
+            timing, sum(p.numel() for p in ddp_model.parameters() if p.requires_grad),
+            own_job=True)
     probe: dict[str, Any] = {}
     if spec.name == "netsenseml":
         probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options}
@@ -744,6 +825,7 @@ def register(
     else:
         hook = compression_hook
     ddp_model.register_comm_hook(state, hook)
+    state.job = job.attach(state, ddp_model, spec.text)
     return state
 
 

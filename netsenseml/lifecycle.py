@@ -56,6 +56,9 @@ def _note(e: Exception) -> None:
           file=sys.stderr, flush=True)
 
 
+#: The code :func:`shutdown` is leaving with, set before the ``atexit`` handlers run (None
+#: until then, and for a process that leaves another way).
+exit_code: int | None = None
 #: Seconds ``shutdown`` waits for ``destroy_process_group`` before it ends the process.
 DESTROY_TIMEOUT_S = 30.0
 #: Seconds the group's worker threads get to free their finished work items first.
@@ -94,6 +97,8 @@ def shutdown(code: int = 0, *, run_atexit: bool = True,
         logging.shutdown()
     except Exception:  # noqa: BLE001 - a broken handler must not turn a clean exit into a crash
         pass
+    global exit_code
+    exit_code = code  # the atexit handlers may ask (netsenseml.job's summary record)
     if run_atexit:
         try:
             atexit._run_exitfuncs()

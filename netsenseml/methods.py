@@ -31,6 +31,7 @@ plots (registration order is display order).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -362,6 +363,24 @@ class Resolved:
 def _one_line(exc: BaseException) -> str:
     first = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
+
+
+def check_findable(text: str) -> MethodSpec:
+    """:func:`parse`, and for a plug-in ``pkg.mod:Name`` that its module can be found on the
+    Python path, without importing it (its import may need torch): what a scenario's
+    validation checks, as for model plug-ins, so a misspelled path is refused before any
+    worker starts. A ValueError is one line."""
+    spec = parse(text)
+    if spec.plugin:
+        module = spec.name.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package is missing
+            found = False
+        if not found:
+            raise ValueError(f"invalid method {text!r}: module {module!r} not found on the "
+                             "Python path (PYTHONPATH)")
+    return spec
 
 
 def import_target(target: str, text: str) -> Any:

@@ -53,6 +53,12 @@ class DumbbellParams(spec.ShapedParams):
         i = int(host[1:])
         return (0 if i < self.n_left else 1) if host[0] == "w" else i % 2
 
+    def path_links(self, src: str, dst: str) -> set[str] | None:
+        links = {src, dst}
+        if self.side(src) != self.side(dst):
+            links.add("bottleneck")
+        return links
+
     def probe_pairs(self) -> dict[str, tuple[str, str]]:
         pairs = spec.access_pairs(self.hosts(), self.side)
         pairs["bottleneck"] = ("w0", f"w{self.n_left}")  # first left to first right worker

@@ -74,6 +74,12 @@ class TopologyParams(BaseModel):
         cross = set(self.cross_hosts())
         return [name for name in self.link_rates() if name not in cross]
 
+    def path_links(self, src: str, dst: str) -> set[str] | None:
+        """The named links traffic from host ``src`` to ``dst`` crosses (either direction of
+        each), or None when the topology does not say (then no check uses it). The
+        scenario's validation warns of cross traffic that shares no link with training."""
+        return None
+
     def nominal_rate_mbit(self) -> float | None:
         """The nominal rate training is bounded by (the x axis of rate sweeps)."""
         rates = self.link_rates()

@@ -47,7 +47,9 @@ Why the choices below:
   With ``--time-limit`` the watchdog also ends a worker that is still inside a step
   ``max(LIMIT_GRACE_S, 3 x the longest step so far)`` after the limit (a link that died or
   became far slower than before): the run ends seconds after its time limit, not a
-  collective timeout later.
+  collective timeout later. When the step is inside a plug-in's code at that moment (a
+  compressor's ``compress``, a comm hook: ``NetSenseState.user_code_stuck``) the reason
+  names that code as user code that did not return, not the network.
 - **Health.** After each backward the reduced gradient's norm is checked (one reduction
   over the gradients): a NaN/inf loss or gradient ends the worker with ``diverged at step
   N`` (every rank sees the same reduced gradient, so all stop at the same step), and a
@@ -403,10 +405,14 @@ class TrainingFault(RuntimeError):
 class Watchdog(threading.Thread):
     """Last-resort exit if training stops making progress (see module docstring)."""
 
-    def __init__(self, limit_s: float, on_stall: Any, time_limit_s: float | None = None
-                 ) -> None:
+    def __init__(self, limit_s: float, on_stall: Any, time_limit_s: float | None = None,
+                 user_code: Any = None) -> None:
+        """``user_code``: a callable naming the user code (a compressor or hook plug-in)
+        the step is inside, or None (``NetSenseState.user_code_stuck``): a stall there is
+        that code not returning, not the network."""
         super().__init__(daemon=True, name="watchdog")
         self.limit_s, self.on_stall = limit_s, on_stall
+        self.user_code = user_code or (lambda: None)
         self.last = time.monotonic()
         self._stopped = threading.Event()
         self.limit_at = None if time_limit_s is None else time.monotonic() + time_limit_s
@@ -432,6 +438,10 @@ class Watchdog(threading.Thread):
         late = time.monotonic() - self.limit_at
         if late <= grace:
             return None
+        inside = self.user_code()
+        if inside:
+            return (f"time limit passed {late:.0f} s ago while step {self.step + 1} was inside "
+                    f"user code that did not return: {inside}")
         return (f"time limit passed {late:.0f} s ago while step {self.step + 1} was still in "
                 f"its collectives (longest step so far {self.longest_step:.2f} s): a link "
                 "dead or far slower than before?")
@@ -443,7 +453,9 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         while not self._stopped.wait(min(0.5, self.limit_s / 4)):
             if time.monotonic() - self.last > self.limit_s:
-                self.on_stall(f"no progress for {self.limit_s:.0f} s (watchdog)")
+                inside = self.user_code()
+                self.on_stall(f"no progress for {self.limit_s:.0f} s (watchdog)" + (
+                    f": inside user code that did not return: {inside}" if inside else ""))
             late = self.overdue()
             if late:
                 self.on_stall(late)
@@ -783,7 +795,8 @@ def run(args: argparse.Namespace) -> int:
         os._exit(1)  # a broken process group can hang in teardown; leave now
 
     watchdog = Watchdog(clock.real_s(2 * args.pg_timeout + 10), fail,
-                        None if args.time_limit is None else clock.real_s(args.time_limit))
+                        None if args.time_limit is None else clock.real_s(args.time_limit),
+                        user_code=s.state.user_code_stuck)
     watchdog.start()
 
     log.write(StartRecord(

@@ -80,6 +80,8 @@ def _load(scenario: str, set_: list[str] | None) -> Any:
             scn = apply_overrides(scn, parse_overrides(set_))
     except ScenarioError as exc:
         fail(str(exc))
+    for line in scn.warnings():  # valid, but probably not what the user meant
+        typer.echo(f"warning: scenario {scn.name}: {line}", err=True)
     return scn
 
 @app.command()

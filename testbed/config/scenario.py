@@ -51,7 +51,9 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -82,6 +84,7 @@ from testbed.config.events import (
     Event,
     Names,
     Ramp,
+    expand,
 )
 from topologies import registry as topology_registry
 from topologies.spec import TopologyParams
@@ -100,6 +103,12 @@ MAX_SEED = 2**32 - 1
 #: Most iperf3 client processes a timeline may start (one per cross_start, one per ramp
 #: level; each also gets its own server, all started before training).
 MAX_FLOW_CLIENTS = 256
+#: Most rate changes the host applies in one real second: each is a ``tc class change`` on
+#: both ends of its link (2.3 ms for one on this 2-core machine at load 3, measured
+#: 2026-12-06; 20 ms allowed per change for the two ends, the namespace entry and training
+#: sharing the cores). A denser timeline is refused at validation (it would fall behind and
+#: end as a timeline that did not happen, or starve the workers).
+MAX_RATE_CHANGES_PER_S = 50
 
 
 class ScenarioError(ValueError):
@@ -144,8 +153,27 @@ def build_params(topo: TopologyParams) -> dict[str, Any]:
 # --------------------------------------------------------------------------- workload
 
 
+#: Interpreter names in a workload's ``command`` that mean the testbed's own Python (the
+#: venv's, ``sys.executable``), so the job imports the same torch and netsenseml.
+PYTHON_NAMES = ("python", "python3")
+#: Workload fields that configure the built-in worker only; with a ``command`` each must
+#: stay at its default (the job has its own arguments for these).
+BUILTIN_ONLY = ("model", "dataset", "batch_size", "steps", "eval_every", "lr", "data_dir",
+                "pg_timeout_s", "args")
+
+
 class Workload(StrictModel):
-    """The training job: ``python -m workloads.train`` arguments."""
+    """The training job: the built-in worker's arguments (``python -m workloads.train``), or
+    a user's own script (``command``), started in every worker host as torchrun would."""
+
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None, min_length=1, max_length=256)
+    """Your own training job instead of the built-in worker, e.g. [python, my_job.py, --epochs, "2"]: started in every worker host with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...); python is the testbed's interpreter; a script path is relative to the scenario file. The job calls hooks.register(model) (README section 4). Fields of the built-in worker (model, dataset, batch_size, steps, eval_every, lr, data_dir, pg_timeout_s, args) are refused beside it."""
+    cwd: str | None = Field(None, min_length=1, max_length=4096)
+    """With command: the job's working directory (relative to the scenario file); none: the scenario file's folder."""
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)],
+              Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict)
+    """With command: more environment variables for the job (the testbed's own RANK, NETSENSE_* ... cannot be overridden)."""
 
     model: str = "mlp"  # a name in workloads.registry or package.module:factory
     """Model to train: a name of `netsense list` (mlp, resnet18, gpt, ...) or package.module:factory for your own. Default mlp."""
@@ -193,7 +221,42 @@ class Workload(StrictModel):
         return v
 
     @model_validator(mode="after")
+    def _command(self, info: ValidationInfo) -> Workload:
+        """A command: built-in fields refused, its script and folder found (made absolute,
+        so config.json and overrides re-validate anywhere)."""
+        if self.command is None:
+            for name in ("cwd", "env"):
+                if getattr(self, name):
+                    raise ValueError(f"{name}: only for an own job (workload.command)")
+            return self
+        defaults = {n: Workload.model_fields[n].get_default(call_default_factory=True)
+                    for n in BUILTIN_ONLY}
+        for name in BUILTIN_ONLY:
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(
+                    f"{name}: a field of the built-in worker; an own job (workload.command) "
+                    "sets it with its own arguments; remove it (or drop the command)")
+        base = Path((info.context or {}).get("base_dir") or Path.cwd())
+        cwd = Path(self.cwd).expanduser() if self.cwd else base
+        cwd = (cwd if cwd.is_absolute() else base / cwd).resolve()
+        if not cwd.is_dir():
+            raise ValueError(f"cwd: no such folder {str(cwd)!r}")
+        self.cwd = str(cwd)
+        self.command = resolve_command(self.command, base)
+        reserved = sorted(k for k in self.env if k in RESERVED_ENV or k.startswith("NETSENSE_"))
+        if reserved:
+            raise ValueError(f"env.{reserved[0]}: set by the testbed for every own job")
+        return self
+
+    @property
+    def own_job(self) -> bool:
+        """A user's own command instead of the built-in worker."""
+        return self.command is not None
+
+    @model_validator(mode="after")
     def _one_length(self) -> Workload:
+        if self.command is not None:
+            return self  # the job decides its length; time_limit_s only bounds the run
         if (self.steps is None) == (self.time_limit_s is None):
             raise ValueError("give exactly one of steps or time_limit_s")
         if self.grads == "recorded" and (self.eval_every or self.target_accuracy):
@@ -225,6 +288,8 @@ class Workload(StrictModel):
 
     def knobs(self) -> dict[str, Any]:
         """The model's size knobs, resolved as the worker resolves them (defaults filled)."""
+        if self.command is not None:
+            return {}
         args = {worker_options.option_name(k): v for k, v in self.args.items()}
         knobs: dict[str, Any] = {k.replace("-", "_"): args[k]
                                  for k in ("width", "layers", "d-model") if k in args}
@@ -256,6 +321,51 @@ class Workload(StrictModel):
         if self.data_dir is not None and not Path(self.data_dir).expanduser().is_dir():
             raise ValueError(f"data_dir: no such folder {self.data_dir!r}")
         return self
+
+
+#: Environment variables the testbed sets for an own job (``workers.job_env``).
+RESERVED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                "NCCL_HOSTID", "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RUN_ID")
+
+
+def resolve_command(command: list[str], base: Path) -> list[str]:
+    """A workload's command with its program and script found (ValueError, one line).
+
+    ``python``/``python3`` stay as written (the launch runs the testbed's interpreter);
+    after them, a script path (relative to ``base``, the scenario file's folder) must be a
+    file, ``-m module`` is left to the job's own Python path, ``-c code`` is taken as is.
+    Any other program is a path (relative to ``base``; a ``.py`` file runs with the
+    testbed's Python, anything else must be executable) or a name on PATH.
+    """
+    out = list(command)
+
+    def path_of(text: str, what: str) -> str:
+        p = Path(text).expanduser()
+        p = p if p.is_absolute() else base / p
+        if not p.is_file():
+            raise ValueError(f"command: {what} {text!r} not found (looked for {str(p)!r}; a "
+                             "relative path is taken from the scenario file's folder)")
+        return str(p.resolve())
+
+    if out[0] in PYTHON_NAMES:
+        if len(out) < 2:
+            raise ValueError("command: python needs a script (python my_job.py ...) or -m module")
+        if out[1] not in ("-m", "-c") and not out[1].startswith("-"):
+            out[1] = path_of(out[1], "script")
+        elif out[1] in ("-m", "-c") and len(out) < 3:
+            raise ValueError(f"command: python {out[1]} needs its argument")
+        return out
+    if "/" in out[0] or out[0].endswith(".py"):
+        out[0] = path_of(out[0], "program")
+        if not out[0].endswith(".py") and not os.access(out[0], os.X_OK):
+            raise ValueError(f"command: program {out[0]!r} is not executable (chmod +x, or "
+                             "start it with python)")
+        return out
+    if shutil.which(out[0]) is None:
+        raise ValueError(f"command: program {out[0]!r} not found on PATH")
+    return out
 
 
 # --------------------------------------------------------------------------- scenario
@@ -367,18 +477,28 @@ class Scenario(StrictModel):
                             f"({'its last level' if isinstance(start, Ramp) else 'cross_start'} "
                             f"at {begun:g} s)")
             self._check_reachable(where, ev)
+        self._check_density()
         clients = sum(len(e.levels()) if isinstance(e, Ramp) else 1
                       for e in self.timeline if isinstance(e, CrossStart | Ramp))
         if clients > MAX_FLOW_CLIENTS:
             raise ValueError(f"timeline: {clients} iperf3 clients (one per cross_start and "
                              f"per ramp level), more than the {MAX_FLOW_CLIENTS} accepted")
         train = registry.dataset_entry(self.workload.dataset).train_samples
+        if self.workload.own_job:
+            train = None  # the job's data is its own
         if train is not None and self.workload.batch_size > train // self.world_size:
             raise ValueError(
                 f"workload.batch_size: {self.workload.batch_size} exceeds each rank's shard of "
                 f"{train // self.world_size} {self.workload.dataset} samples "
                 f"({self.world_size} workers)")
-        if self.accelerator is not None and not registry.is_plugin(self.workload.model):
+        if self.accelerator is not None and self.workload.own_job:
+            if self.accelerator.profile is not None:
+                raise ValueError("accelerator.profile: a profile's entries are per built-in "
+                                 "model; an own job (workload.command) takes accelerator.step_ms")
+            if self.accelerator.dilation == "auto":
+                raise ValueError("accelerator.dilation: auto times the built-in worker's step "
+                                 "on this host; give an own job a number (e.g. 4)")
+        elif self.accelerator is not None and not registry.is_plugin(self.workload.model):
             try:
                 self.accelerator.timing(self.workload.model, self.workload.knobs(),
                                         self.workload.batch_size)
@@ -390,6 +510,60 @@ class Scenario(StrictModel):
             if not kernel.has_netem():
                 raise ValueError(f"topology.{impaired[0]}: {kernel.NETEM_MISSING_MSG}")
         return self
+
+    def _check_density(self) -> None:
+        """A timeline denser than the host applies rate changes is refused, with the rate
+        it can apply (``MAX_RATE_CHANGES_PER_S`` per real second; under a given time
+        dilation ``k`` that many per virtual second x ``k``)."""
+        if not self.timeline:
+            return
+        k = 1.0
+        if self.accelerator is not None and self.accelerator.dilation != "auto":
+            k = float(self.accelerator.dilation)
+        actions, _ = expand(self.timeline, end_s=self.workload.time_limit_s)
+        times = [a.at for a in actions if a.kind == "set_rate"]
+        limit = MAX_RATE_CHANGES_PER_S * k  # per virtual second
+        j = 0
+        for i, t in enumerate(times):  # sorted: the densest window of 1 virtual second
+            while times[j] <= t - 1.0:
+                j += 1
+            n = i - j + 1
+            if n > limit:
+                src = next(a.source for a in actions if a.kind == "set_rate" and a.at >= times[j])
+                raise ValueError(
+                    f"timeline: {n} rate changes within 1 s (from {times[j]:g} s, {src}) are "
+                    f"more than this host applies: at most {MAX_RATE_CHANGES_PER_S} per "
+                    "second (each is a tc call on both ends of the link)"
+                    + (f", {limit:g} per virtual second at dilation {k:g}" if k > 1 else "")
+                    + "; resample the trace coarser (bin_ms) or dilate time "
+                    "(accelerator.dilation)")
+
+    def warnings(self) -> list[str]:
+        """What is valid but probably not meant, one line each (shown by ``show``, ``run``
+        and ``--dry-run``, and kept in summary.json's warnings): cross traffic whose path
+        shares no link with any path between two workers cannot congest the job."""
+        topo = self.topology
+        workers = topo.worker_hosts()
+        training: set[str] = set()
+        for a in workers:
+            for b in workers:
+                if a != b:
+                    links = topo.path_links(a, b)
+                    if links is None:
+                        return []  # the topology does not say where its paths go
+                    training |= links
+        out = []
+        for i, ev in enumerate(self.timeline):
+            if not isinstance(ev, CrossStart | Ramp):
+                continue
+            links = topo.path_links(ev.src, ev.dst)
+            if links is not None and not links & training:
+                out.append(
+                    f"timeline[{i}] ({ev.kind} {ev.id!r}): its flow {ev.src} -> {ev.dst} "
+                    f"crosses {', '.join(sorted(links))}, no link of the training traffic "
+                    f"({', '.join(sorted(training))}): it cannot congest the job; send it "
+                    f"to or from a worker (e.g. dst: {workers[-1]})")
+        return out
 
     def run_end_s(self) -> tuple[float, str]:
         """Latest event time the run can reach, and what sets it (for messages).
@@ -435,13 +609,14 @@ class Scenario(StrictModel):
 def check_method(spec: str) -> None:
     """Raise ValueError naming the spec and the accepted forms if it is not a method.
 
-    Grammar only (``netsenseml.methods``, no torch): a plug-in ``pkg.mod:Name`` is imported
-    by the workers, which exit with one line when it cannot be.
+    Grammar (``netsenseml.methods``, no torch), and for a plug-in ``pkg.mod:Name`` that its
+    module is found on the Python path (not imported: that may need torch), as for model
+    plug-ins; what the module holds is checked by the workers, which exit with one line.
     """
     if not isinstance(spec, str) or len(spec) > MAX_METHOD_LEN:
         raise ValueError(f"method spec longer than {MAX_METHOD_LEN} characters (it names "
                          "the run folder)")
-    methods.parse(spec)
+    methods.check_findable(spec)
 
 
 # --------------------------------------------------------------------------- loading

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -57,15 +58,26 @@ from testbed.orchestration.interrupts import RunInterrupted
 from testbed.orchestration.lifecycle import RunFailed, RunLifecycle, bounded
 from testbed.orchestration.rundir import RunOutcome
 from testbed.orchestration.timeline import Action, Timeline, expand
-from testbed.orchestration.workers import WorkerGroup, worker_argv
+from testbed.orchestration.workers import (
+    WorkerGroup,
+    job_argv,
+    job_env,
+    stage,
+    stragglers,
+    worker_argv,
+)
 
 POLL_S = 0.1
 #: Deadline of each teardown step (seconds): the emulation's own steps are bounded
 #: tighter (``testbed.emulation.network``); this catches anything else that blocks.
-TEARDOWN_STEP_S = {"cross-traffic": 10.0, "workers": 10.0, "emulation": 15.0, "zygote": 5.0}
+TEARDOWN_STEP_S = {"cross-traffic": 10.0, "workers": 10.0, "own job's leftovers": 5.0,
+                   "emulation": 15.0, "zygote": 5.0}
 #: A worker stopped (SIGSTOP, a debugger) this long fails the run at once: its peers
 #: would otherwise wait for it until the collective timeout.
 STOPPED_RANK_S = 2.0
+#: After an own job's ranks all exited, how long what they started may take to exit too
+#: before it counts as left behind (a data loader's workers end just after their parent).
+STRAGGLER_GRACE_S = 2.0
 
 
 def sanitize_method(method: str) -> str:
@@ -201,12 +213,18 @@ class _Run(RunLifecycle):
             lambda: (self.workers.pids if self.workers else []) + (self.traffic.pids if self.traffic else []),
             self.launch_wall, self.k)
         self.hostload.start()
-        self.workers.launch(hosts, self.config["worker_argv"], self.config["master_port"],
-                            zygote, on_spawn=self._write_pids)
+        own = self.scn.workload.own_job
+        self.workers.launch(
+            hosts, self.config["worker_argv"], self.config["master_port"],
+            None if own else zygote, on_spawn=self._write_pids,
+            extra_env=[job_env(self.scn, self.method, self.seed, self.folder.workers, r,
+                               self.folder.path.name, self.k) for r in range(len(hosts))]
+            if own else None,
+            cwd=self.scn.workload.cwd if own else None)
 
     def _start_zygote(self) -> None:
         """A zygote for this run alone, when no shared one exists (imports overlap the build)."""
-        if not launcher.enabled() or launcher.current() is not None:
+        if not launcher.enabled() or launcher.current() is not None or self.scn.workload.own_job:
             return
         try:
             self._own_zygote = launcher.Zygote()
@@ -216,7 +234,7 @@ class _Run(RunLifecycle):
     def _ready_zygote(self) -> launcher.Zygote | None:
         """The zygote to fork workers from, or None for fresh processes (noted why)."""
         zygote = launcher.current() or self._own_zygote
-        if zygote is None:
+        if zygote is None or self.scn.workload.own_job:  # an own job: its own interpreter
             self.summary["launcher"] = "process"
             return None
         t = time.monotonic()
@@ -244,18 +262,96 @@ class _Run(RunLifecycle):
             if all(c is not None for c in codes):
                 self.timing["workers_done_wall"] = time.time()
                 self.counters_after = self._read_counters()
+                if self.scn.workload.own_job:
+                    self._own_job_end()
                 return
             if self.timeline.error:
                 raise RunFailed(f"timeline event failed: {self.timeline.error}")
             self._check_health()
             if time.monotonic() > deadline:
+                stuck = self._own_job_stages(codes) if self.scn.workload.own_job else ""
                 raise RunFailed(f"timeout: workers still running after "
-                                 f"{self.scn.deadline_s() * self.k:.0f} s")
+                                 f"{self.scn.deadline_s() * self.k:.0f} s{stuck}")
             rec = records.last_step(rank0)
             if rec is not None and not self.timeline.started:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
             self.progress.update(self._status_text(rec))
             time.sleep(POLL_S)
+
+    # an own job ------------------------------------------------------------------
+    def _own_job_stages(self, codes: list[int | None]) -> str:
+        """Where each rank of a hung own job is (``workers.stage``, its records), read
+        before anything is killed: ``; rank 0: ...; ranks 1, 2: ...``."""
+        hosts = list(self.emu.worker_hosts)
+        ips = [self.emu.ip(h) for h in hosts]
+        master = (ips[0], int(self.config["master_port"]))
+        recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+        by_stage: dict[str, list[int]] = {}
+        for rank, host in enumerate(hosts):
+            if codes[rank] is not None:
+                where = f"exited with code {codes[rank]}"
+            elif any(r.get("kind") == "start" for r in recs.get(rank, [])):
+                steps = [r for r in recs.get(rank, []) if r.get("kind") == "step"]
+                where = ("registered the hook, then no step finished (a backward's bucket 0 "
+                         "never came back)" if not steps else
+                         f"registered the hook; its last finished step is {steps[-1].get('step')}"
+                         " (inside a step or a collective since)")
+            else:
+                where = stage(self.emu.host_pid(host), ips[rank], master,
+                              [ip for i, ip in enumerate(ips) if i != rank])
+            by_stage.setdefault(where, []).append(rank)
+        parts = [f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {w}"
+                 for w, r in by_stage.items()]
+        return " (the own job's ranks: " + "; ".join(parts) + ")"
+
+    def _own_job_end(self) -> None:
+        """Every rank of an own job exited 0 (a non-zero exit failed the run already):
+        what they left running is killed and fails the run, as do a job that never
+        registered the hook and one that registered another method than the run's."""
+        assert self.workers is not None
+        left = self._stragglers(wait_s=STRAGGLER_GRACE_S)
+        if left:
+            self._kill_stragglers(left)
+            shown = "; ".join(f"rank {r}: pid {pid} ({cmd})" for r, pid, cmd in left[:4])
+            more = f" and {len(left) - 4} more" if len(left) > 4 else ""
+            self.summary["left_behind"] = [{"rank": r, "pid": pid, "command": cmd}
+                                           for r, pid, cmd in left]
+            raise RunFailed(f"the own job left {len(left)} process{'es' if len(left) > 1 else ''} "
+                             f"running after its ranks exited (killed): {shown}{more}")
+        recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+        for rank in range(self.scn.world_size):
+            start = next((r for r in recs.get(rank, []) if r.get("kind") == "start"), None)
+            if start is None:
+                raise RunFailed(
+                    f"rank {rank} exited 0 without ever calling hooks.register (no records in "
+                    f"workers/rank{rank}.jsonl): the testbed measures an own job through the "
+                    "hook; add `hooks.register(model)` after wrapping the model in DDP")
+            if start.get("method") != self.method:
+                raise RunFailed(
+                    f"rank {rank} registered method {start.get('method')!r}, not the run's "
+                    f"{self.method!r}: call hooks.register(model) without a method so that "
+                    "the run's method (NETSENSE_METHOD) reaches it")
+
+    def _stragglers(self, wait_s: float = 0.0) -> list[tuple[int, int, str]]:
+        """What the own job's ranks left running (``workers.stragglers``), after waiting up
+        to ``wait_s`` for it to end by itself."""
+        assert self.workers is not None
+        hosts = [self.emu.host_pid(h) for h in self.emu.worker_hosts]
+        exclude = set(hosts) | set(self.traffic.pids if self.traffic else [])
+        end = time.monotonic() + wait_s
+        while True:
+            left = stragglers(self.workers.pids, hosts, exclude)
+            if not left or time.monotonic() >= end:
+                return left
+            time.sleep(0.1)
+
+    @staticmethod
+    def _kill_stragglers(left: list[tuple[int, int, str]]) -> None:
+        for _, pid, _ in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def _check_health(self) -> None:
         """Faults the workers cannot report themselves, found within a poll or two: an
@@ -416,6 +512,7 @@ class _Run(RunLifecycle):
         for step, fn in (
             ("cross-traffic", lambda: self.traffic and self.traffic.close()),
             ("workers", lambda: self.workers and self.workers.kill()),
+            ("own job's leftovers", self._teardown_stragglers),
             ("emulation", lambda: self.emu and self.emu.stop()),
             ("zygote", lambda: self._own_zygote and self._own_zygote.close()),
         ):
@@ -442,6 +539,17 @@ class _Run(RunLifecycle):
         if errors:
             self.summary["teardown_errors"] = errors
 
+    def _teardown_stragglers(self) -> None:
+        """An own job's processes that escaped its process group (setsid) are not the
+        emulation's to kill: found here (in the workers' hosts), killed, and named."""
+        if not (self.scn.workload.own_job and self.workers and self.emu):
+            return
+        left = self._stragglers()
+        if left:
+            self._kill_stragglers(left)
+            self.summary.setdefault("left_behind", []).extend(
+                {"rank": r, "pid": pid, "command": cmd, "at": "teardown"} for r, pid, cmd in left)
+
     def _collect_more(self) -> None:
         if self.workers is not None:
             self.summary["worker_exit_codes"] = self.workers.exit_codes()
@@ -455,14 +563,16 @@ class _Run(RunLifecycle):
     def _config_extra(self) -> dict[str, Any]:
         return {
             "master_port": 29500 + random.randrange(1000),
-            "worker_argv": worker_argv(self.scn, self.method, self.seed, self.folder.workers,
-                                       self.gpu_plan.device, self.gpu_plan.backend, self.k),
+            "worker_argv": job_argv(self.scn) if self.scn.workload.own_job else worker_argv(
+                self.scn, self.method, self.seed, self.folder.workers, self.gpu_plan.device,
+                self.gpu_plan.backend, self.k),
             "accelerator": {**self.pace_facts, "dilation": self.k},
             "gpu_plan": vars(self.gpu_plan),
         }
 
     def _make_config(self) -> None:
         super()._make_config()
+        self.warnings += self.scn.warnings()  # valid but probably not meant (the scenario's)
         above = faithful.warning(self.config["scenario"], self.k)
         if above:  # stated in summary.json and the report; the run still runs
             self.warnings.append(above)

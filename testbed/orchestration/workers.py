@@ -7,12 +7,19 @@ as a fresh process (``Emulation.popen``: ``mnexec``, own process group); either 
 PID is registered with the emulation for teardown. Workers get
 torch.distributed's ``env://`` variables and ``GLOO_SOCKET_IFNAME`` set to the host's
 emulated interface (without it gloo binds to 127.0.0.1 and the ranks never meet).
+
+An own job (a scenario's ``workload.command``) is always a fresh process (the zygote holds
+the built-in worker), started as torchrun starts a rank (:func:`job_env`) with the run's
+method and record folder in ``NETSENSE_*`` variables (``netsenseml.job``). What a job
+leaves behind is found by :func:`stragglers`; how far a hung rank got, by :func:`stage`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from netsenseml import methods
-from testbed.config.scenario import Scenario
+from testbed.config.scenario import PYTHON_NAMES, Scenario
 from testbed.orchestration import records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +80,130 @@ def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
     return argv
 
 
+def job_argv(scenario: Scenario) -> list[str]:
+    """An own job's command line: ``python``/``python3`` (or a ``.py`` program) run with the
+    testbed's interpreter, the paths already absolute (``testbed.config.scenario``)."""
+    cmd = list(scenario.workload.command or [])
+    if cmd[0] in PYTHON_NAMES:
+        return [sys.executable, *cmd[1:]]
+    if cmd[0].endswith(".py"):
+        return [sys.executable, *cmd]
+    return cmd
+
+
+def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int,
+            run_id: str, dilation: float) -> dict[str, str]:
+    """What torchrun gives a rank (one process per emulated host: LOCAL_RANK 0 and
+    LOCAL_WORLD_SIZE 1, each host a node) and what the hook reads (``netsenseml.job``).
+    The env:// variables and the interface ones are the launch's (``WorkerGroup.launch``)."""
+    wl = scenario.workload
+    world = scenario.world_size
+    env = {**wl.env,
+           "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank), "GROUP_WORLD_SIZE": str(world),
+           "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(world), "ROLE_NAME": "default",
+           "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
+           "TORCHELASTIC_MAX_RESTARTS": "0", "OMP_NUM_THREADS": str(wl.threads),
+           "MKL_NUM_THREADS": str(wl.threads),
+           "NETSENSE_METHOD": method, "NETSENSE_RECORDS": str(records),
+           "NETSENSE_SEED": str(seed), "NETSENSE_DILATION": repr(float(dilation)),
+           # the job imports netsenseml from this checkout even where it is not installed
+           "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO_ROOT)) if p)}
+    if wl.target_accuracy is not None:
+        env["NETSENSE_TARGET_ACCURACY"] = f"{wl.target_accuracy:g}"
+    acc = scenario.accelerator
+    if acc is not None and acc.step_ms is not None:
+        env["NETSENSE_STEP_MS"] = f"{acc.step_ms:g}"
+    return env
+
+
+def _proc_stat(pid: int) -> tuple[int, int, str] | None:
+    """(process group, session, command line) of a live process, None if gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+        fields = data[data.rindex(")") + 2:].split()
+        if fields[0] == "Z":
+            return None
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+        return int(fields[2]), int(fields[3]), cmd or data[data.index("(") + 1:data.rindex(")")]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _netns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def stragglers(leaders: list[int], hosts: list[int], exclude: set[int]
+               ) -> list[tuple[int, int, str]]:
+    """Processes an own job left: ``(rank, pid, command)`` of every live process in a
+    rank's process group or session (``leaders[rank]``, whose own exit is the rank's) or,
+    when it escaped them (``setsid``), in a rank's emulated host (``hosts[rank]``: the
+    host shell's PID, whose namespace is the host's), ``exclude`` (the testbed's own
+    processes: iperf3, host shells) left out."""
+    nets = {_netns(h): r for r, h in enumerate(hosts)}
+    nets.pop(None, None)
+    by_leader = {pid: r for r, pid in enumerate(leaders)}
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid in exclude or pid == os.getpid():
+            continue
+        st = _proc_stat(pid)
+        if st is None:
+            continue
+        pgrp, session, cmd = st
+        rank = by_leader.get(pgrp, by_leader.get(session))
+        if rank is None and pid not in by_leader:
+            rank = nets.get(_netns(pid))
+        if rank is not None and pid not in by_leader:
+            out.append((rank, pid, cmd[:200]))
+    return sorted(out)
+
+
+def _tcp_sockets(host_pid: int) -> list[tuple[str, int, str, int, str]]:
+    """(local ip, local port, remote ip, remote port, state hex) of the IPv4 TCP sockets in
+    a host's namespace (``/proc/<pid>/net/tcp``)."""
+    def addr(text: str) -> tuple[str, int]:
+        ip, port = text.split(":")
+        return socket.inet_ntoa(int(ip, 16).to_bytes(4, "little")), int(port, 16)
+
+    out = []
+    try:
+        lines = Path(f"/proc/{host_pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return out
+    for line in lines:
+        f = line.split()
+        try:
+            (lip, lport), (rip, rport) = addr(f[1]), addr(f[2])
+        except (ValueError, IndexError):
+            continue
+        out.append((lip, lport, rip, rport, f[3]))
+    return out
+
+
+def stage(host_pid: int, ip: str, master: tuple[str, int], peers: list[str]) -> str:
+    """How far a rank that has not registered the hook got, from its host's sockets:
+    gloo/NCCL connections to a peer worker (past ``init_process_group``), a connection to
+    the rendezvous store at MASTER_ADDR:MASTER_PORT (inside it), or neither (before it)."""
+    established = [s for s in _tcp_sockets(host_pid) if s[4] == "01"]
+    store = [s for s in established if master[1] in (s[1], s[3])]
+    peer = [s for s in established if s[2] in peers and master[1] not in (s[1], s[3])]
+    if peer:
+        return ("past init_process_group (connected to its peers), but hooks.register(model) "
+                "not reached")
+    if store:
+        return "inside init_process_group (at the rendezvous, waiting for the other ranks)"
+    return (f"before init_process_group (no connection to the rendezvous at "
+            f"{master[0]}:{master[1]})")
+
+
 def transport_env(intf: str, rank: int, run_prefix: str,
                   gpus: list[str] | None = None) -> dict[str, str]:
     """Environment that keeps rank ``rank``'s collectives on its emulated interface ``intf``.
@@ -121,6 +252,22 @@ def tail(path: Path, n: int = 3) -> str:
     return " | ".join(ln[:300] for ln in keep[:n])
 
 
+_EXCEPTION_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Fault)(: .*)?$")
+
+
+def exception_line(path: Path) -> str | None:
+    """The last line of a log that is a Python traceback's verdict (``RuntimeError: ...``):
+    an own job's cause, which it writes nowhere else."""
+    try:
+        text = path.read_text(errors="replace")[-64_000:]
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):
+        if _EXCEPTION_RE.match(line.strip()):
+            return line.strip()[:400]
+    return None
+
+
 def own_error(jsonl: Path) -> str | None:
     """The reason a worker wrote in its own failed summary record, if it wrote one."""
     summ = records.last_summary(jsonl)
@@ -152,13 +299,15 @@ class WorkerGroup:
         return [p.pid for p in self.procs]
 
     def launch(self, hosts: list[str], argv: list[str], master_port: int,
-               zygote: Any = None, on_spawn: Callable[[], None] | None = None) -> None:
+               zygote: Any = None, on_spawn: Callable[[], None] | None = None,
+               extra_env: list[dict[str, str]] | None = None, cwd: str | None = None) -> None:
         """Starts rank r on ``hosts[r]``; rank 0's host is the rendezvous master.
 
         With ``zygote`` (a ready ``launcher.Zygote``) each rank is forked from it into its
         host's namespace; else a fresh interpreter is started there. ``on_spawn`` runs
         after each start (the run records its PIDs there: a rank can be training before
         the last one is started, and a killed orchestrator must leave every PID on record).
+        ``extra_env`` (per rank) and ``cwd``: an own job's (``job_env``; never forked).
         """
         base_env = dict(os.environ)
         base_env.update(
@@ -167,7 +316,7 @@ class WorkerGroup:
             PYTHONUNBUFFERED="1",
         )
         base_env.pop("LOCAL_RANK", None)
-        envs = [dict(base_env, RANK=str(r),
+        envs = [dict(base_env, **(extra_env[r] if extra_env else {}), RANK=str(r),
                      **transport_env(self.transport_intf(h), r, self.prefix, self.gpus))
                 for r, h in enumerate(hosts)]
         for rank, host in enumerate(hosts):
@@ -180,7 +329,7 @@ class WorkerGroup:
                 log = open(log_path, "wb")  # noqa: SIM115
                 self._logs.append(log)
                 proc = self.emu.popen(host, argv, env=envs[rank], stdout=log,
-                                      stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
+                                      stderr=subprocess.STDOUT, cwd=cwd or str(REPO_ROOT))
             self.procs.append(proc)
             if on_spawn is not None:
                 on_spawn()
@@ -218,7 +367,9 @@ class WorkerGroup:
         rank, code = min(failed, key=lambda rc: (rc[1] >= 0, self._collateral(rc[0]), rc[0]))
         others = ", ".join(f"rank {r}: {c}" for r, c in failed if r != rank)
         own = own_error(self.workers_dir / f"rank{rank}.jsonl")
-        cause = own or tail(self.workers_dir / f"rank{rank}.log")
+        log = self.workers_dir / f"rank{rank}.log"
+        said = tail(log)  # the worker's own FAILED line first; else a traceback's verdict
+        cause = own or (said if "FAILED" in said else exception_line(log) or said)
         alive = [r for r, c in enumerate(codes) if c is None]
         stuck = ""
         if alive and _is_wait(cause):
@@ -231,7 +382,8 @@ class WorkerGroup:
 
     def _collateral(self, rank: int) -> bool:
         """A rank whose own error is a peer's disappearance, not a cause of its own."""
-        err = own_error(self.workers_dir / f"rank{rank}.jsonl") or ""
+        log = self.workers_dir / f"rank{rank}.log"  # an own job says it in its log only
+        err = own_error(self.workers_dir / f"rank{rank}.jsonl") or exception_line(log) or ""
         return any(m in err for m in ("Connection reset", "Connection closed", "peer",
                                       "Broken pipe"))
 

@@ -50,7 +50,7 @@ def test_methods_import_stays_torch_free():
     """Scenario and sweep validation read the registry without importing torch."""
     code = (
         "import sys, netsenseml.methods as m, testbed.config.scenario as s, testbed.config.sweep\n"
-        "s.check_method('topk:0.1'); s.check_method('pkg.mod:Codec:0.5')\n"
+        "s.check_method('topk:0.1'); s.check_method('tests.jobs.hang_codec:HangAt3:0.5')\n"
         "print(sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

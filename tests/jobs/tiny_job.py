@@ -1,0 +1,80 @@
+"""A user's own DDP training script, as someone outside the project writes one (own argparse,
+Dataset, DistributedSampler, AdamW), with the two lines that register the hook and report.
+
+The tests run it under torchrun and under ``netsense run`` (a scenario whose workload is
+this command); ``--fail`` makes it fail one way of netsenseml/job's failure classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from netsenseml import hooks
+
+FAILS = ("crash", "hang-before-init", "hang-after-init", "no-register", "child", "hang-late")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--fail", choices=FAILS)
+    p.add_argument("--no-report", action="store_true")
+    args = p.parse_args()
+    rank = int(os.environ.get("RANK", "0"))
+    if args.fail == "hang-before-init":
+        time.sleep(3600)
+    dist.init_process_group("gloo")
+    if args.fail == "hang-after-init" and rank == 1:
+        time.sleep(3600)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2048, 32, generator=g)
+    y = (x[:, :4].sum(1) > 0).long() + 2 * (x[:, 4:8].sum(1) > 0).long()
+    data = TensorDataset(x, y)
+    sampler = DistributedSampler(data, shuffle=True, seed=0, drop_last=True)
+    loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    model = DDP(net)
+    if args.fail != "no-register":
+        state = hooks.register(model)  # the run's method under netsense run
+        print(f"rank {rank}: method {state.method.text}", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    step = 0
+    while step < args.steps:
+        for xb, yb in loader:
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            step += 1
+            if not args.no_report:
+                hooks.report(samples=len(xb), loss=loss.item())
+            if step == args.steps // 2 and args.fail == "crash" and rank == 1:
+                raise RuntimeError(f"the job's own bug at step {step}")
+            if step == args.steps // 2 and args.fail == "hang-late" and rank == 1:
+                time.sleep(3600)
+            if step % 10 == 0 or step == args.steps:
+                with torch.no_grad():
+                    acc = (model(x[:512]).argmax(1) == y[:512]).float().mean().item()
+                if not args.no_report:
+                    hooks.report(accuracy=acc)
+            if step >= args.steps:
+                break
+    if args.fail == "child":
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    print(f"rank {rank}: done {step} steps", flush=True)
+
+
+if __name__ == "__main__":
+    with hooks.clean_exit():
+        main()

@@ -1,0 +1,130 @@
+"""An own job end to end on a real emulated network (issue 42): a user's script
+(``tests/jobs/tiny_job.py``, not the built-in worker) started in every emulated host as
+torchrun would, once per method, with the hook's records, the timeline and the network
+truth; README section 4's ``examples/my_job.py`` under ``netsense run`` as under torchrun;
+and every failure class of an own job ending with a true record naming its cause, within
+seconds of its deadline, with nothing left running.
+
+Run as root under the heavy lock on a shared machine (``flock /tmp/netsense-heavy.lock``);
+each run is 2 workers for a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from testbed.config.scenario import load_scenario
+from testbed.emulation import leftovers
+from testbed.orchestration.run import run_scenario
+from tests.netsenseml.test_readme_job import readme_snippet
+from tests.orchestration.test_run import assert_nothing_left, run_dirs
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = REPO / "tests" / "jobs" / "tiny_job.py"
+NETSENSE = Path(sys.executable).parent / "netsense"
+
+pytestmark = pytest.mark.emulation
+
+
+def _scenario(tmp_path: Path, args: list[str], timeout_s: float = 60, **more) -> Path:
+    data = {"name": "own-job", "topology": {"kind": "star", "n_workers": 2, "n_cross": 1,
+                                            "rate_mbit": 50},
+            "workload": {"command": ["python", str(JOB), *args], "target_accuracy": 0.5},
+            "methods": ["fp16", "topk:0.1"], "timeout_s": timeout_s, **more}
+    path = tmp_path / "own-job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_path: Path) -> None:
+    path = _scenario(tmp_path, ["--steps", "400"], timeline=[  # ~2 s of training
+        {"at_s": 0.3, "kind": "set_rate", "link": "w1", "rate_mbit": 20}])
+    root = tmp_path / "results"
+    p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    dirs = run_dirs(root)
+    assert len(dirs) == 2
+    for d in dirs:
+        s = json.loads((d / "summary.json").read_text())
+        method = s["method"]
+        assert s["status"] == "ok", s
+        assert s["steps"] == 400 and s["throughput_samples_per_s"] > 0
+        assert s["final_accuracy"] is not None and s["bytes_sent_total"] > 0
+        assert s["events_applied"] == s["events_scheduled"] == 1
+        assert s["network"]["bytes"]["status"] == "ok", s["network"]["bytes"]
+        assert s["launcher"] == "process" and "warnings" not in s
+        steps = pd.read_csv(d / "steps.csv")
+        assert set(steps["rank"]) == {0, 1}
+        assert set(steps["level"].dropna()) == {"fp16" if method == "fp16" else "topk"}
+        events = pd.read_csv(d / "events.csv")
+        # the timeline's origin is the job's first step: the rate cut lands inside training
+        assert steps["t"].min() <= events["t_applied"][0] <= steps["t"].max()
+        config = json.loads((d / "config.json").read_text())
+        assert config["worker_argv"][:2] == [sys.executable, str(JOB)]
+        log = (d / "workers" / "rank0.log").read_text()
+        assert f"rank 0: method {method}" in log  # the run's method reached register(model)
+        assert_nothing_left(d)
+    for cmd in (["report", "-r", str(root)], ["plot", "-r", str(root)],
+                ["compare", str(root), "-o", str(tmp_path / "compare")]):
+        q = subprocess.run([str(NETSENSE), *cmd], capture_output=True, text=True, timeout=300)
+        assert q.returncode == 0, (cmd, q.stdout, q.stderr)
+
+
+def test_readme_section_4s_job_runs_under_netsense_run(tmp_path: Path) -> None:
+    assert (REPO / "examples" / "my_job.py").read_text() == readme_snippet()
+    root = tmp_path / "results"
+    p = subprocess.run([str(NETSENSE), "run", str(REPO / "examples" / "my_job.yaml"), "-r",
+                        str(root), "-m", "netsenseml", "-q"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (d,) = run_dirs(root)
+    s = json.loads((d / "summary.json").read_text())
+    assert s["status"] == "ok" and s["steps"] == 30, s
+    assert s["time_to_accuracy_s"] is not None  # hooks.report(accuracy=...) and the target
+    assert "step 20:" in (d / "workers" / "rank0.log").read_text()
+    assert_nothing_left(d)
+
+
+#: failure -> (words the reason must hold, seconds the run may take beyond its deadline)
+FAILURES = {
+    "crash": ("RuntimeError: the job's own bug at step 10", None),
+    "hang-before-init": ("ranks 0, 1: before init_process_group", 10),
+    "hang-after-init": ("past init_process_group (connected to its peers), but "
+                        "hooks.register(model) not reached", 10),
+    "hang-late": ("registered the hook; its last finished step is", 10),
+    "no-register": ("without ever calling hooks.register", None),
+    "child": ("left 2 processes running after its ranks exited (killed)", None),
+}
+
+
+@pytest.mark.parametrize("fail", list(FAILURES))
+def test_each_failure_of_an_own_job_ends_with_its_cause_and_nothing_left(
+        tmp_path: Path, fail: str) -> None:
+    deadline = 15.0
+    scn = load_scenario(_scenario(tmp_path, ["--steps", "20", "--fail", fail], deadline))
+    t0 = time.monotonic()
+    out = run_scenario(scn, "fp16", 0, tmp_path / "run", progress=False)
+    took = time.monotonic() - t0
+    words, late = FAILURES[fail]
+    s = out.summary
+    assert out.status == "failed", s
+    assert words in s["reason"], s["reason"]
+    if late is not None:  # a hang ends at the deadline, plus teardown
+        assert s["reason"].startswith("timeout: workers still running after 15 s")
+        assert took < deadline + 5 + late, took  # + start-up before the deadline's clock
+    else:
+        assert took < deadline + 10, took
+    if fail == "child":
+        left = s["left_behind"]
+        assert [e["rank"] for e in left] == [0, 1] and "time.sleep(3600)" in left[0]["command"]
+        assert all(leftovers.proc_starttime(e["pid"]) is None for e in left)
+    assert_nothing_left(out.run_dir)
