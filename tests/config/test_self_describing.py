@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,11 @@ def test_list_shows_each_topology_with_its_hosts_and_links(tmp_path: Path) -> No
         assert f"\n  {kind} " in block, kind
     assert "bottleneck_mbit*" in block and "rate_mbit*" in block  # required fields marked
     assert "worker hosts: w0 w1" in block
-    assert "bottleneck 50 Mbit/s" in block  # dumbbell-crosstraffic's bottleneck link
+    # each kind's links as built for a shipped scenario (the first of that kind by name)
+    dumbbell = block[block.index("\n  dumbbell "):block.index("\n  leafspine ")]
+    example = re.search(r"e\.g\. ([\w.-]+):", dumbbell)
+    assert example and (SCENARIO_DIR / f"{example.group(1)}.yaml").is_file()
+    assert re.search(r"links: bottleneck [\d.]+ Mbit/s", dumbbell)
     assert "l0-p0" in block  # a leaf-spine uplink
 
 
