@@ -18,8 +18,10 @@ the HTB shaper's burst (computed at the real rate), and software costs per messa
 (the cores shared as in the run) and times the step's parts and the codecs the method can
 use; ``k`` is the least factor at which each real part, times the scenario's ``margin``,
 fits its profiled slot (:func:`least_factor`), rounded up to two significant digits. One
-measurement per (workload, method, world size, accelerator) and process: a sweep measures
-each configuration once.
+measurement per (workload, method, world size, accelerator) and process, taken again when
+the host's load moved by more than ``RECALIBRATE_PCT`` since: a sweep measures each
+configuration once on a steady host, and a busy process that starts beside it gets the
+next runs a larger factor.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ import math
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 from netsenseml import accelerator, methods
 from testbed.emulation import faithful
+from testbed.orchestration.hostload import cpu_times
 
 #: Linux's TCP minimum retransmission timeout (TCP_RTO_MIN), and its maximum.
 RTO_MIN_MS = 200.0
@@ -199,13 +203,31 @@ def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
         return float(acc.dilation), {**facts, "dilation_source": "given"}
     key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
            tuple(codec_specs(method)), scn.world_size, acc.profile, acc.step_ms, acc.margin)
-    if key not in _cache:
+    busy = host_busy_pct()
+    cached = _cache.get(key)
+    if cached is None or abs(cached[2] - busy) > RECALIBRATE_PCT:
         real = measure(scn, method)
-        _cache[key] = (least_factor(timing, real, acc.margin), real)
-    k_host, real = _cache[key]
+        cached = _cache[key] = (least_factor(timing, real, acc.margin), real, busy)
+    k_host, real, busy_then = cached
     k_net = network_factor(scn)
     return max(k_host, k_net), {**facts, "dilation_source": "auto", "host_real_s": real,
-                                "margin": acc.margin, "k_host": k_host, "k_network": k_net}
+                                "margin": acc.margin, "k_host": k_host, "k_network": k_net,
+                                "host_busy_pct": round(busy, 1),
+                                "host_busy_pct_at_measure": round(busy_then, 1)}
+
+
+#: ``auto`` measures the host again when its load (busy % of all cores, outside any run)
+#: moved by more than this since the cached measurement: a busy process that started
+#: beside a sweep gets a larger factor from the next run on.
+RECALIBRATE_PCT = 20.0
+
+
+def host_busy_pct(seconds: float = 0.5) -> float:
+    """How busy the host's cores are now (percent of all cores, over ``seconds``)."""
+    busy0, total0 = cpu_times()
+    time.sleep(seconds)
+    busy, total = cpu_times()
+    return 100.0 * (busy - busy0) / (total - total0) if total > total0 else 0.0
 
 
 def network_factor(scn: Any) -> float:
