@@ -881,6 +881,13 @@ class NetSensePolicy:
     anything :func:`netsenseml.convergence.load` takes.
     """
 
+    # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
+    needs_calibration = True  # the hook's registration probe gives the first decision
+    probes_rtt = True  # the tiny RTT collective (``netsenseml.sense.rtt_probe_due``)
+    takes_samples = False  # collectives feed the monitor; its estimate comes with each step
+    drains_residual = True  # dense levels drain what sparse steps withheld, bounded
+    topk_method: str | None = None  # the hook's ``topk_method`` option
+
     def __init__(self, config: PolicyConfig | None = None, *,
                  prior: convergence.Prior | Mapping | str | None = None, **settings: Any) -> None:
         unknown = sorted(set(settings) - set(FIELDS))
@@ -992,6 +999,18 @@ class NetSensePolicy:
                 "model_step_s": self.step_s(d),
                 "model_none_step_s": self.step_s(self._candidates[0]),
                 "model_J_se_rel": se / j if j > 0 else 0.0}
+
+    def step_stats(self, decision: Decision) -> dict[str, float | int]:
+        """:meth:`stats` and whether ``decision`` (the one in use) is a probe, once
+        calibrated (the hook's step statistics)."""
+        if self.calibration is None:
+            return {}
+        return {**self.stats(), "probe": int(decision.probe)}
+
+    @staticmethod
+    def take_counts() -> tuple[int, int]:
+        """The prototype rule's verdict counts: none here."""
+        return 0, 0
 
     # ------------------------------------------------------------------ inputs
     def _model(self) -> StepModel:
