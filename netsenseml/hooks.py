@@ -349,26 +349,18 @@ def register(
     (``NETSENSE_METHOD``, ``netsenseml.job``), else ``allreduce`` (DDP's own fp32 allreduce,
     every byte counted); or any form of :data:`METHOD_FORMS`, including a plug-in
     ``package.module:Name[:ARG]`` (``netsenseml/PLUGINS.md``); a failed import or a class
-    that is no compressor is a one-line ValueError before the model is touched.
-
-    Options: ``monitor_rate_window`` (8 rate samples), ``monitor_rate_filter`` ("max" of
-    the window, as BBR, or "median": ``netsenseml.sense``), ``monitor_min_rate_bytes`` (512 KiB:
-    shorter transfers are no rate samples), ``rtt_probe_every`` (16: netsenseml's tiny RTT
-    collective every 16 steps, and on every dense step), ``residual_drain`` (1.0: a dense
-    level adds at most this times the gradient's norm of the residual per step),
-    ``seed`` (0, random-k's shared seed), ``dgc_momentum`` (0.9), ``topk_method``
-    ("auto": netsenseml's top-k uses the sampled selector while it keeps 90 % of the exact
-    top-k's L2 mass; "exact", "sampled"),
-    ``serialize_buckets`` (True; hooks: a bucket waits for the previous one, see the module
-    docstring), ``pacer`` (None; an emulated accelerator's ``netsenseml.accelerator.Pacer``); for ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy`
-    parameter and the probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`);
-    for ``netsenseml-paper`` every :class:`~netsenseml.paper_rule.PaperRule` parameter
-    (the prototype's constants by default); for ``powersgd`` the ``PowerSGDState``
-    parameters (``start_powerSGD_iter`` defaults to 2, the earliest torch allows with error
-    feedback, instead of torch's 1000). A hook method (powersgd, a plug-in hook) creates a
-    registered counting process group (``netsenseml.counted_group``), and ``netsenseml``
-    probes the network once: both are collective, so call ``register`` on every rank, in
-    the same order, as DDP's constructor is.
+    that is no compressor is a one-line ValueError before the model is touched. Options:
+    every field of :class:`~netsenseml.state.HookOptions` (each documented there)
+    and ``pacer`` (None; an emulated accelerator's ``netsenseml.accelerator.Pacer``); for
+    ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy` parameter and the
+    probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`); for
+    ``netsenseml-paper`` every :class:`~netsenseml.paper_rule.PaperRule` parameter (the
+    prototype's constants by default); for ``powersgd`` the ``PowerSGDState`` parameters
+    (``start_powerSGD_iter`` defaults to 2, the earliest torch allows with error feedback,
+    instead of torch's 1000). A hook method (powersgd, a plug-in hook) creates a registered
+    counting process group (``netsenseml.counted_group``), and ``netsenseml`` probes the
+    network once: both are collective, so call ``register`` on every rank, in the same
+    order, as DDP's constructor is.
     """
     if method is None:
         method = job.default_method()

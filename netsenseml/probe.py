@@ -55,6 +55,27 @@ def _timed_allgather(t: torch.Tensor, group: Any, world: int) -> float:
     return clock.now() - t0
 
 
+def _codec_times(state: NetSenseState, levels: tuple[str, ...], numel: int, device: torch.device,
+                 probe_ratio: float) -> list[float]:
+    """Each level's codec seconds on a random gradient-sized tensor (top-k at
+    ``probe_ratio``), after a warm-up on a small slice; an emulated accelerator's profile
+    instead of the host where there is one."""
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
+    topk = state.codecs.ladder["topk"]
+    topk_ratio = topk.ratio  # type: ignore[attr-defined]
+    topk.ratio = probe_ratio  # type: ignore[attr-defined]
+    codec = []
+    for level in levels:
+        if state.pacer is not None:  # an emulated accelerator: its codec, not the host's
+            codec.append(state.pacer.timing.codec_s(level, 4 * numel))
+            continue
+        compressor = state.codecs.ladder[level]
+        _codec_seconds(compressor, x[: min(numel, 4096)], state.world_size)  # warm-up
+        codec.append(_codec_seconds(compressor, x, state.world_size))
+    topk.ratio = topk_ratio  # type: ignore[attr-defined]
+    return codec
+
+
 def probe_network(
     state: NetSenseState,
     ddp_model: torch.nn.Module,
@@ -85,24 +106,11 @@ def probe_network(
     params = [p for p in ddp_model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("netsenseml: the model has no parameter that requires a gradient")
-    device = params[0].device
-    numel = sum(p.numel() for p in params)
+    device, numel = params[0].device, sum(p.numel() for p in params)
     world, group = state.world_size, state.process_group
-    x = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
-    topk = state.codecs.ladder["topk"]
-    topk_ratio = topk.ratio  # type: ignore[attr-defined]
-    topk.ratio = probe_ratio  # type: ignore[attr-defined]
     assert state.policy is not None
     half = state.policy.half_level
-    codec = []
-    for level in (half, "int8", "topk"):
-        if state.pacer is not None:  # an emulated accelerator: its codec, not the host's
-            codec.append(state.pacer.timing.codec_s(level, 4 * numel))
-            continue
-        compressor = state.codecs.ladder[level]
-        _codec_seconds(compressor, x[: min(numel, 4096)], world)  # warm-up
-        codec.append(_codec_seconds(compressor, x, world))
-    topk.ratio = topk_ratio  # type: ignore[attr-defined]
+    codec = _codec_times(state, (half, "int8", "topk"), numel, device, probe_ratio)
     one = torch.zeros(1, device=device)
     latency = min(_timed_allreduce(one, group) for _ in range(latency_repeats))
     byte = torch.zeros(1, dtype=torch.uint8, device=device)  # top-k / int8 payloads are bytes

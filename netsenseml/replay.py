@@ -408,13 +408,18 @@ def _fit_phase(points: list[tuple[str, float, float]], latency: float) -> tuple[
     return best[1], max(0.0, best[2]), best[0]
 
 
-def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
-    """A :class:`ReplayModel` from on/off run folders (rank-mean values per step)."""
-    per: dict[str, dict[tuple[str, float], list[float]]] = {"idle": {}, "congested": {}}
-    compute, rel, spikes, skews, probes = [], [], [], [], []
-    job_facts: dict[str, Any] = {}
-    codec: dict[str, list[float]] = {}
-    for run in map(Path, run_dirs):
+@dataclass
+class _FitData:
+    """What :func:`fit_runs` gathers from the runs' steps (rank means)."""
+
+    per: dict[str, dict[tuple[str, float], list[float]]] = field(
+        default_factory=lambda: {"idle": {}, "congested": {}})
+    compute: list[float] = field(default_factory=list)
+    skews: list[float] = field(default_factory=list)
+    codec: dict[str, list[float]] = field(default_factory=dict)
+    job_facts: dict[str, Any] = field(default_factory=dict)
+
+    def add_run(self, run: Path) -> None:
         spans = _phase_times(run / "events.csv")
         cfg = json.loads((run / "config.json").read_text())
         world = int(cfg.get("world_size") or 2)
@@ -423,28 +428,38 @@ def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
             for row in csv.DictReader(fh):
                 steps.setdefault(int(row["step"]), []).append(row)
         for rows in steps.values():
-            if len(rows) < world:
-                continue
-            r0 = next(r for r in rows if r["rank"] == "0")
-            t = float(r0["t"])
-            phase = "congested" if any(a + 0.3 <= t <= b for a, b in spans) else (
-                "idle" if all(not (a - 0.3 <= t <= b + 0.6) for a, b in spans) else None)
-            level = r0["level"]
-            comm = [float(r["comm_s"]) for r in rows]
-            dense = float(r0["bytes_dense"])
-            job_facts.setdefault("dense_bytes", dense)
-            job_facts.setdefault("world_size", world)
-            ratio = float(r0.get("ratio") or 1.0)
-            d = Decision(level, ratio if level == "topk" else 1.0)
-            kind = "allgather" if level in GATHERED else "allreduce"
-            x = dense * bytes_ratio(d.level, d.ratio) * (max(1.0, world / 2) if kind == "allgather" else 1.0)
-            if phase is not None:
-                per[phase].setdefault((kind, round(x, -2)), []).append(sum(comm) / len(comm))
-            skews.append(abs(comm[0] - comm[1]) if len(comm) > 1 else 0.0)
-            compute.append(float(r0["compute_s"]) - float(r0.get("codec_s") or 0.0))
-            codec.setdefault(level, []).append(float(r0.get("codec_s") or 0.0))
-            if r0.get("probe") == "1":
-                probes.append(1)
+            if len(rows) >= world:
+                self.add_step(rows, spans, world)
+
+    def add_step(self, rows: list[dict[str, str]], spans: list[tuple[float, float]], world: int) -> None:
+        r0 = next(r for r in rows if r["rank"] == "0")
+        t = float(r0["t"])
+        phase = "congested" if any(a + 0.3 <= t <= b for a, b in spans) else (
+            "idle" if all(not (a - 0.3 <= t <= b + 0.6) for a, b in spans) else None)
+        level = r0["level"]
+        comm = [float(r["comm_s"]) for r in rows]
+        dense = float(r0["bytes_dense"])
+        self.job_facts.setdefault("dense_bytes", dense)
+        self.job_facts.setdefault("world_size", world)
+        ratio = float(r0.get("ratio") or 1.0)
+        d = Decision(level, ratio if level == "topk" else 1.0)
+        kind = "allgather" if level in GATHERED else "allreduce"
+        x = dense * bytes_ratio(d.level, d.ratio) * (max(1.0, world / 2) if kind == "allgather" else 1.0)
+        if phase is not None:
+            self.per[phase].setdefault((kind, round(x, -2)), []).append(sum(comm) / len(comm))
+        self.skews.append(abs(comm[0] - comm[1]) if len(comm) > 1 else 0.0)
+        self.compute.append(float(r0["compute_s"]) - float(r0.get("codec_s") or 0.0))
+        self.codec.setdefault(level, []).append(float(r0.get("codec_s") or 0.0))
+
+
+def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
+    """A :class:`ReplayModel` from on/off run folders (rank-mean values per step)."""
+    data = _FitData()
+    for run in map(Path, run_dirs):
+        data.add_run(run)
+    per, compute, skews, codec, job_facts = data.per, data.compute, data.skews, data.codec, data.job_facts
+    rel: list[float] = []
+    spikes: list[float] = []
     if not per["idle"] or not per["congested"]:
         raise ValueError("fit_runs: need steps in both idle and congested phases")
     phases = {}

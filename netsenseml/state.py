@@ -33,19 +33,24 @@ from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor, TcpInfoSensor
 
 @dataclass(frozen=True)
 class HookOptions:
-    """The options of one registered hook (``hooks.register`` documents each)."""
+    """The options of one registered hook (``hooks.register`` takes each by name)."""
 
-    error_feedback: bool = True
-    monitor_rate_window: int = 8
-    monitor_rate_filter: str = "max"
-    monitor_min_rate_bytes: float = 512 * 1024
+    error_feedback: bool = True  # lossy levels keep what they did not send (netsenseml.memory)
+    monitor_rate_window: int = 8  # rate samples the monitor's window holds
+    monitor_rate_filter: str = "max"  # of that window, as BBR, or "median" (netsenseml.sense)
+    monitor_min_rate_bytes: float = 512 * 1024  # shorter transfers are no rate samples
+    # netsenseml's tiny RTT collective every this many steps, and on every dense step
     rtt_probe_every: int = RTT_PROBE_EVERY
+    # a dense level adds at most this times the gradient's norm of the residual per step
     residual_drain: float = 1.0
+    # netsenseml's top-k: "auto" uses the sampled selector while it keeps 90 % of the exact
+    # top-k's L2 mass; "exact", "sampled"
     topk_method: str = "auto"
     dgc_momentum: float = 0.9
-    seed: int = 0
+    seed: int = 0  # random-k's shared seed
+    # hook methods: a bucket waits for the previous one (the hooks' module docstring)
     serialize_buckets: bool = True
-    memory_kind: str = "residual"  # or "momentum" (DGC's momentum correction)
+    memory_kind: str = "residual"  # or "momentum" (DGC's momentum correction; the registry's)
 
     def __post_init__(self) -> None:
         if self.rtt_probe_every < 1 or self.residual_drain <= 0:
