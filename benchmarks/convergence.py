@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import socket
@@ -45,6 +44,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from testbed.orchestration.calibrate import read_run  # the one reader of such runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -120,31 +121,6 @@ def run_one(wl: Workload, method: str, seed: int, folder: Path, timeout: float) 
     if codes != [0, 0]:
         tail = (folder / "rank0.out").read_text()[-400:]
         print(f"  {method} seed {seed}: exit codes {codes}; rank 0 said: {tail}", flush=True)
-
-
-def read_run(folder: Path) -> dict | None:
-    """The row of one finished run, or None when it did not finish."""
-    path = folder / "rank0.jsonl"
-    if not path.is_file():
-        return None
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    summary = next((r for r in recs if r["kind"] == "summary"), None)
-    if summary is None or summary.get("status") != "ok":
-        return None
-    start = recs[0]
-    steps = [r for r in recs if r["kind"] == "step"]
-    evals = [r for r in recs if r["kind"] == "eval"]
-    hit = next((e for e in evals if e.get("reached_target")), None)
-    eval_before = sum(e.get("eval_s", 0.0) for e in evals if hit and e["step"] < hit["step"])
-    return {
-        "params": start["params"], "grad_bytes": start["grad_bytes"],
-        "reached": hit is not None,
-        "steps": hit["step"] if hit else None,
-        "train_s": (hit["t"] - hit.get("eval_s", 0.0) - eval_before) if hit else None,
-        "step_ms": 1000 * statistics.median(r["step_s"] for r in steps),
-        "final_accuracy": summary.get("final_accuracy"),
-        "steps_run": summary["steps"],
-    }
 
 
 def _stat(values: list[float], fmt: str) -> str:
