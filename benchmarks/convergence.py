@@ -13,9 +13,9 @@ the target and is counted as such, never given a made-up number of steps).
         [--methods allreduce,fp16,...] [--out DIR] [--table-only]
     .venv/bin/python benchmarks/convergence.py --priors
 
-``--priors`` prints, without training, the policy's convergence priors as they come from
-its committed table (``netsenseml.policy.CONVERGENCE_STEPS``): each method's steps relative
-to allreduce and, for top-k, the fitted ``c(r)`` beside it (``fit_topk_cost``).
+``--priors`` prints, without training, the policy's convergence prior ``c(d)`` per level
+(``netsenseml.convergence``): the stated default, or the table ``--convergence PATH``
+names; top-k's between the table's points as the policy interpolates them.
 
 Runs are kept under ``--out`` (default ``results/bench-convergence/<workload>/``) and a
 finished run is not repeated, so the table can be built in several sittings (``--seeds 0``,
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import socket
@@ -45,6 +44,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from testbed.orchestration.calibrate import read_run  # the one reader of such runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,31 +123,6 @@ def run_one(wl: Workload, method: str, seed: int, folder: Path, timeout: float) 
         print(f"  {method} seed {seed}: exit codes {codes}; rank 0 said: {tail}", flush=True)
 
 
-def read_run(folder: Path) -> dict | None:
-    """The row of one finished run, or None when it did not finish."""
-    path = folder / "rank0.jsonl"
-    if not path.is_file():
-        return None
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    summary = next((r for r in recs if r["kind"] == "summary"), None)
-    if summary is None or summary.get("status") != "ok":
-        return None
-    start = recs[0]
-    steps = [r for r in recs if r["kind"] == "step"]
-    evals = [r for r in recs if r["kind"] == "eval"]
-    hit = next((e for e in evals if e.get("reached_target")), None)
-    eval_before = sum(e.get("eval_s", 0.0) for e in evals if hit and e["step"] < hit["step"])
-    return {
-        "params": start["params"], "grad_bytes": start["grad_bytes"],
-        "reached": hit is not None,
-        "steps": hit["step"] if hit else None,
-        "train_s": (hit["t"] - hit.get("eval_s", 0.0) - eval_before) if hit else None,
-        "step_ms": 1000 * statistics.median(r["step_s"] for r in steps),
-        "final_accuracy": summary.get("final_accuracy"),
-        "steps_run": summary["steps"],
-    }
-
-
 def _stat(values: list[float], fmt: str) -> str:
     if not values:
         return "-"
@@ -193,20 +169,19 @@ def table(name: str, wl: Workload, out: Path, methods: list[str], seeds: list[in
     return "\n".join(lines)
 
 
-def priors() -> str:
-    """The policy's c(d) table: measured steps relative to allreduce, and the top-k fit."""
-    from netsenseml import policy  # pure Python: no torch for this
+def priors(table: str | None = None) -> str:
+    """The policy's c(d): the prior ``netsenseml.convergence.load`` gives for ``table`` (a
+    table's path; None: the stated default), per level, and top-k's between its points."""
+    from netsenseml import convergence  # pure Python: no torch for this
 
-    per_decade, free = policy.fit_topk_cost()
-    base = policy.CONVERGENCE_STEPS["allreduce"]
-    lines = [f"top-k fit: c(r) = 1 + {per_decade:.3f} x max(0, log10({free:.3f} / r))",
-             f"{'method':<12} {'steps':>6} {'x ar':>6} {'fit':>6}"]
-    for method, steps in policy.CONVERGENCE_STEPS.items():
-        fit = ""
-        if method.startswith("topk:"):
-            r = float(method.split(":")[1])
-            fit = f"{1 + per_decade * max(0.0, math.log10(free / r)):.3f}"
-        lines.append(f"{method:<12} {steps:>6.0f} {steps / base:>6.3f} {fit:>6}")
+    prior = convergence.load(table)
+    lines = [f"prior: {prior.source} (resolution {prior.resolution:g})",
+             f"{'level':<14} {'c(d)':>7}"]
+    lines += [f"{level:<14} {c:>7.3f}" for level, c in prior.dense.items()]
+    points = {r for r, _ in prior.topk}
+    for r in sorted(points | {0.05, 0.02, 0.005, 0.002}, reverse=True):
+        mark = "" if r in points else "  (interpolated)"
+        lines.append(f"{f'topk:{r:g}':<14} {prior.factor('topk', r):>7.3f}{mark}")
     return "\n".join(lines)
 
 
@@ -219,10 +194,11 @@ def main() -> None:
     ap.add_argument("--table-only", action="store_true", help="print from finished runs")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     ap.add_argument("--priors", action="store_true",
-                    help="print the policy's convergence priors from its table and exit")
+                    help="print the policy's convergence prior c(d) per level and exit")
+    ap.add_argument("--convergence", help="--priors of this convergence table (default: the stated default)")
     a = ap.parse_args()
     if a.priors:
-        print(priors())
+        print(priors(a.convergence))
         return
     wl = WORKLOADS[a.workload]
     methods = [m for m in a.methods.split(",") if m]

@@ -94,3 +94,74 @@ class MomentumCorrectionMemory(ResidualMemory):
         super().update(key, compensated, sent, carry)
         # Momentum factor masking: where an element was sent, its velocity restarts.
         self.velocities[key].masked_fill_(sent != 0, 0.0)
+
+
+class BucketResiduals:
+    """A memory keyed by DDP bucket index whose residuals follow the parameters when DDP
+    rebuilds its buckets (after the first step it re-buckets by the order gradients became
+    ready): a changed layout dissolves every residual into per-parameter pieces, and each
+    new bucket is assembled from its parameters' pieces (zeros where none)."""
+
+    def __init__(self, memory: ResidualMemory) -> None:
+        self.memory = memory
+        self._layouts: dict[int, tuple[int, ...]] = {}
+        self._params: dict[int, torch.Tensor] = {}
+        self._pool: dict[tuple[str, int], torch.Tensor] = {}
+
+    def key(self, index: int, params: list[torch.Tensor]) -> int:
+        """The memory key of bucket ``index`` holding ``params`` (its index)."""
+        layout = tuple(id(p) for p in params)
+        if self._layouts.get(index) != layout:
+            if index in self._layouts:
+                self._dissolve()  # DDP rebuilt its buckets: residuals back to parameters
+            self._layouts[index] = layout
+            for p in params:
+                self._params[id(p)] = p
+            self._assemble(index, layout)
+        return index
+
+    def _stores(self) -> dict[str, dict]:
+        stores: dict[str, dict] = {"residual": self.memory.residuals}
+        if isinstance(self.memory, MomentumCorrectionMemory):
+            stores["velocity"] = self.memory.velocities
+        return stores
+
+    def _dissolve(self) -> None:
+        for name, store in self._stores().items():
+            for idx, flat in list(store.items()):
+                for pid, piece in self._split(idx, flat):
+                    self._pool[(name, pid)] = piece
+            store.clear()
+        self._layouts.clear()
+
+    def _split(self, idx: int, flat: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+        out, off = [], 0
+        for pid in self._layouts.get(idx, ()):
+            n = self._params[pid].numel()
+            out.append((pid, flat[off : off + n]))
+            off += n
+        return out
+
+    def _assemble(self, idx: int, layout: tuple[int, ...]) -> None:
+        for name, store in self._stores().items():
+            if not any((name, pid) in self._pool for pid in layout):
+                continue
+            pieces = [
+                self._pool.pop((name, pid), None)
+                if (name, pid) in self._pool
+                else torch.zeros_like(self._params[pid]).reshape(-1)
+                for pid in layout
+            ]
+            store[idx] = torch.cat([p.reshape(-1) for p in pieces])
+
+    def by_param(self) -> dict[torch.Tensor, torch.Tensor]:
+        """The current residual of each parameter, shaped like it."""
+        out = {}
+        for (name, pid), piece in self._pool.items():
+            if name == "residual":
+                out[self._params[pid]] = piece.view_as(self._params[pid])
+        for idx, flat in self.memory.residuals.items():
+            for pid, piece in self._split(idx, flat):
+                p = self._params[pid]
+                out[p] = piece.view_as(p)
+        return out

@@ -53,7 +53,7 @@ from __future__ import annotations
 import threading
 
 from netsenseml import clock
-from netsenseml.policy import Decision, Observation
+from netsenseml.policy import Calibration, Decision, Observation
 from netsenseml.sense import WindowedExtreme
 
 
@@ -62,8 +62,18 @@ class PaperRule:
 
     :meth:`add` is the per-collective sample (the hook's recorder calls it, as it calls a
     :class:`~netsenseml.sense.NetworkMonitor`); :meth:`take_counts` hands the step's
-    verdicts to the hook; :meth:`observe` applies the mean over ranks.
+    verdicts to the step loop (``netsenseml.loop``); :meth:`observe` applies the mean over
+    ranks.
     """
+
+    # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
+    needs_calibration = False  # no registration probe: it starts at ``start``
+    probes_rtt = False  # no tiny RTT collective: its samples are the collectives
+    takes_samples = True  # every collective's sample is judged by the rule
+    drains_residual = False
+    topk_method = "exact"  # the prototype's torch.topk
+    half_level = "fp16"
+    new_regime = False  # it has no regimes
 
     def __init__(
         self,
@@ -135,6 +145,16 @@ class PaperRule:
             out = (self._congested, self._samples)
             self._congested = self._samples = 0
         return out
+
+    def calibrate(self, cal: Calibration) -> Decision:
+        """No registration probe (``needs_calibration`` is False): the first decision."""
+        del cal
+        return self.decision
+
+    def step_stats(self, decision: Decision) -> dict[str, float | int]:
+        """Nothing beyond the hook's own statistics."""
+        del decision
+        return {}
 
     def observe(self, obs: Observation) -> Decision:
         """Applies the mean-over-ranks verdict counts of one step (module docstring)."""

@@ -91,10 +91,8 @@ a bandwidth estimate that moves with noise does not.
 observations in a row -- except in a *young regime*: from a new regime at least
 ``2 x change_factor`` slower than predicted (the detector's median ratio) up to its first
 observation with a freshly sensed rate (at most ``change_confirm + decide_confirm``
-observations), a move is taken at once and judged without the error bars. Measured on a
-1000 -> 200 Mbit/s drop with 8 competing streams (xover-d50): int8 steps went from 25 ms to
-0.2-0.34 s, and with two stale-rate observations, a band wide from three samples, and calls
-interrupted by "stay", the policy took 10 steps (3 s of a 4 s phase) to compress.
+observations), a move is taken at once and judged without the error bars (the run that
+showed why: ``results/policy/README.md``, "Young regime").
 A move against the direction of the regime's previous move is an oscillation -- across
 labels (fp16 -> top-k -> fp16) or along top-k's ratio grid (0.008 -> 0.08 -> 0.019 ->
 0.008: a flat ``J(r)`` whose noise decides): it multiplies the confirmation count by
@@ -146,9 +144,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from netsenseml import convergence, methods
 
@@ -265,10 +264,10 @@ class PolicyConfig:
     min_spread: float = 3.0  # sizes this far apart tell fixed cost from slope
     size_memory: int = 5  # latest samples per size in a fit
     noise_mads: float = 4.0  # sizes closer than this many MADs tell nothing apart
-    compute_window: int = 20
-    compute_quantile: float = 0.1
-    codec_window: int = 5
-    overlap_window: int = 5
+    compute_window: int = 20  # latest compute times the compute estimate is taken over
+    compute_quantile: float = 0.1  # ... and its quantile (stalls outside the hook only add)
+    codec_window: int = 5  # latest codec times per level (their minimum is the estimate)
+    overlap_window: int = 5  # latest first-to-last launch times (their minimum hides comm)
     probe_every: int = 20  # steps at one size of a kind before a probe
     probe_budget: float = 0.5  # a probe's predicted extra cost, in steps
     reprice_factor: float = 1.5  # the decision's step this much faster: the stale gap is priced anew
@@ -406,6 +405,27 @@ class StepModel:
         """The monitor's window restarted (a new regime): its rate is stale until sensed."""
         self.rate_fresh = False
 
+    @contextmanager
+    def assuming_rate(self, rate: float) -> Iterator[StepModel]:
+        """A what-if: inside the block the model predicts as if ``rate`` had just been
+        sensed and the regime had measured nothing yet (the probes' question: what would
+        the link call for at the fastest rate seen); everything is as it was after it."""
+        saved = (self.rate, self.rate_fresh,
+                 {k: deque(v, maxlen=v.maxlen) for k, v in self._points.items()},
+                 dict(self._fixed), dict(self._queue_at))
+        self.rate, self.rate_fresh = rate, True
+        for pts in self._points.values():
+            pts.clear()
+        self.points_version += 1
+        try:
+            yield self
+        finally:
+            self.rate, self.rate_fresh = saved[0], saved[1]
+            self._points.update(saved[2])
+            self.points_version += 1
+            self._fixed.update(saved[3])
+            self._queue_at.update(saved[4])
+
     def add_point(self, d: Decision, comm_s: float) -> None:
         self._points[kind_of(d.level)].append((self.wire_bytes(d), max(comm_s, 0.0), self.steps))
         self.points_version += 1
@@ -465,14 +485,12 @@ class StepModel:
         measured.
 
         Why: under TCP cross traffic a drop-tail queue's backlog drifts over seconds
-        without a change the detector confirms (two congested int8 phases of one run:
-        45 ms and 180 ms a step). Candidates are priced from samples taken at other times:
-        a one-step probe of another level, a ratio left a few steps ago. Read raw, such a
-        sample from a quiet moment prices its level as if the moment lasted (sim-noise,
-        2 workers, 4 streams: an fp16 probe of 125 ms among 45-110 ms int8 steps priced
-        fp16 below int8 once int8 had drifted to 170 ms; the policy moved to fp16 and
-        took 330 ms steps for the remaining 6 s). The queue delays every size alike, so
-        the size measured throughout tells each sample's moment from now."""
+        without a change the detector confirms. Candidates are priced from samples taken
+        at other times: a one-step probe of another level, a ratio left a few steps ago.
+        Read raw, such a sample from a quiet moment prices its level as if the moment
+        lasted (the runs that showed it: ``results/policy/README.md``, "Drift"). The
+        queue delays every size alike, so the size measured throughout tells each
+        sample's moment from now."""
         key = (self.steps, self.points_version)
         if self._drift is not None and self._drift[0] == key:
             return self._drift[1], self._drift[2]
@@ -559,8 +577,8 @@ class StepModel:
             # tell latency from bandwidth; where the sensed rate is too high (under drop-tail
             # congestion the monitor's samples reach several times the fair share), the
             # remainder read as fixed cost would price every compressed level as slow as
-            # the current one and freeze it (eval-onoff: int8 at 120-180 ms a step with a
-            # "fixed cost" of 130 ms, where top-k 1.4 % took 45 ms). Less bandwidth is the
+            # the current one and freeze it (results/policy/README.md, "Fixed cost
+            # bound"). Less bandwidth is the
             # safe side; a second size (the probes) identifies a grown fixed cost, and only
             # that (or the registration probe) sets the bound: a bound this branch lowered
             # would ratchet down on every quiet sample.
@@ -730,6 +748,26 @@ class Hysteresis:
         return True
 
 
+class ProbeQuestions(Protocol):
+    """What the :class:`Prober` asks the policy, and nothing more: the decision in use, the
+    candidates and their order, whether a move is allowed on the model's word, the best
+    candidate were the rate another (a what-if of the step model), and the step model's
+    predictions."""
+
+    decision: Decision
+
+    @property
+    def model(self) -> StepModel: ...
+
+    def candidates(self) -> list[Decision]: ...
+
+    def fidelity(self, d: Decision) -> tuple[int, float]: ...
+
+    def eligible(self, cur: Decision, d: Decision) -> bool: ...
+
+    def best_at_rate(self, rate: float) -> Decision: ...
+
+
 class Prober:
     """One-step probes where the model lacks a measurement (module docstring, "Probes")."""
 
@@ -746,7 +784,7 @@ class Prober:
         self.priced_step = 0.0  # ... and its predicted step then
         self.dense_s = 0.0  # a dense step measured just before compressing (see compressed)
 
-    def _up(self, policy: NetSensePolicy) -> Decision | None:
+    def _up(self, policy: ProbeQuestions) -> Decision | None:
         """The least compressed level the link would call for at the fastest rate seen,
         where the regime has not measured it and it is less compressed than now."""
         m, cur = policy.model, policy.decision
@@ -757,7 +795,7 @@ class Prober:
             return None  # measured: the decision itself can move there
         return target
 
-    def _stale(self, policy: NetSensePolicy) -> Decision | None:
+    def _stale(self, policy: ProbeQuestions) -> Decision | None:
         """A dense probe when the sensed rate is stale (module docstring, "Probes")."""
         cur = policy.decision
         if kind_of(cur.level) == "allreduce":  # every step samples the rate
@@ -765,7 +803,7 @@ class Prober:
             return None
         self.since_rate += 1
         if (self.stale_gap > self.config.probe_every and self.priced is not None
-                and policy.step_s(self.priced) * self.config.reprice_factor < self.priced_step):
+                and policy.model.step_s(self.priced)[0] * self.config.reprice_factor < self.priced_step):
             # The gap was priced against a slower step: the path got faster (a congested
             # phase ended, below what the detector confirms), and the probe's cost with it.
             # That is what the probe is for, so it goes now.
@@ -781,7 +819,7 @@ class Prober:
         self.stale_probe = dataclasses.replace(target, probe=True)
         return self.stale_probe
 
-    def probed(self, policy: NetSensePolicy, obs: Observation) -> None:
+    def probed(self, policy: ProbeQuestions, obs: Observation) -> None:
         """Prices the next stale-rate probe by what this one cost: a probe that took ``x``
         times the current decision's step waits ``probe_every x (x - 1)`` observations
         (at least ``probe_every``), so on a link that stays slow such probes cost about
@@ -791,11 +829,11 @@ class Prober:
         self.stale_probe = None
         self._price(policy, obs.compute_s + obs.exposed_s)
 
-    def _price(self, policy: NetSensePolicy, dense_s: float) -> None:
+    def _price(self, policy: ProbeQuestions, dense_s: float) -> None:
         """The gap after a dense step of ``dense_s`` seconds (:meth:`probed`), priced
         against the current decision. Its reprice compares that same decision's predicted
         step later: a move to another ratio changes the prediction, not the path."""
-        step = policy.step_s(policy.decision)
+        step = policy.model.step_s(policy.decision)[0]
         x = dense_s / step if step > 0 else 1.0
         every = self.config.probe_every
         self.stale_gap = max(every, math.ceil(every * (x - 1.0)))
@@ -808,7 +846,7 @@ class Prober:
         of going after ``probe_every`` steps to measure it again."""
         self.dense_s = obs.compute_s + obs.exposed_s
 
-    def measured(self, policy: NetSensePolicy) -> None:
+    def measured(self, policy: ProbeQuestions) -> None:
         """A compressed step was measured: price the gap a dense step left (:meth:`compressed`)."""
         if self.dense_s > 0:
             self._price(policy, self.dense_s)
@@ -825,7 +863,7 @@ class Prober:
         self.stale_gap, self.priced, self.priced_step = self.config.probe_every, None, 0.0
         self.dense_s = 0.0
 
-    def next(self, policy: NetSensePolicy) -> Decision | None:
+    def next(self, policy: ProbeQuestions) -> Decision | None:
         c, m, cur = self.config, policy.model, policy.decision
         stale = self._stale(policy)
         if stale is not None:
@@ -880,6 +918,13 @@ class NetSensePolicy:
     (``NetSensePolicy(floor=0.01)``, what ``hooks.register`` passes through); ``prior``:
     anything :func:`netsenseml.convergence.load` takes.
     """
+
+    # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
+    needs_calibration = True  # the hook's registration probe gives the first decision
+    probes_rtt = True  # the tiny RTT collective (``netsenseml.sense.rtt_probe_due``)
+    takes_samples = False  # collectives feed the monitor; its estimate comes with each step
+    drains_residual = True  # dense levels drain what sparse steps withheld, bounded
+    topk_method: str | None = None  # the hook's ``topk_method`` option
 
     def __init__(self, config: PolicyConfig | None = None, *,
                  prior: convergence.Prior | Mapping | str | None = None, **settings: Any) -> None:
@@ -960,28 +1005,18 @@ class NetSensePolicy:
 
     def preferred(self) -> Decision:
         """The least compressed candidate whose ``J`` is within ``U`` of the smallest."""
-        js = {d: self.cost_se(d) for d in self._candidates}
-        best = min(self._candidates, key=lambda d: (js[d][0], self.fidelity(d)))
-        return next(d for d in self._candidates
-                    if js[d][0] - js[best][0] <= self.band(d, best, js[d], js[best]))
+        return self._select(self._candidates, {d: self.cost_se(d) for d in self._candidates})
+
+    def _select(self, among: list[Decision], js: Mapping[Decision, tuple[float, float]]) -> Decision:
+        """The selection rule, once: of ``among`` (least compressed first), the least
+        compressed whose ``J`` is within ``U`` of the smallest."""
+        best = min(among, key=lambda d: (js[d][0], self.fidelity(d)))
+        return next(d for d in among if js[d][0] - js[best][0] <= self.band(d, best, js[d], js[best]))
 
     def best_at_rate(self, rate: float) -> Decision:
         """The candidate of smallest ``J`` were the sensed rate ``rate`` (probes)."""
-        m = self._model()
-        saved = (m.rate, m.rate_fresh, {k: deque(v, maxlen=v.maxlen) for k, v in m._points.items()},
-                 dict(m._fixed), dict(m._queue_at))
-        m.rate, m.rate_fresh = rate, True
-        for pts in m._points.values():
-            pts.clear()
-        m.points_version += 1
-        try:
+        with self._model().assuming_rate(rate):
             return self.best()
-        finally:
-            m.rate, m.rate_fresh = saved[0], saved[1]
-            m._points.update(saved[2])
-            m.points_version += 1
-            m._fixed.update(saved[3])
-            m._queue_at.update(saved[4])
 
     def stats(self) -> dict[str, float]:
         """The model behind the current decision, for step logs (units in the names)."""
@@ -992,6 +1027,18 @@ class NetSensePolicy:
                 "model_step_s": self.step_s(d),
                 "model_none_step_s": self.step_s(self._candidates[0]),
                 "model_J_se_rel": se / j if j > 0 else 0.0}
+
+    def step_stats(self, decision: Decision) -> dict[str, float | int]:
+        """:meth:`stats` and whether ``decision`` (the one in use) is a probe, once
+        calibrated (the hook's step statistics)."""
+        if self.calibration is None:
+            return {}
+        return {**self.stats(), "probe": int(decision.probe)}
+
+    @staticmethod
+    def take_counts() -> tuple[int, int]:
+        """The prototype rule's verdict counts: none here."""
+        return 0, 0
 
     # ------------------------------------------------------------------ inputs
     def _model(self) -> StepModel:
@@ -1093,15 +1140,13 @@ class NetSensePolicy:
         # best of them.
         better = [d for d in eligible if jc[0] - js[d][0] > self.band(cur, d, jc, js[d])]
         if better:
-            best = min(better, key=lambda d: (js[d][0], self.fidelity(d)))
-            return next(d for d in better if js[d][0] - js[best][0] <= self.band(d, best, js[d], js[best]))
+            return self._select(better, js)
         # Otherwise: a less compressed candidate that costs no more than now (of equal
         # costs the more faithful; a flat J(r) would otherwise drift to the floor). Across
         # levels not right after a move toward more compression: that move was a
         # significant gain, and a tie that undoes it is a noisy stretch of the current
-        # level's samples as often as not (eval-onoff, idle 500 Mbit/s: five int8 steps at
-        # 15-20 ms instead of 9-11 priced int8 at fp16's J; the policy went to fp16 and
-        # back); only a significant gain undoes it.
+        # level's samples as often as not (results/policy/README.md, "Ties across
+        # levels"); only a significant gain undoes it.
         across = self.hysteresis.last_move is not False
         faithful = [d for d in eligible if (across or d.level == cur.level)
                     and self.fidelity(d) < self.fidelity(cur) and js[d][0] <= jc[0]]

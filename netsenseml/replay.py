@@ -53,16 +53,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netsenseml.paper_rule import PaperRule
+from netsenseml.loop import AdaptivePolicy, Measured, StepLoop
 from netsenseml.policy import (
     GATHERED,
     Calibration,
     Decision,
     NetSensePolicy,
-    Observation,
     bytes_ratio,
 )
-from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor, rtt_probe_due
+from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor
 
 
 @dataclass(frozen=True)
@@ -159,24 +158,34 @@ def wire_bytes(job: Job, d: Decision) -> float:
     return b * max(1.0, job.world_size / 2) if d.level in GATHERED else b
 
 
-def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random.Random,
-              clock: float, step: int, monitor: NetworkMonitor | None, noise: Mapping[str, float],
-              bucket: TokenBucket | None = None) -> tuple[Observation, float]:
-    """One step of ``decision`` on ``link``: its observation and its period. ``bucket``:
-    the shaper's token bucket carried from step to step (None: full at every collective)."""
-    jitter, spike_prob = noise.get("jitter", 0.0), noise.get("spike_prob", 0.0)
-    spike_s, compute_jitter = noise.get("spike_s", 0.0), noise.get("compute_jitter", 0.0)
-    delay_s = noise.get("delay_s", 0.0)
+class _Noise:
+    """The replay's seeded noise (module docstring) on one collective's seconds."""
 
-    def noisy(seconds: float) -> float:
-        if jitter:
-            seconds *= 1.0 + rng.uniform(-jitter, jitter)
-        if spike_prob and rng.random() < spike_prob:
-            seconds += spike_s * rng.uniform(0.5, 1.5)
-        if delay_s:
-            seconds += rng.uniform(0.0, delay_s)
+    def __init__(self, rng: random.Random, noise: Mapping[str, float]) -> None:
+        self.rng = rng
+        self.jitter, self.spike_prob = noise.get("jitter", 0.0), noise.get("spike_prob", 0.0)
+        self.spike_s, self.compute = noise.get("spike_s", 0.0), noise.get("compute_jitter", 0.0)
+        self.delay_s = noise.get("delay_s", 0.0)
+
+    def __call__(self, seconds: float) -> float:
+        rng = self.rng
+        if self.jitter:
+            seconds *= 1.0 + rng.uniform(-self.jitter, self.jitter)
+        if self.spike_prob and rng.random() < self.spike_prob:
+            seconds += self.spike_s * rng.uniform(0.5, 1.5)
+        if self.delay_s:
+            seconds += rng.uniform(0.0, self.delay_s)
         return seconds
 
+
+def _run_step(loop: StepLoop | None, job: Job, link: Link, decision: Decision, noisy: _Noise,
+              clock: float, bucket: TokenBucket | None = None) -> tuple[Measured, float]:
+    """One step of ``decision`` on ``link``: what it measured and its period. ``loop``:
+    the adaptive method's (its RTT probe, its monitor and the rule's samples; None: a
+    fixed level, no monitor). ``bucket``: the shaper's token bucket carried from step to
+    step (None: full at every collective)."""
+    rng = noisy.rng
+    monitor = loop.monitor if loop is not None else None
     # the payload leaves after the backward pass and the codec (their noise-free time: the
     # bucket's refill needs only the gap, and the random draws keep their order)
     launch = clock + job.compute_s + job.codec_s.get(decision.level, 0.0)
@@ -189,21 +198,21 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
     per_bucket = wire_bytes(job, decision) / job.buckets
     handed = job.dense_bytes * bytes_ratio(decision.level, decision.ratio, job.topk_bytes_per_element)
     comm, collectives = 0.0, job.buckets
-    if isinstance(policy, NetSensePolicy) and rtt_probe_due(step, decision.level, job.rtt_probe_every):
+    if loop is not None and loop.rtt_probe_due():
         tiny = noisy(wire(4.0)) + job.skew_s * rng.random()
         comm += tiny
         collectives += 1
-        if monitor is not None:
-            monitor.add(4.0, tiny)
+        loop.monitor.add(4.0, tiny)
     else:
         comm += 0.5 * job.skew_s * rng.random()  # the mean rank waits for the last
     payload_s = 0.0
+    rule = loop.policy if loop is not None and loop.policy.takes_samples else None
     for _ in range(job.buckets):
         seconds = noisy(wire(per_bucket, job.gather_fixed_s if gathered else 0.0))
         comm += seconds
         payload_s += seconds
-        if isinstance(policy, PaperRule):
-            policy.add(per_bucket, seconds, clock + comm)
+        if rule is not None:
+            rule.add(per_bucket, seconds, clock + comm)  # type: ignore[attr-defined]
     if monitor is not None:
         # the buckets are in flight together in a real run: one sample (netsenseml.comm),
         # timed from this rank's launch, so it holds this rank's wait for the last one
@@ -211,28 +220,21 @@ def _run_step(policy: Any, job: Job, link: Link, decision: Decision, rng: random
         monitor.add(per_bucket * job.buckets, payload_s + wait)
     codec = job.codec_s.get(decision.level, 0.0)
     compute = job.compute_s
-    if compute_jitter:
-        compute *= 1.0 + rng.uniform(-compute_jitter, compute_jitter)
-        codec *= 1.0 + rng.uniform(-compute_jitter, compute_jitter)
+    if noisy.compute:
+        compute *= 1.0 + rng.uniform(-noisy.compute, noisy.compute)
+        codec *= 1.0 + rng.uniform(-noisy.compute, noisy.compute)
     exposed = max(comm / collectives, comm - job.hidden_s)
-    congested, samples = policy.take_counts() if isinstance(policy, PaperRule) else (0, 0)
-    est = monitor.estimate() if monitor is not None else None
-    obs = Observation(
-        decision=decision, comm_s=comm, exposed_s=exposed, compute_s=compute + codec,
-        codec_s=codec, bytes_sent=handed, collectives=collectives,
-        overlap_s=job.hidden_s if job.buckets > 1 else 0.0,
-        rate_Bps=(est.max_rate or 0.0) if est is not None else 0.0,
-        min_rtt_s=est.min_rtt if est is not None else 0.0,
-        queue_s=est.queue_delay if est is not None else 0.0,
-        congested=congested, samples=samples,
-    )
-    return obs, compute + codec + exposed
+    measured = Measured(comm_s=comm, exposed_s=exposed, compute_s=compute + codec, codec_s=codec,
+                        bytes_sent=handed, collectives=collectives,
+                        overlap_s=job.hidden_s if job.buckets > 1 else 0.0)
+    return measured, compute + codec + exposed
 
 
-def replay(policy: Any, job: Job, links: Iterable[Link], *, seed: int = 0,
+def replay(policy: AdaptivePolicy, job: Job, links: Iterable[Link], *, seed: int = 0,
            monitor: NetworkMonitor | None = None, refill: bool = True,
            **noise: float) -> list[Step]:
-    """Runs one step per entry of ``links``; calibrates a policy on the first link.
+    """Runs one step per entry of ``links`` through the step loop (``netsenseml.loop``, as
+    the hook drives it); calibrates a policy that needs it on the first link.
 
     ``refill``: the links' burst is a token bucket that refills at the link's rate between
     collectives (:class:`TokenBucket`, what HTB does); False: full at every collective.
@@ -244,24 +246,20 @@ def replay(policy: Any, job: Job, links: Iterable[Link], *, seed: int = 0,
     if unknown:
         raise ValueError(f"unknown noise {sorted(unknown)}")
     links = list(links)
-    if getattr(policy, "calibration", "") is None:
-        policy.calibrate(calibration(job, links[0]))
-    monitor = monitor or NetworkMonitor()
-    rng = random.Random(seed)
-    decision = policy.decision
-    prev: Observation | None = None
+    loop = StepLoop(policy, monitor or NetworkMonitor(), job.rtt_probe_every)
+    if policy.needs_calibration and getattr(policy, "calibration", None) is None:
+        loop.calibrate(calibration(job, links[0]))
+    noisy = _Noise(random.Random(seed), noise)
     clock = 0.0
     out = []
     bucket = TokenBucket() if refill else None
-    for i, link in enumerate(links, 1):
-        pending = policy.observe(prev) if prev is not None else None
-        if getattr(policy, "new_regime", False):
-            monitor.restart_rate()
-        prev, period = _run_step(policy, job, link, decision, rng, clock, i, monitor, noise, bucket)
+    for link in links:
+        decision = loop.next_step()
+        measured, period = _run_step(loop, job, link, decision, noisy, clock, bucket)
+        obs = loop.end_step(measured)
         clock += period
-        out.append(Step(i, decision, link, prev.comm_s, period, prev.bytes_sent, prev.rate_Bps))
-        if pending is not None:
-            decision = pending
+        out.append(Step(loop.step, decision, link, measured.comm_s, period, measured.bytes_sent,
+                        obs.rate_Bps))
     return out
 
 
@@ -270,10 +268,10 @@ def step_seconds(job: Job, link: Link, decision: Decision, refill: bool = True) 
     (``refill``: the shaper's bucket as the steps leave it, :class:`TokenBucket`; the mean
     of steps 21-40, when a short transfer's bucket has reached its steady state)."""
     if not refill:
-        return _run_step(None, job, link, decision, random.Random(0), 0.0, 1, None, {})[1]
+        return _run_step(None, job, link, decision, _Noise(random.Random(0), {}), 0.0)[1]
     bucket, clock, periods = TokenBucket(), 0.0, []
-    for i in range(1, 41):
-        period = _run_step(None, job, link, decision, random.Random(0), clock, i, None, {}, bucket)[1]
+    for _ in range(1, 41):
+        period = _run_step(None, job, link, decision, _Noise(random.Random(0), {}), clock, bucket)[1]
         clock += period
         periods.append(period)
     return sum(periods[20:]) / len(periods[20:])
@@ -410,13 +408,18 @@ def _fit_phase(points: list[tuple[str, float, float]], latency: float) -> tuple[
     return best[1], max(0.0, best[2]), best[0]
 
 
-def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
-    """A :class:`ReplayModel` from on/off run folders (rank-mean values per step)."""
-    per: dict[str, dict[tuple[str, float], list[float]]] = {"idle": {}, "congested": {}}
-    compute, rel, spikes, skews, probes = [], [], [], [], []
-    job_facts: dict[str, Any] = {}
-    codec: dict[str, list[float]] = {}
-    for run in map(Path, run_dirs):
+@dataclass
+class _FitData:
+    """What :func:`fit_runs` gathers from the runs' steps (rank means)."""
+
+    per: dict[str, dict[tuple[str, float], list[float]]] = field(
+        default_factory=lambda: {"idle": {}, "congested": {}})
+    compute: list[float] = field(default_factory=list)
+    skews: list[float] = field(default_factory=list)
+    codec: dict[str, list[float]] = field(default_factory=dict)
+    job_facts: dict[str, Any] = field(default_factory=dict)
+
+    def add_run(self, run: Path) -> None:
         spans = _phase_times(run / "events.csv")
         cfg = json.loads((run / "config.json").read_text())
         world = int(cfg.get("world_size") or 2)
@@ -425,28 +428,38 @@ def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
             for row in csv.DictReader(fh):
                 steps.setdefault(int(row["step"]), []).append(row)
         for rows in steps.values():
-            if len(rows) < world:
-                continue
-            r0 = next(r for r in rows if r["rank"] == "0")
-            t = float(r0["t"])
-            phase = "congested" if any(a + 0.3 <= t <= b for a, b in spans) else (
-                "idle" if all(not (a - 0.3 <= t <= b + 0.6) for a, b in spans) else None)
-            level = r0["level"]
-            comm = [float(r["comm_s"]) for r in rows]
-            dense = float(r0["bytes_dense"])
-            job_facts.setdefault("dense_bytes", dense)
-            job_facts.setdefault("world_size", world)
-            ratio = float(r0.get("ratio") or 1.0)
-            d = Decision(level, ratio if level == "topk" else 1.0)
-            kind = "allgather" if level in GATHERED else "allreduce"
-            x = dense * bytes_ratio(d.level, d.ratio) * (max(1.0, world / 2) if kind == "allgather" else 1.0)
-            if phase is not None:
-                per[phase].setdefault((kind, round(x, -2)), []).append(sum(comm) / len(comm))
-            skews.append(abs(comm[0] - comm[1]) if len(comm) > 1 else 0.0)
-            compute.append(float(r0["compute_s"]) - float(r0.get("codec_s") or 0.0))
-            codec.setdefault(level, []).append(float(r0.get("codec_s") or 0.0))
-            if r0.get("probe") == "1":
-                probes.append(1)
+            if len(rows) >= world:
+                self.add_step(rows, spans, world)
+
+    def add_step(self, rows: list[dict[str, str]], spans: list[tuple[float, float]], world: int) -> None:
+        r0 = next(r for r in rows if r["rank"] == "0")
+        t = float(r0["t"])
+        phase = "congested" if any(a + 0.3 <= t <= b for a, b in spans) else (
+            "idle" if all(not (a - 0.3 <= t <= b + 0.6) for a, b in spans) else None)
+        level = r0["level"]
+        comm = [float(r["comm_s"]) for r in rows]
+        dense = float(r0["bytes_dense"])
+        self.job_facts.setdefault("dense_bytes", dense)
+        self.job_facts.setdefault("world_size", world)
+        ratio = float(r0.get("ratio") or 1.0)
+        d = Decision(level, ratio if level == "topk" else 1.0)
+        kind = "allgather" if level in GATHERED else "allreduce"
+        x = dense * bytes_ratio(d.level, d.ratio) * (max(1.0, world / 2) if kind == "allgather" else 1.0)
+        if phase is not None:
+            self.per[phase].setdefault((kind, round(x, -2)), []).append(sum(comm) / len(comm))
+        self.skews.append(abs(comm[0] - comm[1]) if len(comm) > 1 else 0.0)
+        self.compute.append(float(r0["compute_s"]) - float(r0.get("codec_s") or 0.0))
+        self.codec.setdefault(level, []).append(float(r0.get("codec_s") or 0.0))
+
+
+def fit_runs(run_dirs: Sequence[Path | str]) -> ReplayModel:
+    """A :class:`ReplayModel` from on/off run folders (rank-mean values per step)."""
+    data = _FitData()
+    for run in map(Path, run_dirs):
+        data.add_run(run)
+    per, compute, skews, codec, job_facts = data.per, data.compute, data.skews, data.codec, data.job_facts
+    rel: list[float] = []
+    spikes: list[float] = []
     if not per["idle"] or not per["congested"]:
         raise ValueError("fit_runs: need steps in both idle and congested phases")
     phases = {}

@@ -31,6 +31,7 @@ from netsenseml import convergence
 from testbed.common.files import write_json
 from testbed.config.scenario import Scenario, ScenarioError, apply_overrides
 from testbed.orchestration.workers import REPO_ROOT, worker_argv
+from workloads import records
 
 DEFAULT_MAX_STEPS = 1500
 
@@ -97,23 +98,38 @@ def run_one(scn: Scenario, method: str, seed: int, folder: Path, timeout_s: floa
 
 
 def read_run(folder: Path) -> dict[str, Any] | None:
-    """``{"steps": N or None, "steps_run", "step_ms"}`` of a finished run, else None."""
+    """A finished run's rank 0 (``rank0.jsonl``, read as ``workloads.records``), else None
+    (no file, a torn line, no ``ok`` summary): ``steps`` to the target (None: not reached),
+    ``reached``, ``steps_run``, ``step_ms`` (median), ``train_s`` (first step to the
+    evaluation that reached the target, less the evaluations before it), ``params``,
+    ``grad_bytes``, ``final_accuracy``. The one reader of such runs (``netsense calibrate``
+    and ``benchmarks/convergence.py``)."""
     path = folder / "rank0.jsonl"
     if not path.is_file():
         return None
-    recs = []
+    raw = []
     for line in path.read_text().splitlines():
         try:
-            recs.append(json.loads(line))
+            raw.append(json.loads(line))
         except json.JSONDecodeError:
             return None  # a torn last line: the run did not finish
-    summary = next((r for r in recs if r.get("kind") == "summary"), None)
-    if summary is None or summary.get("status") != "ok":
+    recs = records.RankRecords.parse(raw)
+    summary = recs.summary
+    if summary is None or summary.status != "ok":
         return None
-    hit = next((r for r in recs if r.get("kind") == "eval" and r.get("reached_target")), None)
-    steps = [r["step_s"] for r in recs if r.get("kind") == "step" and "step_s" in r]
-    return {"steps": int(hit["step"]) if hit else None, "steps_run": int(summary.get("steps", 0)),
-            "step_ms": round(1e3 * statistics.median(steps), 2) if steps else None}
+    hit = next((e for e in recs.evals if e.reached_target), None)
+    steps = [r.step_s for r in recs.steps if r.step_s is not None]
+    train_s = None
+    if hit is not None and hit.t is not None:
+        before = sum(e.eval_s or 0.0 for e in recs.evals if (e.step or 0) < (hit.step or 0))
+        train_s = hit.t - (hit.eval_s or 0.0) - before
+    start = recs.start
+    return {"steps": int(hit.step) if hit is not None and hit.step is not None else None,
+            "reached": hit is not None, "steps_run": int(summary.steps or 0),
+            "step_ms": round(1e3 * statistics.median(steps), 2) if steps else None,
+            "train_s": train_s, "params": start.params if start else None,
+            "grad_bytes": start.grad_bytes if start else None,
+            "final_accuracy": summary.final_accuracy}
 
 
 def check(scn: Scenario, seeds: Sequence[int], levels: Sequence[str] | None,

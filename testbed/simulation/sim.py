@@ -49,11 +49,16 @@ the share the streams just backed off from), so ``k`` streams are entered as
 ``round(k x cross_weight)`` comms, ``cross_weight`` fitted on the congested calibration
 runs (on the build machine 0.5: four iperf3 streams took what two fair flows would).
 
-NetSenseML runs its real policy (``netsenseml.policy.NetSensePolicy``, pure Python): the
-registration probe is simulated (one-element allreduces, one-byte all-gathers, the fastest
-of three 1 MiB allreduces), each step's observation is fed one step late as the hook does, and the level
-it picks sets the next steps' payload and collective -- so its choice follows the platform
-and the worker count as it does on a real network.
+NetSenseML runs its real policy (``netsenseml.policy.NetSensePolicy``, pure Python) in the
+hook's own step loop (``netsenseml.loop``): the registration probe is simulated (one-element
+allreduces, one-byte all-gathers, the fastest of three 1 MiB allreduces); each step's
+payload collective is a sample of a ``netsenseml.sense.NetworkMonitor`` (fp32-allreduce-
+equivalent bytes from the mean rank's launch, as ``netsenseml.comm`` gives it), and where
+the loop says so the tiny RTT allreduce runs beside it (an actor of its own, as gloo's second
+thread runs it; the step ends with it, as the hook's does); so the observation carries the
+monitor's rate, min RTT and queueing delay as the emulated one does, reaches the policy one
+step late, and the level it picks sets the next steps' payload and collective -- so its
+choice follows the platform and the worker count as it does on a real network.
 
 ``extrapolate=True`` (for thousands of workers): once three consecutive phases of a
 collective take the same time (within 0.1 %: the buckets are empty and the flows steady),
@@ -70,7 +75,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from netsenseml import convergence, methods
-from netsenseml.policy import Calibration, NetSensePolicy, Observation, bytes_ratio
+from netsenseml.loop import Measured, StepLoop
+from netsenseml.policy import Calibration, NetSensePolicy, bytes_ratio
+from netsenseml.sense import NetworkMonitor
 from testbed.simulation import engine
 from testbed.simulation.model import oversubscription
 from testbed.simulation.platform import Fabric, build
@@ -428,22 +435,45 @@ def simulate(job: Job) -> SimResult:
             if k in built.shaped:
                 buckets.full[k] -= 1
 
+    def timed(kind: str, size: float) -> float:
+        t = e.clock
+        collective(kind, size)
+        return e.clock - t
+
+    def adaptive_step(loop: StepLoop, kind: str, size: float, launch: float) -> tuple[int, float]:
+        """The payload's collective, with the RTT probe beside it where the loop says so
+        (an actor of its own, as gloo's second thread runs it; the step ends with it, as
+        the hook's does); the monitor gets both samples in the order they completed.
+        Returns (phases simulated, bytes handed)."""
+        tiny: list[float] = []
+        start = e.clock
+        actor = (sg.Actor.create("rtt-probe", hosts[0], lambda: tiny.append(timed("allreduce", 4.0)))
+                 if loop.rtt_probe_due() else None)
+        phases = collective(kind, size)
+        payload = (size * (max(1.0, w / 2) if kind == "allgather" else 1.0), e.clock - launch)
+        if actor is not None:
+            actor.join(-1)
+        samples = [payload]
+        if tiny:  # in the order they completed
+            samples.insert(0 if start + tiny[0] <= launch + payload[1] else 1, (4.0, tiny[0]))
+        for nbytes, seconds in samples:
+            loop.monitor.add(nbytes, seconds)
+        return phases, size + (4.0 if actor is not None else 0.0)
+
     def controller() -> None:
         for src, dst in built.background:  # another job's bulk TCP flows, weighted alike
             for _ in range(max(1, round(cal.cross_weight))):
                 bulk.append(sg.Comm.sendto_async(built.hosts[src], built.hosts[dst],
                                                  BULK_BYTES))
-        policy, decision = None, None
-        if job.method == "netsenseml":
-            policy, decision = _start_policy(job, probe, collective, e)
-        else:
+        loop = _start_loop(job, probe, timed) if job.method == "netsenseml" else None
+        if loop is None:
             level, ratio = level_of(job.method)
         origin = None
-        pending: list[Any] = []
         step = counted = 0
         while True:
             step += 1
-            if policy is not None:
+            if loop is not None:
+                decision = loop.next_step()  # the observation of two steps ago decided it
                 level, ratio = decision.level, decision.ratio
             comp, codec = job.compute.at(level, ratio)
             t0 = e.clock
@@ -452,7 +482,10 @@ def simulate(job: Job) -> SimResult:
             busy(job.compute.critical_at(level, ratio))  # the ring waits for the last rank
             kind = "allgather" if level in GATHERED_LEVELS else "allreduce"
             size = payload_bytes(job, level, ratio)
-            phases = collective(kind, size)
+            if loop is None:
+                phases, handed = collective(kind, size), size
+            else:
+                phases, handed = adaptive_step(loop, kind, size, t0 + comp)
             t2 = e.clock
             # the mean rank's view, as steps.csv records it: its own compute, and its wait
             # for the last rank counted in its comm
@@ -462,10 +495,11 @@ def simulate(job: Job) -> SimResult:
                 for flow in job.cross:
                     sg.Actor.create(f"cross-{flow.src}-{flow.dst}", hosts[0], cross_actor,
                                     flow, t2)
-            if policy is not None:
-                pending.append(_observation(decision, t2 - t0 - comp, t2 - t0, codec, size))
-                if len(pending) > 1:  # step s is observed when step s+1 is done
-                    decision = policy.observe(pending.pop(0))
+            if loop is not None:
+                comm = t2 - t0 - comp
+                loop.end_step(Measured(comm_s=comm, exposed_s=comm, compute_s=comp,
+                                       codec_s=codec, bytes_sent=handed,
+                                       collectives=1.0 + (handed > size)))
             if not job.cross or (state["cross_t"] is not None
                                  and t0 - origin > state["cross_t"]):
                 counted += 1
@@ -485,21 +519,9 @@ def simulate(job: Job) -> SimResult:
     return SimResult(out, time.perf_counter() - wall0, probe, state["cross_t"])
 
 
-def _observation(decision: Any, comm_s: float, step_s: float, codec_s: float,
-                 size: float) -> Any:
-    return Observation(decision=decision, comm_s=comm_s, exposed_s=comm_s,
-                       compute_s=step_s - comm_s, codec_s=codec_s, bytes_sent=size,
-                       collectives=1.0)
-
-
-def _start_policy(job: Job, probe: dict[str, float], collective: Any, e: Any) -> tuple[Any, Any]:
-    """The registration probe, simulated as the hook runs it, and the policy's first
-    decision."""
-    def timed(kind: str, size: float) -> float:
-        t = e.clock
-        collective(kind, size)
-        return e.clock - t
-
+def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
+    """The registration probe, simulated as the hook runs it, and the step loop of a
+    NetSenseML policy calibrated on it (its first decision)."""
     lat = min(timed("allreduce", 4.0) for _ in range(PROBE_REPEATS))
     glat = min(timed("allgather", 1.0) for _ in range(PROBE_REPEATS))
     n = max(1, min(int(job.dense_bytes // 4), PROBE_BYTES // 4))
@@ -512,12 +534,12 @@ def _start_policy(job: Job, probe: dict[str, float], collective: Any, e: Any) ->
     codec = {"none": 0.0, "fp16": job.compute.at("fp16")[1], "int8": job.compute.at("int8")[1],
              "topk": job.compute.at("topk", 0.01)[1]}
     probe.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
-    policy = NetSensePolicy(prior=convergence.load(job.convergence))
-    decision = policy.calibrate(Calibration(
+    loop = StepLoop(NetSensePolicy(prior=convergence.load(job.convergence)), NetworkMonitor())
+    loop.calibrate(Calibration(
         dense_bytes=job.dense_bytes, world_size=job.fabric.workers, latency_s=lat,
         s_per_byte=s_per_byte, codec_s=codec,
         topk_bytes_per_element=job.topk_bytes_per_element, gather_latency_s=glat))
-    return policy, decision
+    return loop
 
 
 def _simulate_dict(job: Job) -> dict[str, Any]:
