@@ -19,7 +19,12 @@ enough to finish each part within its slot:
   ``codec_s_per_mb[level] x`` the bucket's fp32 megabytes (0 where the profile names no
   cost for that level: free on the device);
 * the optimizer step ends ``optimizer_s`` after the backward pass returned (which includes
-  waiting for the last collective).
+  waiting for the last collective); its real work shares one slot with the next step's
+  forward pass (the device runs them back to back): the next forward is due
+  ``optimizer_s + forward_s`` after the backward returned, so a host whose optimizer is
+  slow but whose forward is quick keeps up (the optimizer of a CPU host is often 20-100x
+  a GPU's where its forward is 10x). A step that did not follow straight on (an evaluation
+  or the time limit's agreement came between) starts its own slot.
 
 A part whose real work did not fit its slot is *late*; a step with a part later than the
 tolerance is an **overrun**, counted per step (``pace_overrun`` in the step statistics)
@@ -263,6 +268,7 @@ class Pacer:
         self._bucket_i = 0
         self._codec_shift = 0.0
         self._backward_end: float | None = None
+        self._optimizer_due: float | None = None  # when the last optimizer step was due
         self._wait = 0.0
         self._late = 0.0
         self._late_at = ""
@@ -275,8 +281,11 @@ class Pacer:
             self._late, self._late_at = late, part
         self._wait += clock.sleep_until(deadline)
 
-    def start_step(self) -> None:
-        self._t0 = clock.now()
+    def start_step(self, follows: bool = True) -> None:
+        """A step begins. ``follows``: straight after the previous step's optimizer (the
+        two share a slot: the module docstring); False after anything else (an evaluation)."""
+        due, self._optimizer_due = self._optimizer_due, None
+        self._t0 = due if follows and due is not None else clock.now()
         self._seen = self._bucket_i = 0
         self._codec_shift = 0.0
         self._backward_end = None
@@ -296,7 +305,7 @@ class Pacer:
 
     def forward_done(self) -> None:
         if self._t0 is not None:
-            self._hold(self._t0 + self.timing.forward_s, "forward")
+            self._hold(self._t0 + self.timing.forward_s, "optimizer and forward")
 
     def bucket(self, elements: int) -> None:
         """Bucket ``i`` (in DDP's order) is ready: release it at its profiled time."""
@@ -330,10 +339,13 @@ class Pacer:
         self._backward_end = clock.now()
 
     def optimizer_done(self) -> None:
+        """Held to its profiled end when the host was quicker; when it was slower, the next
+        step's forward (whose slot it shares) judges it, not this call."""
         if self._t0 is None:
             return
         end = self._backward_end if self._backward_end is not None else clock.now()
-        self._hold(end + self.timing.optimizer_s, "optimizer")
+        self._optimizer_due = end + self.timing.optimizer_s
+        self._wait += clock.sleep_until(self._optimizer_due)
 
     def pop(self) -> dict[str, Any]:
         """The step's pacing statistics; resets them."""

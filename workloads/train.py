@@ -689,6 +689,7 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
 
     s.ddp.train()
     pacer = s.state.pacer
+    between = True  # an evaluation or the stop agreement since the last step (the pacer)
     batches = _batches(s.loader, s.sampler)
     step = 0
     elapsed_max = torch.zeros(1, device=s.device)
@@ -697,7 +698,8 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
     while args.steps is None or step < args.steps:
         t0 = clock.now()
         if pacer is not None:
-            pacer.start_step()
+            pacer.start_step(follows=not between)
+            between = False
         s.opt.zero_grad(set_to_none=True)
         if s.recorded is None:
             x, y = next(batches)
@@ -735,10 +737,12 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
                              level=stats.pop("level", "none"), loss=loss_v, stats=stats))
         watchdog.stepped(step, clock.real_s(step_s))
         if args.eval_every and step % args.eval_every == 0:
+            between = True
             do_eval(step)
             if args.stop_at_target and out.target_t is not None:
                 break  # the accuracy is global, so every rank stops after this step
         if args.time_limit is not None and step >= next_check:
+            between = True
             elapsed_max.fill_(clock.now() - origin)
             dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
             next_check = next_stop_check(step, elapsed_max.item(), args.time_limit)

@@ -111,9 +111,10 @@ def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float
 def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
     """``margin`` x the largest ratio of a real part to its profiled slot (unrounded).
 
-    Parts: the forward pass; the backward pass with the costliest codec the method uses
-    (released bucket by bucket, so the two share one slot); the optimizer step (a slot of
-    0 must fit within the pacer's tolerance).
+    Parts: the optimizer step with the next forward pass (one slot: the pacer lets the
+    device run them back to back); the forward alone (a step after an evaluation starts
+    its own slot); the backward pass with the costliest codec the method uses (released
+    bucket by bucket, so the two share one slot).
     """
     codec_real = real.get("codec_s", {}) or {}
     mb = 4 * int(real.get("elements", 0)) / 1e6
@@ -121,10 +122,9 @@ def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -
     for level, seconds in codec_real.items():
         backward.append((real["backward_s"] + seconds,
                          timing.backward_s + timing.codec_s_per_mb.get(level, 0.0) * mb))
-    optimizer_slot = timing.optimizer_s or accelerator.TOLERANCE_SHARE * timing.step_s
-    ratios = [real["forward_s"] / timing.forward_s,
-              max(r / p for r, p in backward),
-              real["optimizer_s"] / optimizer_slot]
+    ratios = [(real["optimizer_s"] + real["forward_s"]) / (timing.optimizer_s + timing.forward_s),
+              real["forward_s"] / timing.forward_s,
+              max(r / p for r, p in backward)]
     return margin * max(ratios)
 
 

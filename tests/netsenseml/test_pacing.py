@@ -65,11 +65,40 @@ def test_a_slow_part_is_an_overrun_and_says_which() -> None:
     pacer = accelerator.Pacer(TIMING, total_elements=100)
     took, stats = _step(pacer, work_s=TIMING.forward_s + 0.02)
     assert stats["pace_overrun"] == 1
-    assert stats["pace_late_part"] == "forward"
+    assert stats["pace_late_part"] == "optimizer and forward"
     assert stats["pace_late_s"] == pytest.approx(0.02, abs=0.008)
     _, quick = _step(pacer)  # the next step fits again: counted per step
     assert quick["pace_overrun"] == 0
     assert (pacer.steps, pacer.overruns) == (2, 1)
+
+
+def test_a_slow_optimizer_is_absorbed_by_the_next_forward_when_it_fits() -> None:
+    def slow_optimizer(pacer: accelerator.Pacer, over_s: float) -> None:
+        pacer.start_step(follows=False)
+        pacer.forward_done()
+        pacer.bucket(100)
+        pacer.backward_done()
+        time.sleep(TIMING.optimizer_s + over_s)  # the host's optimizer, over its 10 ms slot
+        pacer.optimizer_done()
+        assert pacer.pop()["pace_overrun"] == 0  # judged with the next forward, not here
+
+    pacer = accelerator.Pacer(TIMING, total_elements=100)
+    t0 = clock.now()
+    slow_optimizer(pacer, 0.02)
+    pacer.start_step()  # straight on: the forward's 30 ms slot absorbs the 20 ms
+    pacer.forward_done()
+    assert clock.now() - t0 >= TIMING.step_s + TIMING.forward_s  # both slots held in full
+    assert pacer.pop()["pace_overrun"] == 0
+    slow_optimizer(pacer, 0.05)
+    pacer.start_step()  # 50 ms over: more than the forward's slot holds
+    pacer.forward_done()
+    stats = pacer.pop()
+    assert stats["pace_overrun"] == 1 and stats["pace_late_part"] == "optimizer and forward"
+    slow_optimizer(pacer, 0.05)
+    time.sleep(0.01)  # an evaluation came between: the next step starts its own slot
+    pacer.start_step(follows=False)
+    pacer.forward_done()
+    assert pacer.pop()["pace_overrun"] == 0
 
 
 def test_lateness_within_the_tolerance_is_no_overrun() -> None:
@@ -168,7 +197,7 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
             x, y = torch.randn(8, 20, generator=g), torch.randint(4, (8,), generator=g)
             Stamped.stamps.clear()
             t0 = clock.now()
-            pacer.start_step()
+            pacer.start_step(follows=False)  # each step's slots counted from t0
             loss = torch.nn.functional.cross_entropy(model(x), y)
             if rank == 1 and step == 3:
                 time.sleep(TIMING.forward_s + 0.03)  # this rank's device is slow once
@@ -189,8 +218,7 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
             assert took >= TIMING.step_s
             if rank == 1 and step == 3:
                 assert stats["pace_overrun"] == 1, stats
-                assert stats["pace_late_part"] == "forward"
-                assert stats["pace_late_s"] >= 0.02
+                assert stats["pace_late_s"] >= 0.02  # (another part may be later still)
             else:
                 unexplained += stats["pace_overrun"]
         # A rank of a shared 2-core host can be descheduled for a while (other tests,
