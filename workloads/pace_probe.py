@@ -146,10 +146,14 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
     step, per step after ``warmup`` steps; on CUDA the device is waited for around each
     part. ``at_warm`` runs once, after the warm-up (a barrier between copies); ``probe``
     sees every backward pass, warm-up included. ``grads="recorded"``: the gradient-shape
-    mode's surrogate step over one recorded gradient, no optimizer step."""
+    mode's surrogate step over one recorded gradient, no optimizer step. ``between_s``:
+    what the worker does between two steps (the next batch, the loss read back, the
+    gradient's health norm), which is no part of a device's profile but is of the host's
+    real work per step."""
     device = device or torch.device("cpu")
     sync = syncer(device)
-    times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
+    times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": [],
+                                     "between_s": []}
     batches = iter(job.loader)
     rec = None
     if grads == "recorded":
@@ -160,6 +164,7 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
     for i in range(steps + warmup):
         if i == warmup and at_warm is not None:
             at_warm()
+        tb = time.perf_counter()
         if rec is None:
             try:
                 x, y = next(batches)
@@ -184,11 +189,23 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
             job.opt.step()
         sync()
         t3 = time.perf_counter()
+        _health(job.model, loss)
+        t4 = time.perf_counter()
         if i >= warmup:
             times["forward_s"].append(t1 - t0)
             times["backward_s"].append(t2 - t1)
             times["optimizer_s"].append(t3 - t2)
+            times["between_s"].append((t0 - tb) + (t4 - t3))
     return times
+
+
+def _health(model: torch.nn.Module, loss: torch.Tensor) -> None:
+    """What the worker does between two steps besides them: the loss read back and the
+    gradient's norm (its health check)."""
+    loss.item()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if grads:
+        float(torch.stack(torch._foreach_norm(grads)).sum())
 
 
 def gradient(model: torch.nn.Module) -> torch.Tensor:

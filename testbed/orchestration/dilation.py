@@ -111,10 +111,11 @@ def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float
 def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
     """``margin`` x the largest ratio of a real part to its profiled slot (unrounded).
 
-    Parts: the optimizer step with the next forward pass (one slot: the pacer lets the
-    device run them back to back); the forward alone (a step after an evaluation starts
-    its own slot); the backward pass with the costliest codec the method uses (released
-    bucket by bucket, so the two share one slot).
+    Parts: the optimizer step with what the worker does between steps (the next batch, its
+    records) and the next forward pass (one slot: the pacer lets the device run them back
+    to back); the same without the optimizer (a step after an evaluation starts its own
+    slot); the backward pass with the costliest codec the method uses (released bucket by
+    bucket, so the two share one slot).
     """
     codec_real = real.get("codec_s", {}) or {}
     mb = 4 * int(real.get("elements", 0)) / 1e6
@@ -122,10 +123,18 @@ def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -
     for level, seconds in codec_real.items():
         backward.append((real["backward_s"] + seconds,
                          timing.backward_s + timing.codec_s_per_mb.get(level, 0.0) * mb))
-    ratios = [(real["optimizer_s"] + real["forward_s"]) / (timing.optimizer_s + timing.forward_s),
-              real["forward_s"] / timing.forward_s,
+    between = real.get("between_s", 0.0) + PER_STEP_BOOKKEEPING_S
+    ratios = [(real["optimizer_s"] + between + real["forward_s"])
+              / (timing.optimizer_s + timing.forward_s),
+              (between + real["forward_s"]) / timing.forward_s,
               max(r / p for r, p in backward)]
     return margin * max(ratios)
+
+
+#: The worker's own work per step that no probe times (its records, the hook's statistics
+#: and TCP_INFO reads, the watchdog), measured in paced runs of the crossover workload on
+#: the 2-core build machine as what remained of a step's lateness after the probe's parts.
+PER_STEP_BOOKKEEPING_S = 0.002
 
 
 def measure(scn: Any, method: str) -> dict[str, Any]:
