@@ -191,7 +191,8 @@ def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str,
                 p.kill()
                 p.wait()
     worst: dict[str, Any] = {k: max(r[k] for r in results)
-                             for k in ("forward_s", "backward_s", "optimizer_s")}
+                             for k in ("forward_s", "backward_s", "optimizer_s", "between_s")
+                             if all(k in r for r in results)}
     worst["elements"] = results[0]["elements"]
     worst["codec_s"] = {lv: max(r["codec_s"][lv] for r in results) for lv in results[0]["codec_s"]}
     worst["processes"] = len(results)

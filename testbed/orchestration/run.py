@@ -412,9 +412,13 @@ class _Run(RunLifecycle):
                                          list(self.emu.worker_hosts))
         ends = [bottleneck.LinkEnd(link, dev, pid, toward)
                 for link in links for dev, pid, toward in self.emu.link_ends(link)]
+        # Under dilation the qdiscs are read less often in real time (each read is a `tc`
+        # process, whose start-up takes CPU from the paced workers): at most 1 s apart, and
+        # still 10 ms virtual or finer at k <= 100.
+        period = bottleneck.PERIOD_S * min(max(self.k / 10, 1.0), 10.0)
         self.sampler = bottleneck.BottleneckSampler(
             ends, self.emu.link_rate, self.folder.path / "bottleneck.csv", self.launch_wall,
-            dilation=self.k)
+            period_s=period, dilation=self.k)
         self.sampler.start()
         if self.scn.capture:
             self._start_capture(ends)
