@@ -40,8 +40,8 @@ class Accelerator(StrictModel):
     """A given step time in milliseconds (30 % forward, 60 % backward, 10 % optimizer), instead of a profile."""
     dilation: float | Literal["auto"] = "auto"
     """Time-dilation factor k >= 1, or auto (the least k at which this host keeps up with margin). Default auto."""
-    margin: float = Field(2.0, ge=1.0, le=10.0)
-    """With dilation auto: the host's measured real work times this must fit the slot (the rest absorbs the host's jitter: its scheduler, the shaper's and the samplers' work). Default 2."""
+    margin: float = Field(2.5, ge=1.0, le=10.0)
+    """With dilation auto: the host's measured real work times this must fit the slot (the rest absorbs the host's jitter: its scheduler, the shaper's and the samplers' work). Default 2.5."""
     max_overrun: float = Field(0.01, ge=0.0, le=1.0)
     """Share of steps that may overrun their slot before the run is marked degraded. Default 0.01."""
 
