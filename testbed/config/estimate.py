@@ -20,9 +20,10 @@ not known before the run and are estimated here, each from stated figures:
   host's work from figures measured on the 2-core build machine (one thread per worker,
   ``benchmarks/paper_models.py`` and ``python -m workloads.pace_probe``) scaled by the
   workers sharing its cores (``max(1, n / cores)``): ``HOST_MEASURED`` (or
-  ``HOST_REAL_PER_PROFILE`` x the profile) for real compute, with the optimizer step, whose
-  slot is the smallest (SGD over 11.2 M parameters: 20 ms here against the profile's
-  0.3 ms, which makes a real-compute run's factor ~400 at 8 workers); ``RECORDED_NS`` per
+  ``HOST_REAL_PER_PROFILE`` x the profile) for real compute, the optimizer step in one slot
+  with the next forward as the pacer holds them (SGD over 11.2 M parameters: 20 ms here
+  against the profile's 0.3 ms would alone make a real-compute run's factor ~400 at 8
+  workers); ``RECORDED_NS`` per
   gradient element for the recorded surrogate (no optimizer step); ``CODEC_NS`` per
   element per codec level.
 
@@ -146,10 +147,10 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
             bwd = elements * RECORDED_NS["backward"] * 1e-9
             opt = 0.0
         codec_real = elements * CODEC_NS.get(level or "", 0.0) * 1e-9 if elements else 0.0
-        opt_slot = timing.optimizer_s or accelerator.TOLERANCE_SHARE * timing.step_s
+        # the optimizer shares its slot with the next forward (netsenseml.accelerator)
         k_host = acc.margin * share_cores * max(
             fwd / timing.forward_s, (bwd + codec_real) / (timing.backward_s + codec_v),
-            opt / opt_slot)
+            (opt + fwd) / (timing.optimizer_s + timing.forward_s))
         k = _round_up(max(k_net, k_host))
     record = 0.0
     if wl.grads == "recorded":
