@@ -672,7 +672,8 @@ def _tta_text(mean: float, half: float, reached: int, seeds: int) -> str:
         return "-"
     if reached < seeds:
         return f"not reached ({reached}/{seeds})"
-    return f"{mean:.1f} +- {half:.1f}" if pd.notna(half) else f"{mean:.1f}"
+    # three significant digits: a dilated run's times are fractions of a virtual second
+    return f"{mean:.3g} +- {half:.2g}" if pd.notna(half) else f"{mean:.3g}"
 
 
 def speedup_markdown(sp: pd.DataFrame) -> str:
