@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,19 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False)
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def portable(text: str, run: Path) -> str:
+    """A run's record with this machine's folders taken out: the run folder becomes
+    ``<run>``, the checkout's folder a relative path (``testbed/scenarios/...``), the
+    interpreter ``python``; a packed folder is read on other machines."""
+    for path, instead in ((str(run.resolve()), "<run>"), (str(REPO) + "/", ""),
+                          (str(Path(sys.executable)), "python")):
+        text = text.replace(json.dumps(path)[1:-1], instead)
+    return text
+
+
 def pack_run(src: Path, dest: Path, rank0_rows: int = RANK0_ROWS,
              series_rows: int = SERIES_ROWS) -> int:
     """One run folder, compact (module doc); returns the bytes written."""
@@ -119,6 +133,9 @@ def pack_run(src: Path, dest: Path, rank0_rows: int = RANK0_ROWS,
     for name in WHOLE:
         if (src / name).is_file():
             shutil.copyfile(src / name, dest / name)
+    if (dest / "config.json").is_file():  # paths that mean something on any clone
+        text = (dest / "config.json").read_text(encoding="utf-8")
+        files.atomic_write_text(dest / "config.json", portable(text, src))
     if (src / "steps.csv").is_file():
         steps = loading.read_csv_file(src / "steps.csv", loading.STEP_COLUMNS)
         small = pack_steps(steps, rank0_rows)
@@ -138,7 +155,7 @@ def pack_run(src: Path, dest: Path, rank0_rows: int = RANK0_ROWS,
             break
     start = _start_record(src)
     if start is not None:
-        files.atomic_write_text(dest / "start.json", json.dumps(start, indent=1))
+        files.atomic_write_text(dest / "start.json", portable(json.dumps(start, indent=1), src))
     summary = loading.read_json_file(src / "summary.json", required=True)
     summary["packed"] = {"rows": rows, "rank0_rows": rank0_rows, "series_rows": series_rows,
                          "rank0_steps": _rank0_steps(src),

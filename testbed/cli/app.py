@@ -235,15 +235,9 @@ def _unique(path: Path) -> Path:
 
     The folder is *created* here (exclusive mkdir), so two `netsense run`s starting in the
     same second (same method and seed) can never pick the same one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while True:
-        cand = path if n == 1 else path.with_name(f"{path.name}-{n}")
-        try:
-            cand.mkdir()
-            return cand
-        except FileExistsError:
-            n += 1
+    from testbed.common.files import unique_dir
+
+    return unique_dir(path)
 
 def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)

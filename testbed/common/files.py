@@ -259,3 +259,17 @@ def read_jsonl_tail(path: Path, nbytes: int = 8192) -> list[dict[str, Any]]:
     except OSError:
         return []
     return json_objects(reversed(tail))
+
+
+def unique_dir(path: Path) -> Path:
+    """A new folder at ``path`` (or ``path-2``, ``-3`` ...), created exclusively: two runs
+    starting in the same second (same method and seed) can never pick the same one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        cand = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            cand.mkdir()
+            return cand
+        except FileExistsError:
+            n += 1

@@ -211,17 +211,7 @@ class Checkouts:
         return self.paths.get(arm.commit) if arm.commit else None
 
 
-def unique_dir(path: Path) -> Path:
-    """A new folder at ``path`` (or ``path-2``, ``-3`` ...), created exclusively."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while True:
-        cand = path if n == 1 else path.with_name(f"{path.name}-{n}")
-        try:
-            cand.mkdir()
-            return cand
-        except FileExistsError:
-            n += 1
+unique_dir = files.unique_dir
 
 
 @dataclass

@@ -192,7 +192,7 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
         pacer = accelerator.Pacer(TIMING, numel)
         state = hooks.register(model, "tests.netsenseml.test_pacing:Stamped", pacer=pacer)
         unexplained = 0
-        for step in range(7):
+        for step in range(11):
             g = torch.Generator().manual_seed(1000 * step + rank)
             x, y = torch.randn(8, 20, generator=g), torch.randint(4, (8,), generator=g)
             Stamped.stamps.clear()
@@ -222,9 +222,9 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
             else:
                 unexplained += stats["pace_overrun"]
         # A rank of a shared 2-core host can be descheduled for a while (other tests,
-        # other processes): that is an overrun too, and the count says so; most of the
-        # fast steps overrunning would be the pacer's error, not the host's.
-        assert unexplained <= 2, unexplained
+        # other processes): that is an overrun too, and the count says so; more than half
+        # of the (9 or 8) fast steps overrunning would be the pacer's error, not the host's.
+        assert unexplained <= 4, unexplained
         dist.barrier()
     finally:
         lifecycle.destroy_group()
