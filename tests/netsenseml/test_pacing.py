@@ -191,7 +191,7 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
         numel = sum(p.numel() for p in net.parameters())
         pacer = accelerator.Pacer(TIMING, numel)
         state = hooks.register(model, "tests.netsenseml.test_pacing:Stamped", pacer=pacer)
-        unexplained = 0
+        lates: list[float] = []
         for step in range(11):
             g = torch.Generator().manual_seed(1000 * step + rank)
             x, y = torch.randn(8, 20, generator=g), torch.randint(4, (8,), generator=g)
@@ -220,11 +220,12 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
                 assert stats["pace_overrun"] == 1, stats
                 assert stats["pace_late_s"] >= 0.02  # (another part may be later still)
             else:
-                unexplained += stats["pace_overrun"]
-        # A rank of a shared 2-core host can be descheduled for a while (other tests,
-        # other processes): that is an overrun too, and the count says so; more than half
-        # of the (9 or 8) fast steps overrunning would be the pacer's error, not the host's.
-        assert unexplained <= 4, unexplained
+                lates.append(stats["pace_late_s"])
+        # A shared host stalls both ranks now and then (10-40 ms here: another process, the
+        # collector): those steps are overruns too, and counted; but the typical fast step
+        # must be on time, or the pacer itself is late.
+        lates.sort()
+        assert lates[len(lates) // 2] <= pacer.tolerance, lates
         dist.barrier()
     finally:
         lifecycle.destroy_group()
