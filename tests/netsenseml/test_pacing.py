@@ -177,6 +177,9 @@ def _free_port() -> int:
 
 
 def _ddp_worker(rank: int, world: int, port: int) -> None:
+    for name in [n for n in os.environ if n.startswith("NETSENSE_")]:
+        del os.environ[name]  # not an own job's rank, whatever an earlier test left set
+    clock.set_dilation(1.0)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
