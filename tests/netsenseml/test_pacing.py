@@ -180,6 +180,9 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
     for name in [n for n in os.environ if n.startswith("NETSENSE_")]:
         del os.environ[name]  # not an own job's rank, whatever an earlier test left set
     clock.set_dilation(1.0)
+    # One compute thread per rank, as the emulation's workers run: two ranks' thread pools
+    # on a 2-core host spin against each other and make a 1 ms forward take 20 ms.
+    torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
