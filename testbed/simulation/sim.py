@@ -330,57 +330,85 @@ class _Buckets:
 
 def simulate(job: Job) -> SimResult:
     """Runs ``job`` in this process's (fresh) SimGrid engine; see ``simulate_isolated``."""
-    sg = engine.load()
-    cal = job.cal
-    e = sg.Engine(engine.engine_args({
-        "network/model": "LV08",
-        "network/latency-factor": f"{cal.latency_factor:.9g}",
-        "network/bandwidth-factor": f"{cal.bandwidth_factor:.9g}",
-        "network/TCP-gamma": "1e12",  # no window bound: the factors carry what is measured
-        "network/crosstraffic": "0",  # the ring's acks do not load the reverse direction
-    }))
-    fab = job.fabric
-    built = build(sg, fab)
-    w = fab.workers
-    hosts = [built.hosts[n] for n in built.workers]
-    stretch = 1 + cal.msg_share * (oversubscription(w, job.cores) - 1)
-    routes = ([built.route(built.workers[i], built.workers[(i + 1) % w]) for i in range(w)]
-              if built.route else [[] for _ in range(w)])
-    buckets = _Buckets(built.shaped, job.htb and built.route is not None)
-    queue_delay = {k: standing_queue_bytes(cal, fab.queue_pkts) / (mbit * 1e6 / 8)
-                   for k, mbit in built.shaped.items()}
-    out: list[StepRecord] = []
-    probe: dict[str, float] = {}
-    bulk: list[Any] = []
-    state: dict[str, Any] = {"cross_t": None}
-    wall0 = time.perf_counter()
+    return _Simulation(job).run()
 
-    def busy(seconds: float) -> None:
+
+class _Simulation:
+    """One job's simulation: the platform built once, the actors (the controller that runs
+    the steps, the cross-traffic flows, the RTT probe) as methods over its shared state
+    (the HTB buckets, the bulk flows, the records), so that each part of a step reads on
+    its own: a message's CPU, a ring phase, a collective, an adaptive step."""
+
+    def __init__(self, job: Job) -> None:
+        self.sg = sg = engine.load()
+        self.job = job
+        self.cal = cal = job.cal
+        self.e = sg.Engine(engine.engine_args({
+            "network/model": "LV08",
+            "network/latency-factor": f"{cal.latency_factor:.9g}",
+            "network/bandwidth-factor": f"{cal.bandwidth_factor:.9g}",
+            "network/TCP-gamma": "1e12",  # no window bound: the factors carry what is measured
+            "network/crosstraffic": "0",  # the ring's acks do not load the reverse direction
+        }))
+        fab = job.fabric
+        self.built = built = build(sg, fab)
+        self.w = w = fab.workers
+        self.hosts = [built.hosts[n] for n in built.workers]
+        self.stretch = 1 + cal.msg_share * (oversubscription(w, job.cores) - 1)
+        self.routes = ([built.route(built.workers[i], built.workers[(i + 1) % w])
+                        for i in range(w)] if built.route else [[] for _ in range(w)])
+        self.buckets = _Buckets(built.shaped, job.htb and built.route is not None)
+        self.queue_delay = {k: standing_queue_bytes(cal, fab.queue_pkts) / (mbit * 1e6 / 8)
+                            for k, mbit in built.shaped.items()}
+        self.out: list[StepRecord] = []
+        self.probe: dict[str, float] = {}
+        self.bulk: list[Any] = []
+        self.cross_t: float | None = None  # when the first cross flow started (run clock)
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        self.sg.Actor.create("controller", self.hosts[0], self.controller)
+        self.e.run()
+        return SimResult(self.out, time.perf_counter() - wall0, self.probe, self.cross_t)
+
+    def busy(self, seconds: float) -> None:
         """Every worker busy on its own CPU for ``seconds`` (compute, or a message's CPU
         work); the step waits for all of them. Each worker is alone on its host and every
         worker's share is the same, so this is one sleep of the controller, not W ``Exec``s
         waited for one by one (which cost two thread switches each: at W = 1024 most of
         the simulation's time); bulk flows go on meanwhile."""
         if seconds > 0:
-            sg.this_actor.sleep_for(seconds)
+            self.sg.this_actor.sleep_for(seconds)
 
-    def phase(size: float) -> None:
-        busy(message_cpu_s(cal, size) * stretch)
-        t0 = e.clock
+    def phase(self, size: float) -> None:
+        """One ring phase: every rank sends ``size`` bytes to its successor, first from
+        its routes' HTB tokens, then at the links' rates; then the standing queues' wait."""
+        sg, w, buckets = self.sg, self.w, self.buckets
+        self.busy(message_cpu_s(self.cal, size) * self.stretch)
+        t0 = self.e.clock
         eff = []
         for i in range(w):
-            credit = buckets.credit(routes[i], t0)
+            credit = buckets.credit(self.routes[i], t0)
             eff.append(max(0.0, size - credit))
-        comms = [sg.Comm.sendto_async(hosts[i], hosts[(i + 1) % w], max(1, int(eff[i])))
+        comms = [sg.Comm.sendto_async(self.hosts[i], self.hosts[(i + 1) % w], max(1, int(eff[i])))
                  for i in range(w)]
         sg.Comm.wait_all(comms)
+        self.queue_wait(size, t0)
+        t1 = self.e.clock
+        for i in range(w):
+            buckets.spend(self.routes[i], size, eff[i] > 0, t0, t1)
+
+    def queue_wait(self, size: float, t0: float) -> None:
+        """The wait behind the standing queues of the shaped links bulk flows fill, after a
+        phase whose flows started at ``t0``."""
+        cal, buckets = self.cal, self.buckets
         # the shaped links that bulk flows fill on each route (none while nothing is full:
         # idle phases do not walk the routes)
-        full = ([[k for k in r if buckets.full.get(k, 0)] for r in routes]
+        full = ([[k for k in r if buckets.full.get(k, 0)] for r in self.routes]
                 if any(buckets.full.values()) else [])
-        wait = max((sum(queue_delay[k] for k in f) for f in full), default=0.0)
+        wait = max((sum(self.queue_delay[k] for k in f) for f in full), default=0.0)
         if wait > 0:
-            sg.this_actor.sleep_for(queued_s(cal, wait, e.clock - t0))
+            self.sg.this_actor.sleep_for(queued_s(cal, wait, self.e.clock - t0))
         if size < cal.short_bytes and any(full):
             # An empirical term, its mechanism not identified: the held-out runs showed
             # top-k 1 % (6.8 kB messages) under cross traffic 36-44 ms a ring phase slower
@@ -390,67 +418,72 @@ def simulate(job: Job) -> SimResult:
             # measured backlog (130-510 kB, 50-200 ms at 20 Mbit/s; the 100-packet limit
             # counts GSO segments), where the standing queue fitted jointly with the long
             # transfers (whose bytes flow while they wait) is 76 kB, 30 ms.
-            sg.this_actor.sleep_for(cal.short_wait_s)
-        t1 = e.clock
-        for i in range(w):
-            buckets.spend(routes[i], size, eff[i] > 0, t0, t1)
+            self.sg.this_actor.sleep_for(cal.short_wait_s)
 
-    def collective(kind: str, size: float) -> int:
+    def collective(self, kind: str, size: float) -> int:
         """One ring collective of ``size`` bytes (allreduce: the whole buffer; allgather:
         per rank); returns how many phases were simulated."""
+        w = self.w
         if w == 1:
             return 0
         n_phases = 2 * (w - 1) if kind == "allreduce" else w - 1
         chunk = size / w if kind == "allreduce" else size
         times: list[float] = []
         for k in range(n_phases):
-            if (job.extrapolate and len(times) >= 3
+            if (self.job.extrapolate and len(times) >= 3
                     and max(times[-3:]) - min(times[-3:]) <= STEADY_TOL * max(times[-3:])):
-                sg.this_actor.sleep_for(times[-1] * (n_phases - k))
+                self.sg.this_actor.sleep_for(times[-1] * (n_phases - k))
                 return k
-            t = e.clock
-            phase(chunk)
-            times.append(e.clock - t)
+            t = self.e.clock
+            self.phase(chunk)
+            times.append(self.e.clock - t)
         return n_phases
 
-    def cross_actor(flow: CrossFlow, origin: float) -> None:
+    def timed(self, kind: str, size: float) -> float:
+        """One collective's seconds."""
+        t = self.e.clock
+        self.collective(kind, size)
+        return self.e.clock - t
+
+    def cross_actor(self, flow: CrossFlow, origin: float) -> None:
+        """One cross flow: its bulk comms from ``start_s`` to ``stop_s``, and the shaped
+        links on its route marked full meanwhile."""
+        sg, built, buckets = self.sg, self.built, self.buckets
         sg.this_actor.sleep_until(origin + flow.start_s)
         keys = built.route(flow.src, flow.dst) if built.route else []
-        if state["cross_t"] is None:
-            state["cross_t"] = e.clock - origin
+        if self.cross_t is None:
+            self.cross_t = self.e.clock - origin
         for k in keys:
             if k in built.shaped:
                 buckets.full[k] = buckets.full.get(k, 0) + 1
-        n_comms = max(1, round(flow.streams * cal.cross_weight))
+        n_comms = max(1, round(flow.streams * self.cal.cross_weight))
         comms = [sg.Comm.sendto_async(built.hosts[flow.src], built.hosts[flow.dst], BULK_BYTES)
                  for _ in range(n_comms)]
-        bulk.extend(comms)
+        self.bulk.extend(comms)
         if flow.stop_s is None:
             return
         sg.this_actor.sleep_until(origin + flow.stop_s)
         for c in comms:
             c.cancel()
-            bulk.remove(c)
+            self.bulk.remove(c)
         for k in keys:
             if k in built.shaped:
                 buckets.full[k] -= 1
 
-    def timed(kind: str, size: float) -> float:
-        t = e.clock
-        collective(kind, size)
-        return e.clock - t
-
-    def adaptive_step(loop: StepLoop, kind: str, size: float, launch: float) -> tuple[int, float]:
+    def adaptive_step(self, loop: StepLoop, kind: str, size: float,
+                      launch: float) -> tuple[int, float]:
         """The payload's collective, with the RTT probe beside it where the loop says so
         (an actor of its own, as gloo's second thread runs it; the step ends with it, as
         the hook's does); the monitor gets both samples in the order they completed.
         Returns (phases simulated, bytes handed)."""
         tiny: list[float] = []
-        start = e.clock
-        actor = (sg.Actor.create("rtt-probe", hosts[0], lambda: tiny.append(timed("allreduce", 4.0)))
+        start = self.e.clock
+        actor = (self.sg.Actor.create("rtt-probe", self.hosts[0],
+                                      lambda: tiny.append(self.timed("allreduce", 4.0)))
                  if loop.rtt_probe_due() else None)
-        phases = collective(kind, size)
-        payload = (size * (max(1.0, w / 2) if kind == "allgather" else 1.0), e.clock - launch)
+        phases = self.collective(kind, size)
+        payload = (size * (max(1.0, self.w / 2) if kind == "allgather" else 1.0),
+                   self.e.clock - launch)
         if actor is not None:
             actor.join(-1)
         samples = [payload]
@@ -460,63 +493,80 @@ def simulate(job: Job) -> SimResult:
             loop.monitor.add(nbytes, seconds)
         return phases, size + (4.0 if actor is not None else 0.0)
 
-    def controller() -> None:
-        for src, dst in built.background:  # another job's bulk TCP flows, weighted alike
-            for _ in range(max(1, round(cal.cross_weight))):
-                bulk.append(sg.Comm.sendto_async(built.hosts[src], built.hosts[dst],
-                                                 BULK_BYTES))
-        loop = _start_loop(job, probe, timed) if job.method == "netsenseml" else None
+    def controller(self) -> None:
+        """The job's steps until its step count or time limit; then every bulk flow ends."""
+        job = self.job
+        self.start_background()
+        loop = _start_loop(job, self.probe, self.timed) if job.method == "netsenseml" else None
         if loop is None:
             level, ratio = level_of(job.method)
-        origin = None
+        origin: float | None = None
         step = counted = 0
         while True:
             step += 1
             if loop is not None:
                 decision = loop.next_step()  # the observation of two steps ago decided it
                 level, ratio = decision.level, decision.ratio
-            comp, codec = job.compute.at(level, ratio)
-            t0 = e.clock
+            t0 = self.e.clock
             if origin is None:
                 origin = t0
-            busy(job.compute.critical_at(level, ratio))  # the ring waits for the last rank
-            kind = "allgather" if level in GATHERED_LEVELS else "allreduce"
-            size = payload_bytes(job, level, ratio)
-            if loop is None:
-                phases, handed = collective(kind, size), size
-            else:
-                phases, handed = adaptive_step(loop, kind, size, t0 + comp)
-            t2 = e.clock
-            # the mean rank's view, as steps.csv records it: its own compute, and its wait
-            # for the last rank counted in its comm
-            out.append(StepRecord(step, t0 - origin, comp, t2 - t0 - comp, t2 - t0, level,
-                                  ratio, size, kind, phases))
-            if step == 1:
-                for flow in job.cross:
-                    sg.Actor.create(f"cross-{flow.src}-{flow.dst}", hosts[0], cross_actor,
-                                    flow, t2)
-            if loop is not None:
-                comm = t2 - t0 - comp
-                loop.end_step(Measured(comm_s=comm, exposed_s=comm, compute_s=comp,
-                                       codec_s=codec, bytes_sent=handed,
-                                       collectives=1.0 + (handed > size)))
-            if not job.cross or (state["cross_t"] is not None
-                                 and t0 - origin > state["cross_t"]):
+            self.step(step, loop, level, ratio, origin)
+            if not job.cross or (self.cross_t is not None and t0 - origin > self.cross_t):
                 counted += 1
-            if job.steps is not None and counted >= job.steps:
+            if self.finished(counted, origin):
                 break
-            if job.time_limit_s is not None and e.clock - origin >= job.time_limit_s:
-                break
-            if job.steps is None and job.time_limit_s is None:
-                raise ValueError("job: give steps or time_limit_s")
-        for c in bulk:
+        for c in self.bulk:
             c.cancel()
-        bulk.clear()
-        sg.this_actor.exit()
+        self.bulk.clear()
+        self.sg.this_actor.exit()
 
-    sg.Actor.create("controller", hosts[0], controller)
-    e.run()
-    return SimResult(out, time.perf_counter() - wall0, probe, state["cross_t"])
+    def start_background(self) -> None:
+        """Another job's bulk TCP flows (fat-tree, dragonfly), weighted as cross flows."""
+        built = self.built
+        for src, dst in built.background:
+            for _ in range(max(1, round(self.cal.cross_weight))):
+                self.bulk.append(self.sg.Comm.sendto_async(built.hosts[src], built.hosts[dst],
+                                                           BULK_BYTES))
+
+    def step(self, step: int, loop: StepLoop | None, level: str, ratio: float,
+             origin: float) -> None:
+        """One step at ``level``: the last rank's compute, the collective (with the loop's
+        RTT probe), its record; the cross flows start after the first; the loop is fed."""
+        job = self.job
+        comp, codec = job.compute.at(level, ratio)
+        t0 = self.e.clock
+        self.busy(job.compute.critical_at(level, ratio))  # the ring waits for the last rank
+        kind = "allgather" if level in GATHERED_LEVELS else "allreduce"
+        size = payload_bytes(job, level, ratio)
+        if loop is None:
+            phases, handed = self.collective(kind, size), size
+        else:
+            phases, handed = self.adaptive_step(loop, kind, size, t0 + comp)
+        t2 = self.e.clock
+        # the mean rank's view, as steps.csv records it: its own compute, and its wait
+        # for the last rank counted in its comm
+        self.out.append(StepRecord(step, t0 - origin, comp, t2 - t0 - comp, t2 - t0, level,
+                                   ratio, size, kind, phases))
+        if step == 1:
+            for flow in job.cross:
+                self.sg.Actor.create(f"cross-{flow.src}-{flow.dst}", self.hosts[0],
+                                     self.cross_actor, flow, t2)
+        if loop is not None:
+            comm = t2 - t0 - comp
+            loop.end_step(Measured(comm_s=comm, exposed_s=comm, compute_s=comp,
+                                   codec_s=codec, bytes_sent=handed,
+                                   collectives=1.0 + (handed > size)))
+
+    def finished(self, counted: int, origin: float) -> bool:
+        """Whether the job has run its counted steps or its time."""
+        job = self.job
+        if job.steps is not None and counted >= job.steps:
+            return True
+        if job.time_limit_s is not None and self.e.clock - origin >= job.time_limit_s:
+            return True
+        if job.steps is None and job.time_limit_s is None:
+            raise ValueError("job: give steps or time_limit_s")
+        return False
 
 
 def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
