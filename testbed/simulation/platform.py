@@ -24,6 +24,7 @@ over-subscribed uplinks the ring's inter-leaf flows use).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,10 @@ class Built:
     background: list[tuple[str, str]] = field(default_factory=list)
 
 
+Route = Callable[[str, str], list[str]]
+AddLink = Callable[[str, float], None]
+
+
 def build(sg: Any, fab: Fabric) -> Built:
     """The platform in the current engine."""
     if fab.kind in ("fattree", "dragonfly"):
@@ -98,52 +103,17 @@ def build(sg: Any, fab: Fabric) -> Built:
         hosts[name] = root.create_host(name, HOST_SPEED).seal()
     b = Built(hosts, workers, cross)
 
-    def link(name: str, mbit: float, shaped: bool = True) -> None:
+    def link(name: str, mbit: float) -> None:
         for d in ("up", "down"):
             key = f"{name}:{d}"
             b.links[key] = root.create_link(key, mbit * 1e6 / 8).set_latency(
                 fab.link_latency_s).seal()
-            if shaped:
-                b.shaped[key] = mbit
+            b.shaped[key] = mbit
 
     names = workers + cross
-    if fab.kind == "star":
-        for h in names:
-            link(h, fab.rate_mbit)
-
-        def route(a: str, z: str) -> list[str]:
-            return [f"{a}:up", f"{z}:down"]
-    elif fab.kind == "dumbbell":
-        n_left = fab.n_left if fab.n_left is not None else fab.workers // 2
-        for h in names:
-            link(h, fab.rate_mbit)
-        link("bottleneck", fab.bottleneck_mbit or fab.rate_mbit)
-
-        def side(h: str) -> int:
-            i = int(h[1:])
-            return (0 if i < n_left else 1) if h[0] == "w" else i % 2
-
-        def route(a: str, z: str) -> list[str]:
-            mid = [] if side(a) == side(z) else [
-                "bottleneck:up" if side(a) == 0 else "bottleneck:down"]
-            return [f"{a}:up", *mid, f"{z}:down"]
-    else:  # leafspine
-        per = max(1, math.ceil(fab.workers / fab.leaves))
-        for h in names:
-            link(h, fab.rate_mbit)
-        for i in range(fab.leaves):
-            for j in range(fab.spines):
-                link(f"l{i}-p{j}", fab.uplink_mbit or fab.rate_mbit)
-
-        def leaf(h: str) -> int:
-            return min(fab.leaves - 1, int(h[1:]) // per) if h[0] == "w" else int(h[1:]) % fab.leaves
-
-        def route(a: str, z: str) -> list[str]:
-            la, lz = leaf(a), leaf(z)
-            if la == lz:
-                return [f"{a}:up", f"{z}:down"]
-            j = (int(a[1:]) * 31 + int(z[1:]) * 17 + (a[0] == "x")) % fab.spines
-            return [f"{a}:up", f"l{la}-p{j}:up", f"l{lz}-p{j}:down", f"{z}:down"]
+    for h in names:
+        link(h, fab.rate_mbit)
+    route = _ROUTES[fab.kind](fab, link)
     link_in_route = sg.LinkInRoute
     for a in names:
         for z in names:
@@ -153,6 +123,55 @@ def build(sg: Any, fab: Fabric) -> Built:
     root.seal()
     b.route = route
     return b
+
+
+def _star(fab: Fabric, link: AddLink) -> Route:
+    """Every host's own link, both ways: ``a -> b`` is ``[a:up, b:down]``."""
+    def route(a: str, z: str) -> list[str]:
+        return [f"{a}:up", f"{z}:down"]
+    return route
+
+
+def _dumbbell(fab: Fabric, link: AddLink) -> Route:
+    """The bottleneck between the two switches; the first ``n_left`` workers (default half)
+    and the even cross hosts on the left."""
+    n_left = fab.n_left if fab.n_left is not None else fab.workers // 2
+    link("bottleneck", fab.bottleneck_mbit or fab.rate_mbit)
+
+    def side(h: str) -> int:
+        i = int(h[1:])
+        return (0 if i < n_left else 1) if h[0] == "w" else i % 2
+
+    def route(a: str, z: str) -> list[str]:
+        mid = [] if side(a) == side(z) else [
+            "bottleneck:up" if side(a) == 0 else "bottleneck:down"]
+        return [f"{a}:up", *mid, f"{z}:down"]
+    return route
+
+
+def _leafspine(fab: Fabric, link: AddLink) -> Route:
+    """Every leaf linked to every spine; workers fill the leaves in order, cross hosts go
+    round them; a pair across leaves takes the spine a fixed hash picks (ECMP)."""
+    per = max(1, math.ceil(fab.workers / fab.leaves))
+    for i in range(fab.leaves):
+        for j in range(fab.spines):
+            link(f"l{i}-p{j}", fab.uplink_mbit or fab.rate_mbit)
+
+    def leaf(h: str) -> int:
+        return min(fab.leaves - 1, int(h[1:]) // per) if h[0] == "w" else int(h[1:]) % fab.leaves
+
+    def route(a: str, z: str) -> list[str]:
+        la, lz = leaf(a), leaf(z)
+        if la == lz:
+            return [f"{a}:up", f"{z}:down"]
+        j = (int(a[1:]) * 31 + int(z[1:]) * 17 + (a[0] == "x")) % fab.spines
+        return [f"{a}:up", f"l{la}-p{j}:up", f"l{lz}-p{j}:down", f"{z}:down"]
+    return route
+
+
+#: the explicit zones' routing, by kind: each adds its own links beyond the hosts'
+_ROUTES: dict[str, Callable[[Fabric, AddLink], Route]] = {
+    "star": _star, "dumbbell": _dumbbell, "leafspine": _leafspine}
 
 
 def _cluster(sg: Any, fab: Fabric) -> Built:
