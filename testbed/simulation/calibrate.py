@@ -169,12 +169,53 @@ def cross_flows(timeline: list[dict[str, Any]]) -> tuple[CrossFlow, ...]:
 
 def load_run(run_dir: Path) -> RunFacts | None:
     """The facts of one ok run that the simulation can replay, or None."""
+    read = _replayable(run_dir)
+    if read is None:
+        return None
+    cfg, summ, method = read
+    scn = cfg.get("scenario") or {}
+    n = int(cfg["world_size"])
+    fab = _fabric(scn.get("topology") or {}, n)
+    if fab is None:
+        return None
+    cross = cross_flows(scn.get("timeline") or [])
+    t_from = _cross_started(run_dir) if cross else -math.inf
+    if t_from is None:
+        return None
+    with open(run_dir / "steps.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh)
+                if (_f(r.get("step")) or 0) > WARMUP_STEPS and (_f(r.get("t")) or 0) > t_from]
+    if not rows:
+        return None
+    levels = _by_level(rows)
+    dense = _mean(rows, "bytes_dense")
+    wl = scn.get("workload") or {}
+    fill = _queue_fill(run_dir, t_from, fab.queue_pkts) if cross else 0.0
+    return RunFacts(
+        path=str(run_dir), method=method, n=n, fabric=fab, cross=cross,
+        cpus=(cfg.get("host") or {}).get("cpus"), batch_size=int(wl.get("batch_size", 1)),
+        time_limit_s=_f(wl.get("time_limit_s")), steps_limit=wl.get("steps"),
+        dense_bytes=dense, topk_bytes_per_element=_topk_bytes_per_element(rows, dense),
+        steps=len({r["step"] for r in rows}), compute_s=_mean(rows, "compute_s"),
+        codec_s=_mean(rows, "codec_s"), comm_s=_mean(rows, "comm_s"),
+        step_s=_mean(rows, "step_s"), bytes_sent=_mean(rows, "bytes_sent"),
+        throughput=float(summ.get("throughput_samples_per_s") or math.nan),
+        levels={k: _mean(v, "compute_s") for k, v in levels.items()},
+        level_codec={k: _mean(v, "codec_s") for k, v in levels.items()},
+        model=str(wl.get("model", "")), dataset=str(wl.get("dataset", "")),
+        compute_max_s=_mean_of_max(rows, "compute_s"),
+        level_max={k: _mean_of_max(v, "compute_s") for k, v in levels.items()},
+        queue_fill=fill,
+    )
+
+
+def _replayable(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], str] | None:
+    """(config, summary, method) of an ok run whose method the simulation knows, or None."""
     try:
         cfg = json.loads((run_dir / "config.json").read_text())
         summ = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    scn = cfg.get("scenario") or {}
     method = cfg.get("method")
     if summ.get("status") != "ok" or not method:
         return None
@@ -183,68 +224,54 @@ def load_run(run_dir: Path) -> RunFacts | None:
             level_of(method)
     except ValueError:
         return None
-    n = int(cfg["world_size"])
-    fab = _fabric(scn.get("topology") or {}, n)
-    if fab is None:
-        return None
-    cross = cross_flows(scn.get("timeline") or [])
-    t_from = -math.inf
-    if cross:
-        try:
-            with open(run_dir / "events.csv", newline="") as fh:
-                applied = [_f(r.get("t_applied")) for r in csv.DictReader(fh)
-                           if r.get("kind") == "cross_start"]
-            t_from = min(a for a in applied if a is not None)
-        except (OSError, ValueError):
-            return None
-    with open(run_dir / "steps.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh)
-                if (_f(r.get("step")) or 0) > WARMUP_STEPS and (_f(r.get("t")) or 0) > t_from]
-    if not rows:
+    return cfg, summ, method
+
+
+def _cross_started(run_dir: Path) -> float | None:
+    """When the run's first cross flow was applied (events.csv), or None where unknown."""
+    try:
+        with open(run_dir / "events.csv", newline="") as fh:
+            applied = [_f(r.get("t_applied")) for r in csv.DictReader(fh)
+                       if r.get("kind") == "cross_start"]
+        return min(a for a in applied if a is not None)
+    except (OSError, ValueError):
         return None
 
-    def mean(key: str, rs: list[dict[str, str]] = rows) -> float:
-        vals = [v for v in (_f(r.get(key)) for r in rs) if v is not None]
-        return statistics.fmean(vals) if vals else 0.0
 
-    def mean_of_max(key: str, rs: list[dict[str, str]] = rows) -> float:
-        """Per step the largest value over the ranks, averaged over the steps."""
-        by_step: dict[str, float] = {}
-        for r in rs:
-            v = _f(r.get(key))
-            if v is not None:
-                by_step[r["step"]] = max(v, by_step.get(r["step"], -math.inf))
-        return statistics.fmean(by_step.values()) if by_step else 0.0
+def _mean(rows: list[dict[str, str]], key: str) -> float:
+    """The mean of a steps.csv column over ``rows`` (blank cells left out; none: 0)."""
+    vals = [v for v in (_f(r.get(key)) for r in rows) if v is not None]
+    return statistics.fmean(vals) if vals else 0.0
 
+
+def _mean_of_max(rows: list[dict[str, str]], key: str) -> float:
+    """Per step the largest value over the ranks, averaged over the steps."""
+    by_step: dict[str, float] = {}
+    for r in rows:
+        v = _f(r.get(key))
+        if v is not None:
+            by_step[r["step"]] = max(v, by_step.get(r["step"], -math.inf))
+    return statistics.fmean(by_step.values()) if by_step else 0.0
+
+
+def _by_level(rows: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
+    """``rows`` by level key (``none``, ``fp16``, ..., ``topk:<ratio>``)."""
     levels: dict[str, list[dict[str, str]]] = {}
     for r in rows:
         lv = r.get("level") or "none"
         key = f"topk:{float(r['ratio']):.4g}" if lv == "topk" and _f(r.get("ratio")) else lv
         levels.setdefault(key, []).append(r)
-    dense = mean("bytes_dense")
-    bpe = 8.0
+    return levels
+
+
+def _topk_bytes_per_element(rows: list[dict[str, str]], dense: float) -> float:
+    """Bytes a kept top-k element cost on the wire (value + index) in the run's top-k
+    steps; 8 (fp32 value, int32 index) where it ran none."""
     topk = [r for r in rows if r.get("level") == "topk" and _f(r.get("kept_ratio"))]
-    if topk and dense:
-        bpe = statistics.fmean(float(r["bytes_sent"]) / (float(r["kept_ratio"]) * dense / 4)
-                               for r in topk)
-    wl = scn.get("workload") or {}
-    fill = _queue_fill(run_dir, t_from, fab.queue_pkts) if cross else 0.0
-    return RunFacts(
-        path=str(run_dir), method=method, n=n, fabric=fab, cross=cross,
-        cpus=(cfg.get("host") or {}).get("cpus"), batch_size=int(wl.get("batch_size", 1)),
-        time_limit_s=_f(wl.get("time_limit_s")), steps_limit=wl.get("steps"),
-        dense_bytes=dense, topk_bytes_per_element=round(bpe, 3),
-        steps=len({r["step"] for r in rows}), compute_s=mean("compute_s"),
-        codec_s=mean("codec_s"), comm_s=mean("comm_s"), step_s=mean("step_s"),
-        bytes_sent=mean("bytes_sent"), throughput=float(summ.get("throughput_samples_per_s")
-                                                        or math.nan),
-        levels={k: mean("compute_s", v) for k, v in levels.items()},
-        level_codec={k: mean("codec_s", v) for k, v in levels.items()},
-        model=str(wl.get("model", "")), dataset=str(wl.get("dataset", "")),
-        compute_max_s=mean_of_max("compute_s"),
-        level_max={k: mean_of_max("compute_s", v) for k, v in levels.items()},
-        queue_fill=fill,
-    )
+    if not (topk and dense):
+        return 8.0
+    return round(statistics.fmean(float(r["bytes_sent"]) / (float(r["kept_ratio"]) * dense / 4)
+                                  for r in topk), 3)
 
 
 def _queue_fill(run_dir: Path, t_from: float, queue_pkts: int) -> float:
