@@ -132,8 +132,24 @@ def run_sweep(
     folder.
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    locks = _lock_folders(runs)
+    executor = executor or LocalExecutor(run_fn)
+    console = console or Console()
+    rep = SweepReport()
+    t0 = time.monotonic()
+    bar = _progress_bar(console, progress)
+    with locks, bar:
+        task = bar.add_task("", total=len(runs), eta="")
+        pending = _skip_finished(runs, console, rep, bar, task)
+        _run_pending(pending, executor, console, rep, bar, task)
+    rep.seconds = time.monotonic() - t0
+    return rep
+
+
+def _lock_folders(runs: list[RunSpec]) -> contextlib.ExitStack:
+    """Every sweep folder the runs write into (``<results>/<sweep>``), locked; nothing
+    left locked when one of them is taken (SweepLocked)."""
     locks = contextlib.ExitStack()
     try:
         for folder in sorted({r.run_dir.parents[2] for r in runs}):  # <results>/<sweep>
@@ -141,54 +157,66 @@ def run_sweep(
     except BaseException:
         locks.close()
         raise
-    executor = executor or LocalExecutor(run_fn)
-    console = console or Console()
-    rep = SweepReport()
-    t0 = time.monotonic()
-    bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
-                   TextColumn("{task.description}"),
-                   console=console, disable=not progress, transient=False)
+    return locks
+
+
+def _progress_bar(console: Any, enabled: bool) -> Any:
+    """The sweep's bar: runs done of all, elapsed, time left, the runs in flight."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+                    TextColumn("{task.description}"),
+                    console=console, disable=not enabled, transient=False)
+
+
+def _skip_finished(runs: list[RunSpec], console: Any, rep: SweepReport, bar: Any,
+                   task: Any) -> list[RunSpec]:
+    """The runs still to do; those already ok are counted as skipped (and get the
+    sweep.json an older sweep did not write)."""
     pending: list[RunSpec] = []
+    for r in runs:
+        if is_done(r.run_dir):
+            if not (r.run_dir / "sweep.json").is_file():
+                write_json(r.run_dir / "sweep.json", sweep_meta(r))
+            rep.skipped += 1
+            console.print(f"[dim]skip    {r.label}  (ok in {r.run_dir})[/dim]")
+            bar.advance(task)
+        else:
+            pending.append(r)
+    return pending
+
+
+def _run_pending(pending: list[RunSpec], executor: Any, console: Any, rep: SweepReport,
+                 bar: Any, task: Any) -> None:
+    """The pending runs through ``executor``, each finished one reported and the bar's time
+    left updated; a KeyboardInterrupt (raised after a run's teardown) stops the sweep."""
+    eta = SweepEta([estimate_run_s(r.scenario, r.method) for r in pending])
+    index = {r.label: i for i, r in enumerate(pending)}
     running: list[str] = []
-    with locks, bar:
-        task = bar.add_task("", total=len(runs), eta="")
-        for r in runs:
-            if is_done(r.run_dir):
-                if not (r.run_dir / "sweep.json").is_file():
-                    write_json(r.run_dir / "sweep.json", sweep_meta(r))
-                rep.skipped += 1
-                console.print(f"[dim]skip    {r.label}  (ok in {r.run_dir})[/dim]")
+    bar.update(task, eta=eta.text())
+
+    def started(r: RunSpec) -> None:
+        running.append(r.label)
+        bar.update(task, description=_describe(running))
+
+    try:
+        with executor.session():
+            for fin in executor.execute(pending, started):
+                with contextlib.suppress(ValueError):
+                    running.remove(fin.run.label)
+                _report(fin, console, rep)
+                if fin.run.label in index:
+                    eta.done(index[fin.run.label], fin.seconds)
+                bar.update(task, eta=eta.text())
+                bar.update(task, description=_describe(running))
                 bar.advance(task)
-            else:
-                pending.append(r)
-        eta = SweepEta([estimate_run_s(r.scenario, r.method) for r in pending])
-        index = {r.label: i for i, r in enumerate(pending)}
-        bar.update(task, eta=eta.text())
-
-        def started(r: RunSpec) -> None:
-            running.append(r.label)
-            bar.update(task, description=_describe(running))
-
-        try:
-            with executor.session():
-                for fin in executor.execute(pending, started):
-                    with contextlib.suppress(ValueError):
-                        running.remove(fin.run.label)
-                    _report(fin, console, rep)
-                    if fin.run.label in index:
-                        eta.done(index[fin.run.label], fin.seconds)
-                    bar.update(task, eta=eta.text())
-                    bar.update(task, description=_describe(running))
-                    bar.advance(task)
-        except KeyboardInterrupt:
-            # run_scenario re-raises only after its teardown, so the network is gone here.
-            rep.interrupted = True
-            current = f"during {running[0]}" if running else "between runs"
-            console.print(f"[yellow]interrupted {current}; sweep stopped (re-run to resume)"
-                          "[/yellow]")
-    rep.seconds = time.monotonic() - t0
-    return rep
+    except KeyboardInterrupt:
+        # run_scenario re-raises only after its teardown, so the network is gone here.
+        rep.interrupted = True
+        current = f"during {running[0]}" if running else "between runs"
+        console.print(f"[yellow]interrupted {current}; sweep stopped (re-run to resume)"
+                      "[/yellow]")
 
 
 class SweepEta:
