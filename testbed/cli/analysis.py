@@ -9,7 +9,7 @@ bad field, missing results folder) print one line and exit 2, before anything ru
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -48,27 +48,37 @@ def _check_out(path: Path, option: str, *, folder: bool) -> None:
         fail(str(exc))
 
 
+SweepArg = Annotated[str, typer.Argument(
+    help="sweep name (netsense list) or a path to a YAML file", metavar="SWEEP")]
+DryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", "-n", help="per experiment: runs and estimated minutes; run nothing")]
+DryRunVerboseOption = Annotated[bool, typer.Option(
+    "--verbose", "-v", help="with --dry-run: also one row per run")]
+OnlyOption = Annotated[list[str] | None, typer.Option(
+    "--only", metavar="EXPERIMENT", help="run only this experiment (repeatable)")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")]
+ExecutorOption = Annotated[str, typer.Option(
+    "--executor", help="where runs execute: local (here, one at a time), ray (the Ray "
+    "cluster of RAY_ADDRESS or this node) or ray:ADDRESS; one run per node holding the "
+    "Ray resource netsense_host")]
+RetriesOption = Annotated[int, typer.Option(
+    "--retries", help="ray: times a run whose worker or node was lost is re-submitted "
+    "before it is marked failed")]
+SweepMethodOption = Annotated[list[str] | None, typer.Option(
+    "--method", "-m", help="run only this method of the sweep (repeatable)")]
+
+
 def sweep_cmd(
-    sweep: Annotated[str, typer.Argument(
-        help="sweep name (netsense list) or a path to a YAML file", metavar="SWEEP")],
+    sweep: SweepArg,
     results: ResultsOption = DEFAULT_RESULTS,
     set_: SetOption = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", "-n", help="per experiment: runs and estimated minutes; run nothing")] = False,
-    verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="with --dry-run: also one row per run")] = False,
-    only: Annotated[list[str] | None, typer.Option(
-        "--only", metavar="EXPERIMENT", help="run only this experiment (repeatable)")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
-    executor: Annotated[str, typer.Option(
-        "--executor", help="where runs execute: local (here, one at a time), ray (the Ray "
-        "cluster of RAY_ADDRESS or this node) or ray:ADDRESS; one run per node holding the "
-        "Ray resource netsense_host")] = "local",
-    retries: Annotated[int, typer.Option(
-        "--retries", help="ray: times a run whose worker or node was lost is re-submitted "
-        "before it is marked failed")] = 1,
-    method: Annotated[list[str] | None, typer.Option(
-        "--method", "-m", help="run only this method of the sweep (repeatable)")] = None,
+    dry_run: DryRunOption = False,
+    verbose: DryRunVerboseOption = False,
+    only: OnlyOption = None,
+    quiet: QuietOption = False,
+    executor: ExecutorOption = "local",
+    retries: RetriesOption = 1,
+    method: SweepMethodOption = None,
 ) -> None:
     """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped.
 
@@ -77,37 +87,55 @@ def sweep_cmd(
     """
     from testbed.config import sweep as sw
     from testbed.orchestration.executors import LocalExecutor, parse_executor
-    from testbed.orchestration.sweep import dry_run_rows, run_sweep
 
     console = Console(width=max(120, Console().width))
     try:
-        only = only or []
         ex = parse_executor(executor, retries)
-        spec = sw.load_sweep(sweep)
-        names = [e.name for e in spec.experiments]
-        for o in only:
-            if o not in names:
-                raise sw.SweepError(f"--only: unknown experiment {o!r}; experiments: "
-                                    f"{', '.join(names)}")
-        method = method or []
-        listed = {r.method for r in sw.expand(spec, results)}
-        for m in method:
-            if m not in listed:
-                raise sw.SweepError(f"--method: {m!r} is not in sweep {spec.name}; methods: "
-                                    f"{', '.join(sorted(listed))}")
-        runs = [r for r in sw.expand(spec, results)
-                if (not only or r.experiment in only) and (not method or r.method in method)]
-        if set_:
-            runs = sw.with_overrides(runs, parse_overrides(set_))
-        runs = sw.resolve_scenarios(runs, base_dir=sw.resolve_sweep_path(sweep).parent)
+        spec, runs = _sweep_runs(sweep, results, set_, only or [], method or [])
     except sw.SweepError as exc:
         fail(str(exc))
     if not dry_run:
         _check_out(results, "--results", folder=True)
+    _check_gpus(runs)
+    if dry_run:
+        _print_dry_run(spec.name, runs, console, verbose)
+        return
+    if isinstance(ex, LocalExecutor):
+        preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
+    _run_and_report(spec.name, runs, ex, results, console, quiet)
+
+
+def _sweep_runs(sweep: str, results: Path, set_: list[str] | None, only: list[str],
+                method: list[str]) -> tuple[Any, list[Any]]:
+    """The sweep's spec and its runs as ``--only``, ``--method`` and ``--set`` leave them,
+    scenarios resolved; raises SweepError naming the option that names nothing."""
+    from testbed.config import sweep as sw
+
+    spec = sw.load_sweep(sweep)
+    names = [e.name for e in spec.experiments]
+    for o in only:
+        if o not in names:
+            raise sw.SweepError(f"--only: unknown experiment {o!r}; experiments: "
+                                f"{', '.join(names)}")
+    listed = {r.method for r in sw.expand(spec, results)}
+    for m in method:
+        if m not in listed:
+            raise sw.SweepError(f"--method: {m!r} is not in sweep {spec.name}; methods: "
+                                f"{', '.join(sorted(listed))}")
+    runs = [r for r in sw.expand(spec, results)
+            if (not only or r.experiment in only) and (not method or r.method in method)]
+    if set_:
+        runs = sw.with_overrides(runs, parse_overrides(set_))
+    return spec, sw.resolve_scenarios(runs, base_dir=sw.resolve_sweep_path(sweep).parent)
+
+
+def _check_gpus(runs: list[Any]) -> None:
+    """Exit 2 before any run where a run's workers need more GPUs than are visible (NCCL
+    needs a GPU per emulated worker)."""
     from testbed.orchestration import gpus
 
     visible = gpus.visible_gpus()
-    for r in runs:  # before any run: NCCL needs a GPU per emulated worker
+    for r in runs:
         if r.scenario is None:
             continue
         try:
@@ -115,54 +143,75 @@ def sweep_cmd(
                       r.scenario.world_size, visible)
         except gpus.GpuPlanError as exc:
             fail(f"{r.label}: {exc}")
-    if dry_run:
-        rows, total = dry_run_rows(runs)
-        t = Table(title=f"sweep {spec.name}: {len(rows)} runs", title_justify="left")
-        for c, just in (("experiment", "left"), ("kind", "left"), ("runs", "right"),
-                        ("pending", "right"), ("grid", "left"), ("methods", "right"),
-                        ("seeds", "right"), ("est. min", "right")):
-            t.add_column(c, justify=just)  # type: ignore[arg-type]
-        for e in sw.experiment_summary(runs, rows):
-            t.add_row(e["experiment"], e["kind"], str(e["runs"]), str(e["pending"]), e["grid"],
-                      str(e["methods"]), str(e["seeds"]), f"{e['est_s'] / 60:.1f}")
-        console.print(t)
-        if verbose:
-            v = Table(title="runs", title_justify="left")
-            for c in ("experiment", "params", "method", "seed", "state", "k", "virtual_s",
-                      "est_s"):
-                v.add_column(c, justify="right" if c in ("seed", "k", "virtual_s", "est_s")
-                             else "left")
-            for r in rows:
-                v.add_row(r["experiment"], r["params"], r["method"], str(r["seed"]), r["state"],
-                          f"{r['k']:g}", f"{r['virtual_s']:.1f}", f"{r['est_s']:.0f}")
-            console.print(v)
-        pending = sum(1 for r in rows if r["state"] == "pending")
-        paced = [r for r in rows if r["k"] != 1.0 or r.get("step_s")]
-        basis = (f"training time limit or steps x {sw.FALLBACK_STEP_S} s, + "
-                 f"{sw.PER_RUN_OVERHEAD_S:.0f} s per run for build, worker start-up and "
-                 "teardown")
-        if paced:
-            ks = sorted(r["k"] for r in paced)
-            basis = (f"{basis}; {len(paced)} runs on the emulated accelerator: virtual "
-                     f"training time (time limit, or steps x the profile's step + codec + the "
-                     f"closed-form transfer) x the dilation factor k (given, or for auto "
-                     f"estimated from this host's measured costs: k {ks[0]:.0f}-{ks[-1]:.0f}), "
-                     "+ the recorded-gradient step; testbed/config/estimate.py")
-        console.print(f"{pending} pending, {len(rows) - pending} done; estimated "
-                      f"{total / 60:.1f} min = {total / 3600:.1f} h ({basis})"
-                      + ("" if verbose else "; --verbose lists every run"), highlight=False)
-        return
-    if isinstance(ex, LocalExecutor):
-        preflight()  # may re-execute the sweep in a rootless namespace (the runs resume there)
-    from testbed.orchestration.sweep import SweepLocked
+
+
+def _print_dry_run(name: str, runs: list[Any], console: Console, verbose: bool) -> None:
+    """``--dry-run``: a row per experiment (per run with ``--verbose``), then the pending
+    count and the estimated time with what the estimate rests on."""
+    from testbed.config import sweep as sw
+    from testbed.orchestration.sweep import dry_run_rows
+
+    rows, total = dry_run_rows(runs)
+    t = Table(title=f"sweep {name}: {len(rows)} runs", title_justify="left")
+    for c, just in (("experiment", "left"), ("kind", "left"), ("runs", "right"),
+                    ("pending", "right"), ("grid", "left"), ("methods", "right"),
+                    ("seeds", "right"), ("est. min", "right")):
+        t.add_column(c, justify=just)  # type: ignore[arg-type]
+    for e in sw.experiment_summary(runs, rows):
+        t.add_row(e["experiment"], e["kind"], str(e["runs"]), str(e["pending"]), e["grid"],
+                  str(e["methods"]), str(e["seeds"]), f"{e['est_s'] / 60:.1f}")
+    console.print(t)
+    if verbose:
+        console.print(_dry_run_runs(rows))
+    pending = sum(1 for r in rows if r["state"] == "pending")
+    console.print(f"{pending} pending, {len(rows) - pending} done; estimated "
+                  f"{total / 60:.1f} min = {total / 3600:.1f} h ({_estimate_basis(rows)})"
+                  + ("" if verbose else "; --verbose lists every run"), highlight=False)
+
+
+def _dry_run_runs(rows: list[dict[str, Any]]) -> Table:
+    """``--dry-run --verbose``: one row per run."""
+    v = Table(title="runs", title_justify="left")
+    for c in ("experiment", "params", "method", "seed", "state", "k", "virtual_s", "est_s"):
+        v.add_column(c, justify="right" if c in ("seed", "k", "virtual_s", "est_s") else "left")
+    for r in rows:
+        v.add_row(r["experiment"], r["params"], r["method"], str(r["seed"]), r["state"],
+                  f"{r['k']:g}", f"{r['virtual_s']:.1f}", f"{r['est_s']:.0f}")
+    return v
+
+
+def _estimate_basis(rows: list[dict[str, Any]]) -> str:
+    """What the dry run's estimate rests on, with the dilation factors of paced runs."""
+    from testbed.config import sweep as sw
+
+    paced = [r for r in rows if r["k"] != 1.0 or r.get("step_s")]
+    basis = (f"training time limit or steps x {sw.FALLBACK_STEP_S} s, + "
+             f"{sw.PER_RUN_OVERHEAD_S:.0f} s per run for build, worker start-up and "
+             "teardown")
+    if paced:
+        ks = sorted(r["k"] for r in paced)
+        basis = (f"{basis}; {len(paced)} runs on the emulated accelerator: virtual "
+                 f"training time (time limit, or steps x the profile's step + codec + the "
+                 f"closed-form transfer) x the dilation factor k (given, or for auto "
+                 f"estimated from this host's measured costs: k {ks[0]:.0f}-{ks[-1]:.0f}), "
+                 "+ the recorded-gradient step; testbed/config/estimate.py")
+    return basis
+
+
+def _run_and_report(name: str, runs: list[Any], ex: Any, results: Path, console: Console,
+                    quiet: bool) -> None:
+    """The sweep's runs, then one summary line and a line per failed run; exit 130 when
+    interrupted, 1 when a run failed."""
+    from testbed.config import sweep as sw
+    from testbed.orchestration.sweep import SweepLocked, run_sweep
 
     try:
         rep = run_sweep(runs, console=console, progress=not quiet, executor=ex)
     except (SweepLocked, sw.SweepError) as exc:  # another sweep; Ray missing or unusable
         fail(str(exc))
-    console.print(f"sweep {spec.name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
+    console.print(f"sweep {name}: {rep.ok} ok, {len(rep.failed)} failed, {rep.skipped} "
                   f"skipped (already ok) in {rep.seconds / 60:.1f} min; results in "
-                  f"{results / spec.name}", highlight=False)
+                  f"{results / name}", highlight=False)
     for label in rep.failed:
         console.print(f"  failed: {label}  (re-run the sweep to retry only these)",
                       highlight=False)
