@@ -304,48 +304,21 @@ def compare_cmd(
 ) -> None:
     """Any runs side by side: headline metrics per group (95 % intervals over seeds) and
     their accuracy, step-time and level timelines on shared axes."""
-    from testbed.analysis import compare, loading
+    from testbed.analysis import compare
     from testbed.analysis.figures import NoData, style
 
     for p in paths:
         if not p.is_dir():
             fail(f"RUN_OR_FOLDER: no such folder {str(p)!r}")
     _check_out(out, "--out", folder=True)
-    runs, steps = compare.load(paths, include_degraded=include_degraded)
     err = Console(stderr=True)
-    for e in loading.excluded_of(runs):
-        err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
-                  markup=False)
-    if runs.empty:
-        fail("RUN_OR_FOLDER: no run folders (summary.json) under "
-             + ", ".join(str(p) for p in paths))
-    for _, r in runs[runs["status"] != "ok"].iterrows():
-        err.print(f"note: left out: {r['run']} is {r['status']}", highlight=False,
-                  markup=False)
+    runs, steps = _compared_runs(paths, include_degraded, err)
     groups = compare.table(runs)
     n_deg = compare.degraded_left_out(runs)
     if groups.empty:
         fail("RUN_OR_FOLDER: none of the runs finished ok; nothing to compare")
-
-    def pm(v: float, ci: float, fmt: str) -> str:
-        if v != v:
-            return "-"
-        return format(v, fmt) + (f" ± {format(ci, fmt)}" if ci == ci else "")
-
-    t = Table(title=f"compare: {len(groups)} groups", title_justify="left")
-    for c in ("group", "runs", "compute", "samples/s", "TTA s", "reached", "final acc",
-              "MB sent", "overruns", "host other %", "degraded"):
-        t.add_column(c, justify="left" if c in ("group", "compute", "degraded") else "right")
-    for g in groups.itertuples():
-        t.add_row(g.group, str(g.runs), g.compute, pm(g.throughput, g.throughput_ci, ".1f"),
-                  pm(g.tta_s, g.tta_ci, ".2f"), g.reached,
-                  pm(g.final_accuracy, g.final_accuracy_ci, ".3f"),
-                  "-" if g.mb_sent != g.mb_sent else f"{g.mb_sent:.1f}",
-                  "-" if g.overrun_share != g.overrun_share else f"{100 * g.overrun_share:.1f} %",
-                  "-" if g.host_other_pct != g.host_other_pct else f"{g.host_other_pct:.0f}",
-                  g.degraded or "")
     console = Console(width=max(120, Console().width))
-    console.print(t)
+    console.print(_compare_table(groups))
     console.print("± : half-width of the 95 % t-interval over seeds (none with one seed); "
                   "TTA (s; virtual s where k != 1) only when every seed reached the target; compute: "
                   "native, or paced by the emulated accelerator (profile, dilation k: times "
@@ -363,6 +336,48 @@ def compare_cmd(
         err.print(f"note: no figure: {exc}", highlight=False, markup=False)
     for p in written:
         console.print(str(p), highlight=False, soft_wrap=True)
+
+
+def _compared_runs(paths: list[Path], include_degraded: bool, err: Console) -> tuple[Any, Any]:
+    """The runs and steps under ``paths``; a note on stderr for each damaged run excluded and
+    each run that did not finish ok; exit 2 where there is no run folder."""
+    from testbed.analysis import compare, loading
+
+    runs, steps = compare.load(paths, include_degraded=include_degraded)
+    for e in loading.excluded_of(runs):
+        err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
+                  markup=False)
+    if runs.empty:
+        fail("RUN_OR_FOLDER: no run folders (summary.json) under "
+             + ", ".join(str(p) for p in paths))
+    for _, r in runs[runs["status"] != "ok"].iterrows():
+        err.print(f"note: left out: {r['run']} is {r['status']}", highlight=False,
+                  markup=False)
+    return runs, steps
+
+
+def _pm(v: float, ci: float, fmt: str) -> str:
+    """``v ± ci`` (``-`` for a missing value, no interval where there is none)."""
+    if v != v:
+        return "-"
+    return format(v, fmt) + (f" ± {format(ci, fmt)}" if ci == ci else "")
+
+
+def _compare_table(groups: Any) -> Table:
+    """``compare``'s table: one row per group of runs."""
+    t = Table(title=f"compare: {len(groups)} groups", title_justify="left")
+    for c in ("group", "runs", "compute", "samples/s", "TTA s", "reached", "final acc",
+              "MB sent", "overruns", "host other %", "degraded"):
+        t.add_column(c, justify="left" if c in ("group", "compute", "degraded") else "right")
+    for g in groups.itertuples():
+        t.add_row(g.group, str(g.runs), g.compute, _pm(g.throughput, g.throughput_ci, ".1f"),
+                  _pm(g.tta_s, g.tta_ci, ".2f"), g.reached,
+                  _pm(g.final_accuracy, g.final_accuracy_ci, ".3f"),
+                  "-" if g.mb_sent != g.mb_sent else f"{g.mb_sent:.1f}",
+                  "-" if g.overrun_share != g.overrun_share else f"{100 * g.overrun_share:.1f} %",
+                  "-" if g.host_other_pct != g.host_other_pct else f"{g.host_other_pct:.0f}",
+                  g.degraded or "")
+    return t
 
 
 def pack_cmd(
