@@ -11,7 +11,10 @@ its folders are final, the revisions' checkouts removed).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,27 +36,35 @@ ArmOption = Annotated[list[str] | None, typer.Option(
     "with the code of git revision REV; repeatable, the first is the baseline")]
 
 
+ScenarioArg = Annotated[str | None, typer.Argument(
+    help="scenario name (netsense list) or path to a YAML file; with --from-runs, "
+    "optional: only that scenario's runs", metavar="SCENARIO", show_default=False)]
+SeedsOption = Annotated[str, typer.Option(
+    "--seeds", metavar="N-M|N,N,...", help="seeds every arm runs (e.g. 0-7)")]
+MetricOption = Annotated[str, typer.Option(
+    "--metric", metavar="NAME", help="throughput, tta or a summary.json field")]
+UntilWidthOption = Annotated[float | None, typer.Option(
+    "--until-width", metavar="W", help="after the seeds, add one seed at a time (every "
+    "arm, interleaved) until each ratio's interval (hi - lo) / ratio is at most W")]
+MaxSeedsOption = Annotated[int, typer.Option(
+    "--max-seeds", metavar="N", help="with --until-width: stop at N seeds per arm")]
+FromRunsOption = Annotated[Path | None, typer.Option(
+    "--from-runs", metavar="DIR", help="run nothing: compare the run folders under DIR "
+    "(arms: --arm, else DIR's ab.json, else the runs' methods)")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no line per run")]
+
+
 def ab_cmd(
-    scenario: Annotated[str | None, typer.Argument(
-        help="scenario name (netsense list) or path to a YAML file; with --from-runs, "
-        "optional: only that scenario's runs", metavar="SCENARIO", show_default=False)] = None,
+    scenario: ScenarioArg = None,
     arm: ArmOption = None,
-    seeds: Annotated[str, typer.Option(
-        "--seeds", metavar="N-M|N,N,...", help="seeds every arm runs (e.g. 0-7)")] = "0-3",
-    metric: Annotated[str, typer.Option(
-        "--metric", metavar="NAME", help="throughput, tta or a summary.json field")
-    ] = "throughput",
-    until_width: Annotated[float | None, typer.Option(
-        "--until-width", metavar="W", help="after the seeds, add one seed at a time (every "
-        "arm, interleaved) until each ratio's interval (hi - lo) / ratio is at most W")] = None,
-    max_seeds: Annotated[int, typer.Option(
-        "--max-seeds", metavar="N", help="with --until-width: stop at N seeds per arm")] = 16,
+    seeds: SeedsOption = "0-3",
+    metric: MetricOption = "throughput",
+    until_width: UntilWidthOption = None,
+    max_seeds: MaxSeedsOption = 16,
     results: ResultsOption = DEFAULT_RESULTS,
     set_: SetOption = None,
-    from_runs: Annotated[Path | None, typer.Option(
-        "--from-runs", metavar="DIR", help="run nothing: compare the run folders under DIR "
-        "(arms: --arm, else DIR's ab.json, else the runs' methods)")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no line per run")] = False,
+    from_runs: FromRunsOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """A/B: every arm once per seed, in alternating order, then each arm's mean and its
     ratio to the first arm with a 95 % bootstrap interval and a permutation p.
@@ -61,8 +72,6 @@ def ab_cmd(
     Runs go to RESULTS/ab-<scenario>/<arm>/<scenario>/<run id>, the table to ab.json and
     ab.csv beside them (with --from-runs: in DIR).
     """
-    from testbed.analysis import ab as stats_ab
-
     if until_width is not None and not (until_width > 0 and math.isfinite(until_width)):
         fail(f"--until-width: {until_width} is not a positive number")
     if from_runs is not None:
@@ -70,6 +79,19 @@ def ab_cmd(
         return
     if scenario is None:
         fail("SCENARIO: missing (or give --from-runs DIR)")
+    field, arms, seed_list = _plan(arm, seeds, metric, until_width, max_seeds)
+    scn, path = _scenario(scenario, set_)
+    root = results / f"ab-{scn.name}"
+    _check_places(scn, root)
+    _run(scn, path, list(set_ or []), arms, seed_list, root, field, metric, until_width,
+         max_seeds, quiet)
+
+
+def _plan(arm: list[str] | None, seeds: str, metric: str, until_width: float | None,
+          max_seeds: int) -> tuple[str, list[Any], list[int]]:
+    """(the metric's summary.json field, the arms with their revisions resolved, the seeds),
+    or one error line naming the option and exit 2."""
+    from testbed.analysis import ab as stats_ab
     from testbed.orchestration import ab as run_ab
 
     try:
@@ -79,19 +101,21 @@ def ab_cmd(
         if until_width is not None and max_seeds < len(seed_list):
             raise run_ab.ABError(f"--max-seeds {max_seeds}: fewer than the {len(seed_list)} "
                                  "seeds of --seeds")
-        arms = run_ab.resolve_revisions(arms)
+        return field, run_ab.resolve_revisions(arms), seed_list
     except (run_ab.ABError, stats_ab.ABInputError) as exc:
         fail(str(exc))
-    scn, path = _scenario(scenario, set_)
-    root = results / f"ab-{scn.name}"
+
+
+def _check_places(scn: Any, root: Path) -> None:
+    """Exit 2 before any run where ``root`` cannot be written or the workers need GPUs
+    that are not visible; then the emulation's preflight (real hosts need none)."""
     from testbed.common.outputs import OutputError, check_dir
+    from testbed.orchestration import gpus
 
     try:
         check_dir(root, "--results")
     except OutputError as exc:
         fail(str(exc))
-    from testbed.orchestration import gpus
-
     try:
         gpus.plan(scn.workload.device, scn.workload.backend, scn.world_size,
                   gpus.visible_gpus())
@@ -99,8 +123,6 @@ def ab_cmd(
         fail(str(exc))
     if scn.topology.kind != "hosts":
         preflight()
-    _run(scn, path, list(set_ or []), arms, seed_list, root, field, metric, until_width,
-         max_seeds, quiet)
 
 
 def _scenario(scenario: str, set_: list[str] | None) -> tuple[Any, Path]:
@@ -121,78 +143,111 @@ def _scenario(scenario: str, set_: list[str] | None) -> tuple[Any, Path]:
         fail(str(exc))
 
 
+@dataclass
+class _Session:
+    """What an A/B session has run so far: one observation per finished run, the seeds
+    used, the (arm, seed) order the runs ran in, and why it stopped adding seeds."""
+
+    arms: list[Any]
+    root: Path
+    field: str
+    say: Callable[[str], None]
+    obs: list[Any] = dataclasses.field(default_factory=list)
+    used: list[int] = dataclasses.field(default_factory=list)
+    order: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    stopped: str | None = None
+
+    def run_seeds(self, runner: Any, new: list[int], total: int) -> None:
+        """Every arm once for each of the ``new`` seeds, interleaved."""
+        from testbed.analysis import ab as stats_ab
+        from testbed.orchestration import ab as run_ab
+
+        todo = run_ab.plan(self.arms, new, start=len(self.used))
+        first = len(self.order) + 1
+        self.used.extend(new)
+        for done in run_ab.run_plan(runner, todo, self.say, first=first, total=total):
+            self.order.append((done.arm.label, done.seed))
+            o = done.outcome
+            self.obs.append(stats_ab.observation(
+                done.arm.label, done.seed, o.summary, o.status,
+                str(Path(o.run_dir).resolve().relative_to(self.root.resolve())), self.field))
+
+
 def _run(scn: Any, path: Path, overrides: list[str], arms: list[Any], seeds: list[int],
          root: Path, field: str, metric: str, until_width: float | None, max_seeds: int,
          quiet: bool) -> None:
-    from testbed.analysis import ab as stats_ab
-    from testbed.common.files import NoSpace
-    from testbed.orchestration import ab as run_ab
-    from testbed.orchestration import launcher
-    from testbed.orchestration.interrupts import RunInterrupted
-
+    """The session's runs, then its table written and printed; exits 1 when a run failed,
+    130/143 when interrupted (the table then covers the runs done)."""
     console = Console(width=max(120, Console().width))
 
     def say(line: str) -> None:
         if not quiet:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    labels = [a.label for a in arms]
-    obs: list[stats_ab.Observation] = []
-    used: list[int] = []
-    order: list[tuple[str, int]] = []
-    stopped: str | None = None
-    code = 0
+    s = _Session(arms, root, field, say)
     revs = [f"{a.label} = {a.commit[:12]}" for a in arms if a.commit]
     console.print(f"ab {scn.name}: {len(arms)} arms x {len(seeds)} seeds, interleaved; "
                   f"metric {metric}" + (f"; {', '.join(revs)}" if revs else ""),
                   highlight=False, markup=False, soft_wrap=True)
+    code = _run_session(s, scn, path, overrides, seeds, until_width, max_seeds, console)
+    if not s.obs:
+        raise typer.Exit(code)
+    _write(s, scn, metric, code, console)
+    if code:
+        raise typer.Exit(code)
+    if any(o.status != "ok" for o in s.obs):
+        raise typer.Exit(1)
 
-    def run_seeds(new: list[int], total: int) -> None:
-        todo = run_ab.plan(arms, new, start=len(used))
-        first = len(order) + 1
-        used.extend(new)
-        for done in run_ab.run_plan(runner, todo, say, first=first, total=total):
-            order.append((done.arm.label, done.seed))
-            o = done.outcome
-            obs.append(stats_ab.observation(done.arm.label, done.seed, o.summary, o.status,
-                                            str(Path(o.run_dir).resolve().relative_to(
-                                                root.resolve())), field))
 
+def _run_session(s: _Session, scn: Any, path: Path, overrides: list[str], seeds: list[int],
+                 until_width: float | None, max_seeds: int, console: Console) -> int:
+    """The seeds, then (``--until-width``) one more at a time until the intervals are narrow
+    enough; the revisions' checkouts removed after. Returns the exit code of an interrupt
+    (0: none)."""
+    from testbed.analysis import ab as stats_ab
+    from testbed.common.files import NoSpace
+    from testbed.orchestration import ab as run_ab
+    from testbed.orchestration import launcher
+    from testbed.orchestration.interrupts import RunInterrupted
+
+    labels = [a.label for a in s.arms]
     try:
-        with run_ab.Checkouts(root, arms) as checkouts, launcher.shared():
-            runner = run_ab.Runner(scn, path, overrides, root, checkouts)
-            run_seeds(seeds, len(arms) * len(seeds))
+        with run_ab.Checkouts(s.root, s.arms) as checkouts, launcher.shared():
+            runner = run_ab.Runner(scn, path, overrides, s.root, checkouts)
+            s.run_seeds(runner, seeds, len(s.arms) * len(seeds))
             if until_width is not None:
                 while (stopped := stats_ab.stop_reason(
-                        stats_ab.compare(obs, labels), until_width, len(used), max_seeds)
+                        stats_ab.compare(s.obs, labels), until_width, len(s.used), max_seeds)
                        ) is None:
-                    run_seeds(run_ab.next_seeds(used), len(order) + len(arms))
+                    s.run_seeds(runner, run_ab.next_seeds(s.used), len(s.order) + len(s.arms))
+                s.stopped = stopped
     except RunInterrupted as exc:
-        console.print(f"interrupted ({exc}) after {len(order)} runs; torn down, the "
+        console.print(f"interrupted ({exc}) after {len(s.order)} runs; torn down, the "
                       "interrupted run marked failed", highlight=False, markup=False)
-        code = exc.exit_code
+        return exc.exit_code
     except KeyboardInterrupt:
-        console.print(f"interrupted between runs after {len(order)} runs; every run folder "
+        console.print(f"interrupted between runs after {len(s.order)} runs; every run folder "
                       "is final", highlight=False, markup=False)
-        code = 130
+        return 130
     except NoSpace as exc:
         fail(str(exc), 1)
     except run_ab.ABError as exc:  # a revision could not be checked out
         fail(str(exc))
-    if not obs:
-        raise typer.Exit(code)
-    res = stats_ab.compare(obs, labels)
-    info = {"scenario": scn.name, "metric": metric, "field": field, "seeds": used,
-            "order": [list(x) for x in order], "stopped": stopped,
+    return 0
+
+
+def _write(s: _Session, scn: Any, metric: str, code: int, console: Console) -> None:
+    """ab.json and ab.csv of the session, and its table printed."""
+    from testbed.analysis import ab as stats_ab
+
+    res = stats_ab.compare(s.obs, [a.label for a in s.arms])
+    info = {"scenario": scn.name, "metric": metric, "field": s.field, "seeds": s.used,
+            "order": [list(x) for x in s.order], "stopped": s.stopped,
             "interrupted": code != 0,
-            "commits": {a.label: a.commit for a in arms if a.commit},
+            "commits": {a.label: a.commit for a in s.arms if a.commit},
             "resamples": stats_ab.RESAMPLES, "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
-    written = stats_ab.write(root, res, obs, info)
-    _print(console, res, metric, written, stopped)
-    if code:
-        raise typer.Exit(code)
-    if any(o.status != "ok" for o in obs):
-        raise typer.Exit(1)
+    written = stats_ab.write(s.root, res, s.obs, info)
+    _print(console, res, metric, written, s.stopped)
 
 
 def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str) -> None:
