@@ -26,9 +26,9 @@ from testbed.cli.common import (
     DEFAULT_RESULTS,
     ResultsOption,
     SetOption,
+    check_runnable,
     fail,
     parse_overrides,
-    preflight,
 )
 
 ArmOption = Annotated[list[str] | None, typer.Option(
@@ -82,7 +82,7 @@ def ab_cmd(
     field, arms, seed_list = _plan(arm, seeds, metric, until_width, max_seeds)
     scn, path = _scenario(scenario, set_)
     root = results / f"ab-{scn.name}"
-    _check_places(scn, root)
+    check_runnable(scn, root)
     _run(scn, path, list(set_ or []), arms, seed_list, root, field, metric, until_width,
          max_seeds, quiet)
 
@@ -104,25 +104,6 @@ def _plan(arm: list[str] | None, seeds: str, metric: str, until_width: float | N
         return field, run_ab.resolve_revisions(arms), seed_list
     except (run_ab.ABError, stats_ab.ABInputError) as exc:
         fail(str(exc))
-
-
-def _check_places(scn: Any, root: Path) -> None:
-    """Exit 2 before any run where ``root`` cannot be written or the workers need GPUs
-    that are not visible; then the emulation's preflight (real hosts need none)."""
-    from testbed.common.outputs import OutputError, check_dir
-    from testbed.orchestration import gpus
-
-    try:
-        check_dir(root, "--results")
-    except OutputError as exc:
-        fail(str(exc))
-    try:
-        gpus.plan(scn.workload.device, scn.workload.backend, scn.world_size,
-                  gpus.visible_gpus())
-    except gpus.GpuPlanError as exc:
-        fail(str(exc))
-    if scn.topology.kind != "hosts":
-        preflight()
 
 
 def _scenario(scenario: str, set_: list[str] | None) -> tuple[Any, Path]:

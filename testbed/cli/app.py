@@ -30,11 +30,11 @@ from testbed.cli.common import (
     ModelOption,
     ResultsOption,
     SetOption,
+    check_runnable,
     check_workload,
     deprecated,
     fail,
     parse_overrides,
-    preflight,
 )
 from testbed.common import bounded
 
@@ -84,35 +84,52 @@ def _load(scenario: str, set_: list[str] | None) -> Any:
         typer.echo(f"warning: scenario {scn.name}: {line}", err=True)
     return scn
 
+ScenarioArg = Annotated[str, typer.Argument(
+    help="scenario name (netsense list) or path to a YAML file", metavar="SCENARIO")]
+RunMethodOption = Annotated[list[str] | None, typer.Option(
+    "--method", "-m", metavar="SPEC", help="method spec; repeatable (default: the scenario's)")]
+RunSeedOption = Annotated[list[int] | None, typer.Option(
+    "--seed", "-s", metavar="N", help="seed; repeatable (default: scenario's)")]
+RunDryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", "-n", help="print the runs, their folders and an estimate; run nothing")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")]
+OldOutOption = Annotated[Path | None, typer.Option("--out", "-o", hidden=True)]
+
+
 @app.command()
 def run(
-    scenario: Annotated[str, typer.Argument(
-        help="scenario name (netsense list) or path to a YAML file", metavar="SCENARIO")],
-    method: Annotated[
-        list[str] | None,
-        typer.Option("--method", "-m", metavar="SPEC", help="method spec; repeatable (default: the scenario's)"),
-    ] = None,
-    seed: Annotated[
-        list[int] | None, typer.Option("--seed", "-s", metavar="N", help="seed; repeatable (default: scenario's)")
-    ] = None,
+    scenario: ScenarioArg,
+    method: RunMethodOption = None,
+    seed: RunSeedOption = None,
     results: ResultsOption = DEFAULT_RESULTS,
     set_: SetOption = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", "-n", help="print the runs, their folders and an estimate; run nothing")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
-    out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
+    dry_run: RunDryRunOption = False,
+    quiet: QuietOption = False,
+    out: OldOutOption = None,
 ) -> None:
     """Run a scenario: every method x seed (or those given), one run folder each.
 
     Runs go to RESULTS/<scenario>/<run id>; `netsense plot -r` that folder (or one run
     folder) draws its figures.
     """
-    from testbed.config.scenario import ScenarioError, check_method
-
     if out is not None:
         deprecated("--out/-o", "--results/-r")
         results = out
     scn = _load(scenario, set_)
+    methods, seeds = _methods_and_seeds(scn, method, seed)
+    root = results / scn.name
+    if dry_run:
+        _print_run_plan(scn, methods, seeds, root)
+        return
+    check_runnable(scn, results)
+    _run_all(scn, methods, seeds, root, quiet)
+
+
+def _methods_and_seeds(scn: Any, method: list[str] | None,
+                       seed: list[int] | None) -> tuple[list[str], list[int]]:
+    """The runs' methods and seeds: those given (each checked), else the scenario's."""
+    from testbed.config.scenario import MAX_SEED, ScenarioError, check_method
+
     try:
         methods = list(method) if method else list(scn.methods)
         for m in methods:
@@ -120,44 +137,32 @@ def run(
                 check_method(m)
             except ValueError as exc:
                 raise ScenarioError(f"--method: {exc}") from None
-        from testbed.config.scenario import MAX_SEED
-
         for s in list(seed or []):
             if not 0 <= s <= MAX_SEED:
                 raise ScenarioError(f"--seed: {s} is not in [0, {MAX_SEED}] (numpy seeds are "
                                     "32-bit)")
     except ScenarioError as exc:
         fail(str(exc))
-    seeds = list(seed) if seed else list(scn.seeds)
-    root = results / scn.name
-    if dry_run:
-        from testbed.config.sweep import estimate_run_s
+    return methods, list(seed) if seed else list(scn.seeds)
 
-        est = sum(estimate_run_s(scn, m) for m in methods)
-        typer.echo(f"scenario {scn.name}: {len(methods) * len(seeds)} runs "
-                   f"({len(methods)} methods x {len(seeds)} seeds), {scn.world_size} workers; "
-                   f"about {est * len(seeds) / 60:.1f} min")
-        for s in seeds:
-            for m in methods:
-                typer.echo(f"  {m:<18} seed {s:<3} -> {root}/<time>-{m}-s{s}/")
-        typer.echo("nothing run (--dry-run); `netsense show` prints the resolved scenario")
-        return
-    from testbed.common.outputs import OutputError, check_dir
 
-    try:
-        check_dir(results, "--results")
-    except OutputError as exc:
-        fail(str(exc))
-    from testbed.orchestration import gpus
+def _print_run_plan(scn: Any, methods: list[str], seeds: list[int], root: Path) -> None:
+    """``run --dry-run``: the runs, their folders and the estimated minutes."""
+    from testbed.config.sweep import estimate_run_s
 
-    try:  # before anything is built: NCCL needs a GPU per emulated worker
-        gpus.plan(scn.workload.device, scn.workload.backend, scn.world_size,
-                  gpus.visible_gpus())
-    except gpus.GpuPlanError as exc:
-        fail(str(exc))
-    if scn.topology.kind != "hosts":  # real hosts: nothing is emulated on this machine
-        preflight()
+    est = sum(estimate_run_s(scn, m) for m in methods)
+    typer.echo(f"scenario {scn.name}: {len(methods) * len(seeds)} runs "
+               f"({len(methods)} methods x {len(seeds)} seeds), {scn.world_size} workers; "
+               f"about {est * len(seeds) / 60:.1f} min")
+    for s in seeds:
+        for m in methods:
+            typer.echo(f"  {m:<18} seed {s:<3} -> {root}/<time>-{m}-s{s}/")
+    typer.echo("nothing run (--dry-run); `netsense show` prints the resolved scenario")
 
+
+def _run_all(scn: Any, methods: list[str], seeds: list[int], root: Path, quiet: bool) -> None:
+    """Every seed x method into its own folder under ``root``, then the table; exits 1 when a
+    run failed, 130/143 when interrupted (the table covers the runs done)."""
     from testbed.common.files import NoSpace
     from testbed.orchestration import launcher
     from testbed.orchestration.run import RunInterrupted, make_run_id, run_scenario
@@ -190,8 +195,7 @@ def run(
 
 @app.command()
 def show(
-    scenario: Annotated[str, typer.Argument(
-        help="scenario name (netsense list) or path to a YAML file", metavar="SCENARIO")],
+    scenario: ScenarioArg,
     set_: SetOption = None,
 ) -> None:
     """Print a scenario as it will run: defaults filled in, --set applied, validated (YAML)."""

@@ -89,6 +89,27 @@ def preflight() -> None:
             fail(str(exc))
 
 
+def check_runnable(scn: Any, folder: Path) -> None:
+    """Refuse (exit 2) before anything is built where ``folder`` cannot be written
+    (``--results``) or the scenario's workers need GPUs that are not visible (NCCL needs a
+    GPU per emulated worker); then ``preflight``, unless the workers are real hosts
+    (nothing is emulated on this machine)."""
+    from testbed.common.outputs import OutputError, check_dir
+    from testbed.orchestration import gpus
+
+    try:
+        check_dir(folder, "--results")
+    except OutputError as exc:
+        fail(str(exc))
+    try:
+        gpus.plan(scn.workload.device, scn.workload.backend, scn.world_size,
+                  gpus.visible_gpus())
+    except gpus.GpuPlanError as exc:
+        fail(str(exc))
+    if scn.topology.kind != "hosts":
+        preflight()
+
+
 #: A model and its batch, as the commands that time one (``profile``, ``doctor --profile``)
 #: take them; each is checked by :func:`check_workload` before any process starts.
 ModelOption = Annotated[str | None, typer.Option(
