@@ -413,29 +413,35 @@ def _knob_text(knobs: dict[str, Any]) -> str:
 MAX_DOCTOR_WORKERS = 64
 
 
+RangeOption = Annotated[bool, typer.Option(
+    "--range", help="also measure the faithful range here: goodput across a shaped link at "
+    "100 Mbit/s and at the stated limit, two workers' compute running (native mode; ~10 s)")]
+ProfileSpecOption = Annotated[str | None, typer.Option(
+    "--profile", metavar="NAME|FILE", help="an accelerator profile: state what this "
+    "host keeps faithful for its entry of --model/--batch-size (one probe run, seconds)")]
+DoctorWorkersOption = Annotated[int, typer.Option(
+    "--workers", metavar="N", help="with --profile: emulated workers on this host")]
+DoctorMethodOption = Annotated[str, typer.Option(
+    "--method", metavar="SPEC", help="with --profile: whose codecs to time")]
+ThreadsOption = Annotated[int, typer.Option(
+    "--threads", metavar="N", help="with --profile: CPU threads per worker")]
+RateMbitOption = Annotated[float | None, typer.Option(
+    "--rate-mbit", metavar="MBIT", help="with --profile: the fastest virtual link rate "
+    "training crosses (its network factor)")]
+
+
 @app.command()
 def doctor(
-    measure_range: Annotated[
-        bool, typer.Option("--range", help="also measure the faithful range here: goodput "
-                           "across a shaped link at 100 Mbit/s and at the stated limit, two "
-                           "workers' compute running (native mode; ~10 s)")] = False,
-    profile_spec: Annotated[str | None, typer.Option(
-        "--profile", metavar="NAME|FILE", help="an accelerator profile: state what this "
-        "host keeps faithful for its entry of --model/--batch-size (one probe run, seconds)"
-    )] = None,
+    measure_range: RangeOption = False,
+    profile_spec: ProfileSpecOption = None,
     model: ModelOption = None,
     batch_size: BatchOption = None,
     dataset: DatasetOption = None,
     model_args: ModelArgsOption = "",
-    workers: Annotated[int, typer.Option(
-        "--workers", metavar="N", help="with --profile: emulated workers on this host")] = 2,
-    method: Annotated[str, typer.Option(
-        "--method", metavar="SPEC", help="with --profile: whose codecs to time")] = "netsenseml",
-    threads: Annotated[int, typer.Option(
-        "--threads", metavar="N", help="with --profile: CPU threads per worker")] = 1,
-    rate_mbit: Annotated[float | None, typer.Option(
-        "--rate-mbit", metavar="MBIT", help="with --profile: the fastest virtual link rate "
-        "training crosses (its network factor)")] = None,
+    workers: DoctorWorkersOption = 2,
+    method: DoctorMethodOption = "netsenseml",
+    threads: ThreadsOption = 1,
+    rate_mbit: RateMbitOption = None,
 ) -> None:
     """Which mode runs use here (native root / rootless user namespace) and what works.
 
@@ -448,15 +454,8 @@ def doctor(
     what will be refused.
     """
     from rich.console import Console
-    from rich.table import Table
 
-    from testbed.cli.doctor import (
-        accelerator_fit,
-        check_accelerator,
-        check_faithful,
-        checks,
-        usable,
-    )
+    from testbed.cli.doctor import check_faithful, checks, usable
 
     plan = _accelerator_plan(profile_spec, model, batch_size, dataset, model_args, workers,
                              method, threads, rate_mbit)
@@ -464,15 +463,34 @@ def doctor(
     results.append(check_faithful(measure=measure_range, mode_ok=usable(results)))
     sentence = None
     if plan is not None:
-        from testbed.orchestration.dilation import DilationError
-
-        try:
-            fit: Any = accelerator_fit(plan["timing"], plan["workload"], workers,
-                                       plan["codecs"], threads, plan["margin"], rate_mbit)
-        except DilationError as exc:
-            fit = str(exc)
-        row, sentence = check_accelerator(plan["label"], fit, rate_mbit)
+        row, sentence = _accelerator_row(plan, workers, threads, rate_mbit)
         results.append(row)
+    console = Console(width=max(120, Console().width))
+    console.print(_doctor_table(results))
+    if sentence is not None:
+        console.print(sentence, highlight=False, markup=False, soft_wrap=True)
+    _doctor_verdict(results, measure_range)
+
+
+def _accelerator_row(plan: dict[str, Any], workers: int, threads: int,
+                     rate_mbit: float | None) -> tuple[Any, str]:
+    """``doctor --profile``'s row, and its sentence: what this host keeps faithful for the
+    profile's entry (or why the dilation cannot be chosen)."""
+    from testbed.cli.doctor import accelerator_fit, check_accelerator
+    from testbed.orchestration.dilation import DilationError
+
+    try:
+        fit: Any = accelerator_fit(plan["timing"], plan["workload"], workers,
+                                   plan["codecs"], threads, plan["margin"], rate_mbit)
+    except DilationError as exc:
+        fit = str(exc)
+    return check_accelerator(plan["label"], fit, rate_mbit)
+
+
+def _doctor_table(results: list[Any]) -> Any:
+    """The checks as a table: ok, FAILED (required) or missing (optional), and the fix."""
+    from rich.table import Table
+
     table = Table(title="netsense doctor", title_justify="left")
     for col in ("check", "status", "detail", "to fix"):
         table.add_column(col)
@@ -480,10 +498,14 @@ def doctor(
         status = "[green]ok[/]" if c.ok else ("[red]FAILED[/]" if c.required
                                               else "[yellow]missing[/]")
         table.add_row(c.name, status, c.detail or "", "" if c.ok else (c.fix or ""))
-    console = Console(width=max(120, Console().width))
-    console.print(table)
-    if sentence is not None:
-        console.print(sentence, highlight=False, markup=False, soft_wrap=True)
+    return table
+
+
+def _doctor_verdict(results: list[Any], measure_range: bool) -> None:
+    """Exit 1 when runs cannot work here, or (``--range``) the faithful range does not
+    hold; else say which optional features are missing."""
+    from testbed.cli.doctor import usable
+
     if not usable(results):
         typer.echo("netsense run cannot work here: fix the FAILED checks")
         raise typer.Exit(1)
@@ -516,20 +538,25 @@ def clean(
     if report.get("failed"):
         raise typer.Exit(1)
 
+CalSeedsOption = Annotated[str, typer.Option(
+    "--seeds", metavar="N,N,...", help="seeds of each level's runs")]
+LevelsOption = Annotated[str | None, typer.Option(
+    "--levels", metavar="L,L,...",
+    help="ladder levels to measure (default none,fp16,int8,topk:0.1,topk:0.01,topk:0.001)")]
+MaxStepsOption = Annotated[int, typer.Option(
+    "--max-steps", min=1, max=1_000_000, help="step cap of a run (not reached: null)")]
+TableOutOption = Annotated[Path | None, typer.Option(
+    "--out", "-o", metavar="FILE",
+    help="the table (default RESULTS/calibrate/<scenario>/convergence.json)")]
+
+
 @app.command()
 def calibrate(
-    scenario: Annotated[str, typer.Argument(
-        help="scenario name (netsense list) or path to a YAML file", metavar="SCENARIO")],
-    seeds: Annotated[str, typer.Option(
-        "--seeds", metavar="N,N,...", help="seeds of each level's runs")] = "0,1,2",
-    levels: Annotated[str | None, typer.Option(
-        "--levels", metavar="L,L,...",
-        help="ladder levels to measure (default none,fp16,int8,topk:0.1,topk:0.01,topk:0.001)")] = None,
-    max_steps: Annotated[int, typer.Option(
-        "--max-steps", min=1, max=1_000_000, help="step cap of a run (not reached: null)")] = 1500,
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", metavar="FILE",
-        help="the table (default RESULTS/calibrate/<scenario>/convergence.json)")] = None,
+    scenario: ScenarioArg,
+    seeds: CalSeedsOption = "0,1,2",
+    levels: LevelsOption = None,
+    max_steps: MaxStepsOption = 1500,
+    out: TableOutOption = None,
     results: ResultsOption = DEFAULT_RESULTS,
     set_: SetOption = None,
 ) -> None:
@@ -543,14 +570,7 @@ def calibrate(
     from testbed.orchestration import calibrate as cal
 
     scn = _load(scenario, set_)
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        fail(f"--seeds: {seeds!r} is not a comma-separated list of integers")
-    from testbed.config.scenario import MAX_SEED
-
-    if not seed_list or any(not 0 <= s <= MAX_SEED for s in seed_list):
-        fail(f"--seeds: need one or more integers in [0, {MAX_SEED}], got {seeds!r}")
+    seed_list = _seed_list(seeds)
     level_list = [x.strip() for x in levels.split(",") if x.strip()] if levels else None
     root = results / "calibrate" / scn.name
     target = out or root / "convergence.json"
@@ -578,6 +598,19 @@ def calibrate(
         fail(str(exc), code=1)
     typer.echo(cal.markdown(table))
     typer.echo(f"wrote {target}; use it with `convergence: {target.resolve()}` in a scenario")
+
+
+def _seed_list(seeds: str) -> list[int]:
+    """``--seeds N,N,...`` as integers, each a valid seed, or one error line and exit 2."""
+    from testbed.config.scenario import MAX_SEED
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        fail(f"--seeds: {seeds!r} is not a comma-separated list of integers")
+    if not seed_list or any(not 0 <= s <= MAX_SEED for s in seed_list):
+        fail(f"--seeds: need one or more integers in [0, {MAX_SEED}], got {seeds!r}")
+    return seed_list
 
 
 def _register_analysis() -> None:
