@@ -129,29 +129,37 @@ def _measure(argv: list[str]) -> dict[str, Any]:
         fail("profiling failed: the worker printed no profile", code=1)
 
 
+DeviceOption = Annotated[str, typer.Option(
+    "--device", metavar="auto|cpu|cuda", help="where to measure (auto: cuda when visible)")]
+StepsOption = Annotated[int, typer.Option(
+    "--steps", metavar="N", help="timed steps (medians; after 2 warm-up steps)")]
+CodecsOption = Annotated[str, typer.Option(
+    "--codecs", metavar="SPEC,...", help="compressors whose cost per MB to measure "
+    "('' for none)")]
+ThreadsOption = Annotated[int, typer.Option(
+    "--threads", metavar="N", help="CPU threads (0: torch's default, all cores)")]
+DataDirOption = Annotated[str | None, typer.Option(
+    "--data-dir", metavar="DIR", help="for datasets read from files")]
+ProfileOutOption = Annotated[Path | None, typer.Option(
+    "--out", "-o", metavar="FILE", help="profile file to write, or to add the entry "
+    "to (default: print it)")]
+CheckOption = Annotated[str | None, typer.Option(
+    "--check", metavar="NAME|FILE", help="load a profile (shipped name or path) and "
+    "list its entries; nothing is measured")]
+
+
 def profile(
     model: ModelOption = None,
     batch_size: BatchOption = None,
     dataset: DatasetOption = None,
     model_args: ModelArgsOption = "",
-    device: Annotated[str, typer.Option(
-        "--device", metavar="auto|cpu|cuda", help="where to measure (auto: cuda when "
-        "visible)")] = "auto",
-    steps: Annotated[int, typer.Option(
-        "--steps", metavar="N", help="timed steps (medians; after 2 warm-up steps)")] = 20,
-    codecs: Annotated[str, typer.Option(
-        "--codecs", metavar="SPEC,...", help="compressors whose cost per MB to measure "
-        "('' for none)")] = "fp16,bf16,int8,topk:0.01,randomk:0.01,dgc:0.01",
-    threads: Annotated[int, typer.Option(
-        "--threads", metavar="N", help="CPU threads (0: torch's default, all cores)")] = 0,
-    data_dir: Annotated[str | None, typer.Option(
-        "--data-dir", metavar="DIR", help="for datasets read from files")] = None,
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", metavar="FILE", help="profile file to write, or to add the entry "
-        "to (default: print it)")] = None,
-    check: Annotated[str | None, typer.Option(
-        "--check", metavar="NAME|FILE", help="load a profile (shipped name or path) and "
-        "list its entries; nothing is measured")] = None,
+    device: DeviceOption = "auto",
+    steps: StepsOption = 20,
+    codecs: CodecsOption = "fp16,bf16,int8,topk:0.01,randomk:0.01,dgc:0.01",
+    threads: ThreadsOption = 0,
+    data_dir: DataDirOption = None,
+    out: ProfileOutOption = None,
+    check: CheckOption = None,
 ) -> None:
     """Measure an accelerator profile entry on this machine's device (GPU or CPU), or
     --check a profile file.
@@ -166,31 +174,8 @@ def profile(
         return
     dataset, knobs = check_workload(model, batch_size, dataset, model_args, data_dir)
     assert model is not None and batch_size is not None  # check_workload refuses None
-    if device not in DEVICES:
-        fail(f"--device: {device!r}; allowed: {', '.join(DEVICES)}")
-    if not 1 <= steps <= MAX_STEPS:
-        fail(f"--steps: {steps}; allowed: 1..{MAX_STEPS}")
-    if threads < 0:
-        fail(f"--threads: {threads}; allowed: 0 (torch's default) or a positive integer")
-    from netsenseml import methods
-
-    for spec in (c.strip() for c in codecs.split(",") if c.strip()):
-        try:
-            parsed = methods.parse(spec, "compressor")
-        except ValueError as exc:
-            fail(f"--codecs: {exc}")
-        if parsed.name == "allreduce":
-            fail(f"--codecs: {spec!r} has no codec to time; allowed: fp16, bf16, int8, "
-                 "topk:R, randomk:R, dgc:R")
-    existing = None
-    if out is not None:
-        from testbed.common.outputs import OutputError, check_file
-
-        try:
-            check_file(out, "-o")
-        except OutputError as exc:
-            fail(str(exc))
-        existing = _existing(out)
+    _check_measure_options(device, steps, threads, codecs)
+    existing = _existing_out(out) if out is not None else None
     argv = ["--model", model, "--dataset", dataset, "--batch-size", str(batch_size),
             "--model-args", ",".join(f"{k}={v}" for k, v in knobs.items()),
             "--device", device, "--steps", str(steps), "--threads", str(threads),
@@ -200,14 +185,52 @@ def profile(
     typer.echo(f"measuring {model}{_knobs(knobs)} batch {batch_size} on {dataset}, device "
                f"{device}, {steps} steps ...", err=True)
     measured = _measure(argv)
-    entry = measured["entries"][0]
     if out is None:
         measured.pop("name", None)
         typer.echo(json.dumps(measured, indent=2))
         return
+    _write(out, existing, measured, f"{model}{_knobs(knobs)} batch {batch_size}")
+
+
+def _check_measure_options(device: str, steps: int, threads: int, codecs: str) -> None:
+    """One error line naming the option, exit 2, for a device, step count, thread count or
+    codec that cannot be measured."""
+    from netsenseml import methods
+
+    if device not in DEVICES:
+        fail(f"--device: {device!r}; allowed: {', '.join(DEVICES)}")
+    if not 1 <= steps <= MAX_STEPS:
+        fail(f"--steps: {steps}; allowed: 1..{MAX_STEPS}")
+    if threads < 0:
+        fail(f"--threads: {threads}; allowed: 0 (torch's default) or a positive integer")
+    for spec in (c.strip() for c in codecs.split(",") if c.strip()):
+        try:
+            parsed = methods.parse(spec, "compressor")
+        except ValueError as exc:
+            fail(f"--codecs: {exc}")
+        if parsed.name == "allreduce":
+            fail(f"--codecs: {spec!r} has no codec to time; allowed: fp16, bf16, int8, "
+                 "topk:R, randomk:R, dgc:R")
+
+
+def _existing_out(out: Path) -> dict[str, Any] | None:
+    """``-o FILE`` checked as a place to write, and the profile it holds (None: none)."""
+    from testbed.common.outputs import OutputError, check_file
+
+    try:
+        check_file(out, "-o")
+    except OutputError as exc:
+        fail(str(exc))
+    return _existing(out)
+
+
+def _write(out: Path, existing: dict[str, Any] | None, measured: dict[str, Any],
+           label: str) -> None:
+    """The measured entry into ``out``: a new profile, or added to (replacing the same
+    key in) the existing one of the same device; then what was done, in one line."""
     from testbed.common import files
 
-    label = f"{model}{_knobs(knobs)} batch {batch_size}"
+    entry = measured["entries"][0]
     if existing is None:
         data, what = measured, f"wrote a new profile {out} with {label}"
     else:
