@@ -280,39 +280,49 @@ def parse_methods(text: str) -> list[str]:
     return out
 
 
+PredictScenarioArg = Annotated[str, typer.Argument(
+    help="scenario name (netsense list) or YAML path: its links' rate, and its own "
+    "topology for --fabric scenario")]
+WorkersOption = Annotated[str, typer.Option(
+    "--workers", "-w", metavar="W,W,...", help="worker counts")]
+FabricOption = Annotated[str, typer.Option(
+    "--fabric", help="fattree | dragonfly (the scenario's rate, over-subscribed "
+    "uplinks, another job's flows) | scenario (the scenario's own topology grown)")]
+MethodsOption = Annotated[str, typer.Option("--methods", "-m", help="comma-separated methods")]
+BackgroundOption = Annotated[int, typer.Option(
+    "--background", min=0, help="fattree/dragonfly: bulk flows per leaf of another job "
+    "(0: an idle fabric)")]
+OversubOption = Annotated[float, typer.Option(
+    "--oversub", min=1.0, help="fattree/dragonfly: leaf over-subscription")]
+PredictStepsOption = Annotated[int, typer.Option(
+    "--steps", min=5, max=10000, help="simulated steps per point")]
+BaseStepsOption = Annotated[float, typer.Option(
+    "--base-steps", min=1.0, help="allreduce's steps to the target when the scenario "
+    "has no convergence table")]
+CsvOutOption = Annotated[Path | None, typer.Option(
+    "--out", "-o", metavar="FILE", help="the table as CSV")]
+FigureOption = Annotated[Path | None, typer.Option(
+    "--figure", metavar="PNG", help="throughput and TTA against W, drawn from --out")]
+
+
 @app.command("predict")
 def predict_cmd(
-    scenario: Annotated[str, typer.Argument(
-        help="scenario name (netsense list) or YAML path: its links' rate, and its own "
-        "topology for --fabric scenario")],
+    scenario: PredictScenarioArg,
     calibration: CalibrationOption = [],  # noqa: B006
-    workers: Annotated[str, typer.Option(
-        "--workers", "-w", metavar="W,W,...", help="worker counts")] = "8,64,1024",
-    fabric: Annotated[str, typer.Option(
-        "--fabric", help="fattree | dragonfly (the scenario's rate, over-subscribed "
-        "uplinks, another job's flows) | scenario (the scenario's own topology grown)")]
-    = "fattree",
-    methods: Annotated[str, typer.Option(
-        "--methods", "-m", help="comma-separated methods")] = DEFAULT_METHODS,
-    background: Annotated[int, typer.Option(
-        "--background", min=0, help="fattree/dragonfly: bulk flows per leaf of another job "
-        "(0: an idle fabric)")] = 4,
-    oversub: Annotated[float, typer.Option(
-        "--oversub", min=1.0, help="fattree/dragonfly: leaf over-subscription")] = 4.0,
-    steps: Annotated[int, typer.Option("--steps", min=5, max=10000,
-                                       help="simulated steps per point")] = 30,
-    base_steps: Annotated[float, typer.Option(
-        "--base-steps", min=1.0, help="allreduce's steps to the target when the scenario "
-        "has no convergence table")] = 1000.0,
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", metavar="FILE", help="the table as CSV")] = None,
-    figure: Annotated[Path | None, typer.Option(
-        "--figure", metavar="PNG", help="throughput and TTA against W, drawn from --out")]
-    = None,
+    workers: WorkersOption = "8,64,1024",
+    fabric: FabricOption = "fattree",
+    methods: MethodsOption = DEFAULT_METHODS,
+    background: BackgroundOption = 4,
+    oversub: OversubOption = 4.0,
+    steps: PredictStepsOption = 30,
+    base_steps: BaseStepsOption = 1000.0,
+    out: CsvOutOption = None,
+    figure: FigureOption = None,
     jobs: JobsOption = CPUS,
 ) -> None:
     """Step time, throughput and time to accuracy per method and W; NetSenseML's level."""
-    from testbed.config.scenario import ScenarioError, load_scenario
+    from testbed.simulation import scale
+    from testbed.simulation.calibrate import cross_flows
 
     if fabric not in FABRICS:
         fail(f"--fabric: {fabric!r} is not one of {', '.join(FABRICS)}")
@@ -324,21 +334,7 @@ def predict_cmd(
             _check(path, option)
     _need_simgrid()
     meths = parse_methods(methods)
-    try:
-        scn = load_scenario(scenario, skip_kernel_checks=True)
-    except ScenarioError as exc:
-        fail(str(exc))
-    from testbed.simulation import scale
-    from testbed.simulation.calibrate import cross_flows
-
-    cal = _calibration(list(calibration), jobs)
-    wl = scn.workload
-    mine = (wl.model, wl.dataset, wl.batch_size)
-    theirs = (cal.workload.get("model"), cal.workload.get("dataset"),
-              cal.workload.get("batch_size"))
-    if mine != theirs:
-        fail(f"scenario: workload (model, dataset, batch_size) {mine} is not the "
-             f"calibration's {theirs}; calibrate on runs of this workload")
+    scn, cal = _scenario_and_calibration(scenario, list(calibration), jobs)
     topo = scn.topology.model_dump(mode="json")
     timeline = [e.model_dump(mode="json") if hasattr(e, "model_dump") else dict(e)
                 for e in (scn.timeline or [])]
@@ -358,13 +354,39 @@ def predict_cmd(
     if out is not None:
         _write(out, _csv(rows, PREDICTION_COLUMNS), "--out")
         typer.echo(f"wrote {out}")
-    if figure is not None and out is not None:
-        from testbed.simulation.figure import figure as draw
+        if figure is not None:
+            _draw(out, figure, f"{scn.name}: {fabric}, {background} background flows per "
+                  f"leaf, oversubscription {oversub:g}")
 
-        _check(figure, "--figure")
-        draw(out, figure, f"{scn.name}: {fabric}, {background} background flows per leaf, "
-             f"oversubscription {oversub:g}")
-        typer.echo(f"wrote {figure}")
+
+def _scenario_and_calibration(scenario: str, calibration: list[Path],
+                              jobs: int) -> tuple[Any, Any]:
+    """The scenario and the fit, which must be of the same workload (model, dataset,
+    batch size); one error line and exit 2 otherwise."""
+    from testbed.config.scenario import ScenarioError, load_scenario
+
+    try:
+        scn = load_scenario(scenario, skip_kernel_checks=True)
+    except ScenarioError as exc:
+        fail(str(exc))
+    cal = _calibration(calibration, jobs)
+    wl = scn.workload
+    mine = (wl.model, wl.dataset, wl.batch_size)
+    theirs = (cal.workload.get("model"), cal.workload.get("dataset"),
+              cal.workload.get("batch_size"))
+    if mine != theirs:
+        fail(f"scenario: workload (model, dataset, batch_size) {mine} is not the "
+             f"calibration's {theirs}; calibrate on runs of this workload")
+    return scn, cal
+
+
+def _draw(table: Path, figure: Path, title: str) -> None:
+    """The prediction's figure, drawn from its CSV."""
+    from testbed.simulation.figure import figure as draw
+
+    _check(figure, "--figure")
+    draw(table, figure, title)
+    typer.echo(f"wrote {figure}")
 
 
 def register(parent: typer.Typer) -> None:
