@@ -116,7 +116,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -179,7 +179,17 @@ def _positive(kind: type) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The worker's arguments, in four groups (the order ``--help`` lists them in)."""
     p = _OneLineParser(prog="python -m workloads.train", description=__doc__.split("\n")[0])
+    _job_arguments(p)
+    _model_arguments(p)
+    _process_arguments(p)
+    _device_arguments(p)
+    return p
+
+
+def _job_arguments(p: argparse.ArgumentParser) -> None:
+    """What to train, how long, how it is evaluated, where its records go."""
     p.add_argument("--model", default="mlp",
                    help=f"one of: {registry.accepted_models()} (default mlp)")
     p.add_argument("--dataset", default="digits", choices=registry.dataset_names(),
@@ -202,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-at-target", action="store_true",
                    help="end the run at the first evaluation reaching --target-accuracy")
     p.add_argument("--data-dir", help="folder holding CIFAR python-pickle batches")
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    """The optimizer's rate and the model's size knobs."""
     p.add_argument("--lr", type=_positive(float),
                    help="default: the model's (" + ", ".join(
                        f"{n} {registry.model_entry(n).lr:g} {registry.model_entry(n).optimizer}"
@@ -216,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "factory, its own keyword arguments")
     p.add_argument("--context", type=_positive(int), default=64,
                    help="text dataset: characters per sample, the gpt context (default 64)")
+
+
+def _process_arguments(p: argparse.ArgumentParser) -> None:
+    """The process: threads, the process group, the method's options."""
     p.add_argument("--threads", type=_positive(int), default=1, help="torch threads (default 1)")
     p.add_argument("--pg-timeout", type=_positive(float), default=60.0,
                    help="process-group timeout in seconds (default 60)")
@@ -226,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--convergence", metavar="PATH",
                    help="netsenseml: the convergence table of this job (netsense calibrate); "
                         "default: netsenseml.convergence's stated conservative prior")
+
+
+def _device_arguments(p: argparse.ArgumentParser) -> None:
+    """The emulated accelerator, time dilation, the gradient mode and the device."""
     p.add_argument("--accelerator", metavar="PROFILE",
                    help="pace each step to an emulated accelerator's profile: a shipped name ("
                         + ", ".join(accelerator.names()) + ") or a JSON path "
@@ -242,7 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where the model trains (auto: cuda when available); the GPU is "
                         "LOCAL_RANK's (default 0)")
-    return p
 
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -571,11 +592,57 @@ def setup(args: argparse.Namespace) -> Setup:
     phases: dict[str, float] = {}
     t = time.perf_counter()
     torch.set_num_threads(args.threads)
+    rank, world = _rendezvous_env()
+    data, sampler, loader = _data(args, rank, world)
+    torch.manual_seed(args.seed)
+    entry, model = _model(args, data)
+    knobs = entry.resolve_knobs(args.knobs)
+    Path(args.log_dir).mkdir(parents=True, exist_ok=True)  # after every refusal: none leaves a folder
+    info = model_info(model)
+    device, backend = _device(args)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model.to(device)
+    phases["data_model"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=clock.real_s(args.pg_timeout)))
+    phases["rendezvous"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    ddp, state = _ddp(args, model, device)
+    lr = args.lr or entry.lr
+    momentum = sgd_momentum(entry, args.method, not args.no_error_feedback)
+    opt = make_optimizer(ddp, entry, lr, momentum)
+    phases["ddp"] = time.perf_counter() - t
+
+    rec = None
+    if args.grads == "recorded":  # one real local gradient, nothing sent (workloads.recorded)
+        t = time.perf_counter()
+        rec = _record(ddp, loader, device, data.kind)
+        phases["record"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    dist.barrier()
+    phases["barrier"] = time.perf_counter() - t
+    return Setup(rank, world, data, ddp, state, opt, sampler, loader, device, backend, info,
+                 lr, entry, momentum, knobs, {k: round(v, 4) for k, v in phases.items()}, rec)
+
+
+def _rendezvous_env() -> tuple[int, int]:
+    """This rank and the world size from ``env://``'s variables; alone (no WORLD_SIZE), a
+    world of one on loopback."""
     if "WORLD_SIZE" not in os.environ:  # alone: rendezvous with ourselves on loopback
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
+
+def _data(args: argparse.Namespace, rank: int,
+          world: int) -> tuple[Data, DistributedSampler, DataLoader]:
+    """The dataset and this rank's shard of it; exit 2 when it cannot be read or the batch
+    is larger than the shard."""
     try:
         data = load_dataset(args.dataset, data_dir=args.data_dir, context=args.context)
     except DatasetError as e:
@@ -586,8 +653,12 @@ def setup(args: argparse.Namespace) -> Setup:
     if len(loader) == 0:
         bad_args(f"argument --batch-size: {args.batch_size} exceeds this rank's shard of "
                  f"{len(sampler)} samples")
+    return data, sampler, loader
 
-    torch.manual_seed(args.seed)
+
+def _model(args: argparse.Namespace, data: Data) -> tuple[registry.ModelEntry, nn.Module]:
+    """The model's registry entry and the model built for ``data``; exit 2 (the error's
+    first line) when it does not fit the data or its knobs are refused."""
     try:
         entry = registry.model_entry(args.model)
         if not registry.fits(entry, registry.dataset_entry(args.dataset)):
@@ -599,9 +670,12 @@ def setup(args: argparse.Namespace) -> Setup:
     except (registry.RegistryError, TypeError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         bad_args(f"argument --model/--model-args: {first}")
-    knobs = entry.resolve_knobs(args.knobs)
-    Path(args.log_dir).mkdir(parents=True, exist_ok=True)  # after every refusal: none leaves a folder
-    info = model_info(model)
+    return entry, model
+
+
+def _device(args: argparse.Namespace) -> tuple[torch.device, str]:
+    """The torch device and the process group's backend (``choose_device``); exit 2 for a
+    pair this machine cannot give."""
     try:
         available = torch.cuda.is_available()
         dtype, index, backend = choose_device(
@@ -610,46 +684,32 @@ def setup(args: argparse.Namespace) -> Setup:
             int(os.environ.get("LOCAL_RANK", "0")))
     except ValueError as e:
         bad_args(str(e))
-    cuda = dtype == "cuda"
-    device = torch.device("cuda", index) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    model.to(device)
-    phases["data_model"] = time.perf_counter() - t
+    return (torch.device("cuda", index) if dtype == "cuda" else torch.device("cpu")), backend
 
-    t = time.perf_counter()
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=clock.real_s(args.pg_timeout)))
-    phases["rendezvous"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    ddp = DDP(model, device_ids=[device.index] if cuda else None)
+def _ddp(args: argparse.Namespace, model: nn.Module, device: torch.device) -> tuple[DDP, Any]:
+    """DDP around ``model`` with the method's hook registered (its state: statistics,
+    the pacer of an emulated accelerator)."""
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     extra: dict[str, Any] = {"convergence": args.convergence} if args.convergence else {}
     if args.timing is not None:
         extra["pacer"] = accelerator.Pacer(
             args.timing, sum(p.numel() for p in model.parameters() if p.requires_grad))
     state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback,
                            seed=args.seed, **extra)  # random-k draws its shared indices from seed
-    lr = args.lr or entry.lr
-    momentum = sgd_momentum(entry, args.method, not args.no_error_feedback)
-    opt = make_optimizer(ddp, entry, lr, momentum)
-    phases["ddp"] = time.perf_counter() - t
+    return ddp, state
 
-    rec = None
-    if args.grads == "recorded":  # one real local gradient, nothing sent (workloads.recorded)
-        t = time.perf_counter()
-        x, y = next(iter(loader))
-        x, y = x.to(device), y.to(device)
-        with ddp.no_sync():
-            rec = recorded.record(ddp, lambda: _loss_and_correct(ddp, x, y, data.kind)[0])
-        recorded.install(ddp.module, rec)
-        phases["record"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    dist.barrier()
-    phases["barrier"] = time.perf_counter() - t
-    return Setup(rank, world, data, ddp, state, opt, sampler, loader, device, backend, info,
-                 lr, entry, momentum, knobs, {k: round(v, 4) for k, v in phases.items()}, rec)
+def _record(ddp: DDP, loader: DataLoader, device: torch.device,
+            kind: str) -> recorded.RecordedGrads:
+    """One real local gradient of the first batch (nothing sent), installed as every
+    step's gradient (workloads.recorded)."""
+    x, y = next(iter(loader))
+    x, y = x.to(device), y.to(device)
+    with ddp.no_sync():
+        rec = recorded.record(ddp, lambda: _loss_and_correct(ddp, x, y, kind)[0])
+    recorded.install(ddp.module, rec)
+    return rec
 
 
 @dataclass
@@ -667,6 +727,50 @@ class Outcome:
 def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog,
           origin: float, out: Outcome) -> None:
     """The step loop, the periodic evaluations and the closing one; fills ``out``."""
+    do_eval = _evaluator(args, s, log, watchdog, origin, out)
+    s.ddp.train()
+    pacer = s.state.pacer
+    between = True  # an evaluation or the stop agreement since the last step (the pacer)
+    batches = _batches(s.loader, s.sampler)
+    step = 0
+    elapsed_max = torch.zeros(1, device=s.device)
+    next_check: int | None = 1
+    zero_steps = 0
+    while args.steps is None or step < args.steps:
+        t0 = clock.now()
+        if pacer is not None:
+            pacer.start_step(follows=not between)
+            between = False
+        loss_v, zero_steps, stats = _step(s, batches, step + 1, zero_steps)
+        step_s = clock.now() - t0
+        step += 1
+        out.steps = step
+        out.samples += args.batch_size * s.world
+        _log_step(log, step, args.batch_size * s.world, step_s, loss_v, stats)
+        watchdog.stepped(step, clock.real_s(step_s))
+        if args.eval_every and step % args.eval_every == 0:
+            between = True
+            do_eval(step)
+            if args.stop_at_target and out.target_t is not None:
+                break  # the accuracy is global, so every rank stops after this step
+        if args.time_limit is not None and step >= next_check:
+            between = True
+            elapsed_max.fill_(clock.now() - origin)
+            dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
+            next_check = next_stop_check(step, elapsed_max.item(), args.time_limit)
+            if next_check is None:
+                break
+    out.train_time_s = clock.now() - origin
+    if s.recorded is None and not (args.eval_every and step % args.eval_every == 0):
+        t = clock.now()
+        do_eval(step)
+        out.final_eval_s = clock.now() - t
+
+
+def _evaluator(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog,
+               origin: float, out: Outcome) -> Callable[[int], None]:
+    """An evaluation at a step: its record, the target's first time and the accuracy into
+    ``out``; the watchdog's deadline extended by the evaluation's time."""
 
     def do_eval(step: int) -> None:
         t_eval = clock.now()
@@ -687,72 +791,50 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
                              reached_target=reached))
         out.accuracy = acc
 
-    s.ddp.train()
+    return do_eval
+
+
+def _step(s: Setup, batches: Iterator[Any], step: int,
+          zero_steps: int) -> tuple[float | None, int, dict[str, Any]]:
+    """One step's work, each part held to the pacer where there is one: forward, backward
+    (the hook's collectives), the health check, the optimizer. Returns the loss (None with
+    recorded gradients), the count of leading zero-gradient steps and the hook's statistics."""
     pacer = s.state.pacer
-    between = True  # an evaluation or the stop agreement since the last step (the pacer)
-    batches = _batches(s.loader, s.sampler)
-    step = 0
-    elapsed_max = torch.zeros(1, device=s.device)
-    next_check: int | None = 1
-    zero_steps = 0
-    while args.steps is None or step < args.steps:
-        t0 = clock.now()
-        if pacer is not None:
-            pacer.start_step(follows=not between)
-            between = False
-        s.opt.zero_grad(set_to_none=True)
-        if s.recorded is None:
-            x, y = next(batches)
-            x, y = x.to(s.device), y.to(s.device)
-            loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
-        else:  # the surrogate: DDP's forward, the recorded gradient (workloads.recorded)
-            loss = s.ddp()
-        if pacer is not None:
-            _sync(s.device)
-            pacer.forward_done()
-        loss.backward()
-        if pacer is not None:
-            pacer.backward_done()
-        loss_v = loss.item() if s.recorded is None else None
-        zero_steps = check_health(s.ddp, 0.0 if loss_v is None else loss_v, step + 1,
-                                  zero_steps)
-        if s.recorded is None:  # recorded: the parameters stay (the pacer holds the slot)
-            s.opt.step()
-        if pacer is not None:
-            _sync(s.device)
-            pacer.optimizer_done()
-        stats = dict(s.state.pop_step_stats())
-        step_s = clock.now() - t0
-        step += 1
-        out.steps = step
-        out.samples += args.batch_size * s.world
-        # The hook counts its collectives since the last pop, so one issued between two steps
-        # (the stop-flag agreement, an evaluation) lands in the next step's figure; the
-        # step's own communication cannot outlast the step.
-        comm_s = min(float(stats.pop("comm_s", 0.0)), step_s)
-        log.write(StepRecord(step=step, samples=args.batch_size * s.world,
-                             compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
-                             bytes_sent=stats.pop("bytes_sent", 0),
-                             kept_ratio=stats.pop("kept_ratio", 1.0),
-                             level=stats.pop("level", "none"), loss=loss_v, stats=stats))
-        watchdog.stepped(step, clock.real_s(step_s))
-        if args.eval_every and step % args.eval_every == 0:
-            between = True
-            do_eval(step)
-            if args.stop_at_target and out.target_t is not None:
-                break  # the accuracy is global, so every rank stops after this step
-        if args.time_limit is not None and step >= next_check:
-            between = True
-            elapsed_max.fill_(clock.now() - origin)
-            dist.all_reduce(elapsed_max, op=dist.ReduceOp.MAX)
-            next_check = next_stop_check(step, elapsed_max.item(), args.time_limit)
-            if next_check is None:
-                break
-    out.train_time_s = clock.now() - origin
-    if s.recorded is None and not (args.eval_every and step % args.eval_every == 0):
-        t = clock.now()
-        do_eval(step)
-        out.final_eval_s = clock.now() - t
+    s.opt.zero_grad(set_to_none=True)
+    if s.recorded is None:
+        x, y = next(batches)
+        x, y = x.to(s.device), y.to(s.device)
+        loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
+    else:  # the surrogate: DDP's forward, the recorded gradient (workloads.recorded)
+        loss = s.ddp()
+    if pacer is not None:
+        _sync(s.device)
+        pacer.forward_done()
+    loss.backward()
+    if pacer is not None:
+        pacer.backward_done()
+    loss_v = loss.item() if s.recorded is None else None
+    zero_steps = check_health(s.ddp, 0.0 if loss_v is None else loss_v, step, zero_steps)
+    if s.recorded is None:  # recorded: the parameters stay (the pacer holds the slot)
+        s.opt.step()
+    if pacer is not None:
+        _sync(s.device)
+        pacer.optimizer_done()
+    return loss_v, zero_steps, dict(s.state.pop_step_stats())
+
+
+def _log_step(log: RecordLog, step: int, samples: int, step_s: float, loss_v: float | None,
+              stats: dict[str, Any]) -> None:
+    """The step's record: its time split into comm (the hook's) and compute (the rest)."""
+    # The hook counts its collectives since the last pop, so one issued between two steps
+    # (the stop-flag agreement, an evaluation) lands in the next step's figure; the
+    # step's own communication cannot outlast the step.
+    comm_s = min(float(stats.pop("comm_s", 0.0)), step_s)
+    log.write(StepRecord(step=step, samples=samples,
+                         compute_s=max(step_s - comm_s, 0.0), comm_s=comm_s, step_s=step_s,
+                         bytes_sent=stats.pop("bytes_sent", 0),
+                         kept_ratio=stats.pop("kept_ratio", 1.0),
+                         level=stats.pop("level", "none"), loss=loss_v, stats=stats))
 
 
 def _sync(device: torch.device) -> None:
