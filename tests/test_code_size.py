@@ -1,9 +1,9 @@
 """Size limits of the production code a reader pays for: no function over 60 lines, no class
 whose constructor takes more than 12 parameters, ``netsenseml/hooks.py`` under 450 lines.
 
-Checked on the modules that meet them (``HELD``); ``python tests/test_code_size.py`` prints
-the counts across the repository (what is left elsewhere), from the source's syntax tree
-(no import).
+Checked on every module of the packages except those under ``EXCLUDE`` (each with its
+reason); ``python tests/test_code_size.py`` prints the counts across the repository, excluded
+folders included (what is left there), from the source's syntax tree (no import).
 """
 
 from __future__ import annotations
@@ -16,10 +16,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("netsenseml", "workloads", "topologies", "testbed")
 MAX_FUNCTION_LINES = 60
 MAX_CONSTRUCTOR_PARAMS = 12
-#: modules held to the limits (the step loop, the hook and its parts, the policies, the replay)
-HELD = ("netsenseml/hooks.py", "netsenseml/state.py", "netsenseml/loop.py",
-        "netsenseml/probe.py", "netsenseml/policy.py", "netsenseml/paper_rule.py",
-        "netsenseml/replay.py", "netsenseml/memory.py")
+#: folders not held to the limits yet: folder -> why (drop the entry once it meets them)
+EXCLUDE: dict[str, str] = {
+    "testbed/analysis": "its staged rewrite (issue 43, item 4) splits its long functions",
+}
+
+
+def held() -> list[Path]:
+    """Every module of the packages outside ``EXCLUDE``."""
+    return [path for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+            if not any(path.is_relative_to(ROOT / folder) for folder in EXCLUDE)]
 
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -46,9 +52,12 @@ def oversized(path: Path) -> tuple[list[str], list[str]]:
 
 
 def test_held_modules_keep_the_limits() -> None:
-    for rel in HELD:
-        long, wide = oversized(ROOT / rel)
-        assert not long and not wide, f"{rel}: {long + wide}"
+    over: dict[str, list[str]] = {}
+    for path in held():
+        long, wide = oversized(path)
+        if long or wide:
+            over[str(path.relative_to(ROOT))] = long + wide
+    assert not over, f"over the limits: {over}"
     assert len((ROOT / "netsenseml" / "hooks.py").read_text().splitlines()) < 450
 
 
