@@ -24,7 +24,7 @@ def measure(rate: float, seconds: float, repeats: int) -> dict[str, float]:
     plain: list[float] = []
     captured: list[float] = []
     frames = 0
-    with Emulation("star", {"n_workers": 2, "rate_mbit": rate}) as emu, \
+    with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": rate}) as emu, \
             tempfile.TemporaryDirectory() as tmp:
         dev = next(d for d, pid, _ in emu.link_ends("w1") if pid is None)
         emu.iperf3_goodput("w0", "w1", 1.0)  # warm-up

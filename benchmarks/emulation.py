@@ -23,7 +23,7 @@ from testbed.emulation import (
 )
 
 CASES = [
-    ("star-8", "star", {"n_workers": 8, "rate_mbit": 100.0}, "w3"),
+    ("star-8", "star", {"n_workers": 8, "n_cross": 0, "rate_mbit": 100.0}, "w3"),
     ("dumbbell-4+4", "dumbbell", {"n_left": 4, "n_right": 4, "n_cross": 2,
                                   "bottleneck_mbit": 100.0}, "bottleneck"),
     ("leafspine-2x2x2", "leafspine", {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}, "l0-p0"),

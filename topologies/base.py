@@ -6,15 +6,20 @@ run creates carry the per-run prefix and can be removed exactly, and records the
 event may target in ``topo.named_links``. Links are ``topologies.links.ShapedLink`` (our
 own HTB tree, no netem unless asked for).
 
-Imports only ``mininet.topo`` (pure Python): the node and link classes are imported when a
-topology is instantiated, so the scenario schema can read a topology's ``Params`` cheaply.
+Imports only ``mininet.topo`` (pure Python) and ``topologies.spec``: the node and link classes
+are imported when a topology is instantiated, so the scenario schema can read a topology's
+``Params`` cheaply.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 from mininet.topo import Topo
+
+from topologies.spec import IMPAIRMENT_FIELDS, REQUIRED, fields_of
 
 IFNAMSIZ = 15  # Linux limit on interface name length (16 bytes including the NUL)
 
@@ -32,6 +37,36 @@ class LinkInfo:
 
 class NamedTopo(Topo):
     """Topo base: prefixed node names, shaped links, named links, name-length validation."""
+
+    #: the topology's parameter model (``topologies.spec.TopologyParams``), set by each one
+    Params: type
+    #: the ``Params`` fields that ``mn --custom ... --topo kind,A,B`` passes positionally
+    positional: tuple[str, ...] = ()
+
+    def values(self, args: tuple[Any, ...], given: dict[str, Any]) -> SimpleNamespace:
+        """``build(*args, **given)``'s values by field name: ``args`` named by
+        ``positional``, every field not given at its ``Params`` default, so that the
+        parameters and their defaults are declared once (``topologies.spec``). Not
+        validated here (the scenario is; the counts and rates are checked as built).
+        Impairments at 0 are None, as ``TopologyParams.build_params`` gives them (no netem
+        leaf for a value that is not set)."""
+        fields = fields_of(self.Params)
+        if len(args) > len(self.positional):
+            raise ValueError(f"{type(self).__name__}: at most {len(self.positional)} "
+                             f"positional arguments ({', '.join(self.positional)})")
+        given = {**dict(zip(self.positional, args, strict=False)), **given}
+        unknown = [k for k in given if k not in fields]
+        if unknown:
+            raise ValueError(f"{unknown[0]}: unknown for {type(self).__name__}; allowed: "
+                             f"{', '.join(fields)}")
+        out = {**fields, **given}
+        missing = [k for k, v in out.items() if v is REQUIRED]
+        if missing:
+            raise ValueError(f"{missing[0]}: required for {type(self).__name__} (no default)")
+        for key in IMPAIRMENT_FIELDS:
+            if key in out and not out[key]:
+                out[key] = None
+        return SimpleNamespace(**out)
 
     def init_naming(self, prefix: str) -> None:
         self.prefix = prefix

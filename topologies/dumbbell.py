@@ -74,24 +74,28 @@ class DumbbellTopo(NamedTopo):
 
     Params = DumbbellParams
 
-    def build(self, n_left=2, n_right=2, bottleneck_mbit=100.0, access_mbit=1000.0,
-              queue_pkts=100, n_cross=2, prefix="", delay_ms=None, jitter_ms=None,
-              loss_pct=None):
+    positional = ("n_left", "n_right", "bottleneck_mbit", "access_mbit", "queue_pkts",
+                  "n_cross")
+
+    def build(self, *args, prefix="", **given):
+        p = self.values(args, given)
         self.init_naming(prefix)
-        check_count("n_left", n_left, 1)
-        check_count("n_right", n_right, 1)
-        check_count("n_cross", n_cross, 0)
-        check_queue(queue_pkts)
+        check_count("n_left", p.n_left, 1)
+        check_count("n_right", p.n_right, 1)
+        check_count("n_cross", p.n_cross, 0)
+        check_queue(p.queue_pkts)
         self.add_switch("s0")
         self.add_switch("s1")
-        self.add_shaped_link("bottleneck", "s0", "s1", bottleneck_mbit, queue_pkts,
-                             delay_ms=delay_ms, jitter_ms=jitter_ms, loss_pct=loss_pct)
-        for i in range(n_left + n_right):
+        self.add_shaped_link("bottleneck", "s0", "s1", p.bottleneck_mbit, p.queue_pkts,
+                             delay_ms=p.delay_ms, jitter_ms=p.jitter_ms, loss_pct=p.loss_pct)
+        for i in range(p.n_left + p.n_right):
             w = self.add_worker(i)
-            self.add_shaped_link(w, w, "s0" if i < n_left else "s1", access_mbit, queue_pkts)
-        for i in range(n_cross):
+            self.add_shaped_link(w, w, "s0" if i < p.n_left else "s1", p.access_mbit,
+                                 p.queue_pkts)
+        for i in range(p.n_cross):
             x = self.add_cross(i)
-            self.add_shaped_link(x, x, "s0" if i % 2 == 0 else "s1", access_mbit, queue_pkts)
+            self.add_shaped_link(x, x, "s0" if i % 2 == 0 else "s1", p.access_mbit,
+                                 p.queue_pkts)
         self.validate_names()
 
 

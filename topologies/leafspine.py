@@ -74,10 +74,14 @@ class LeafSpineTopo(NamedTopo):
 
     Params = LeafSpineParams
 
-    def build(self, leaves=2, spines=2, hosts_per_leaf=2, access_mbit=1000.0,
-              uplink_mbit=100.0, queue_pkts=100, prefix="", delay_ms=None, jitter_ms=None,
-              loss_pct=None):
+    positional = ("leaves", "spines", "hosts_per_leaf", "access_mbit", "uplink_mbit",
+                  "queue_pkts")
+
+    def build(self, *args, prefix="", **given):
+        p = self.values(args, given)
         self.init_naming(prefix)
+        leaves, spines, hosts_per_leaf = p.leaves, p.spines, p.hosts_per_leaf
+        access_mbit, uplink_mbit, queue_pkts = p.access_mbit, p.uplink_mbit, p.queue_pkts
         check_count("leaves", leaves, 1)
         check_count("spines", spines, 1)
         check_count("hosts_per_leaf", hosts_per_leaf, 1)
@@ -85,7 +89,7 @@ class LeafSpineTopo(NamedTopo):
         if leaves * spines > 250 or leaves * hosts_per_leaf > 250:
             raise ValueError("leaves*spines and leaves*hosts_per_leaf must be <= 250 "
                              "(one /24 per link in 10.1.0.0/16 and 10.2.0.0/16)")
-        impair = {"delay_ms": delay_ms, "jitter_ms": jitter_ms, "loss_pct": loss_pct}
+        impair = {"delay_ms": p.delay_ms, "jitter_ms": p.jitter_ms, "loss_pct": p.loss_pct}
         for j in range(spines):
             self.add_router(f"p{j}")
         for i in range(leaves):

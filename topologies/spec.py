@@ -7,6 +7,9 @@ running. So every topology class carries ``Params``, a pydantic model of its ``b
 keyword arguments (bounds included) whose methods compute, from the values alone, the
 logical names the built ``Topo`` will have (``worker_hosts``, ``link_rates``...). The
 orchestrator checks after the build that the two agree, so they cannot drift silently.
+``Params`` is the one declaration of the parameters and their defaults: a built-in
+``build()`` takes its values from it (``fields_of``, ``topologies.base.NamedTopo.values``),
+so a Topo built directly (``mn --custom``, a test) gets the defaults a scenario gets.
 
 This module imports pydantic only (no Mininet, no torch); ``topologies.registry`` maps a
 ``kind`` to its class. ``mn --custom topologies/X.py`` runs under the interpreter of the
@@ -20,13 +23,23 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+
+class _Required:
+    """The default of a field that has none (the value must be given)."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
 try:
     from pydantic import BaseModel, ConfigDict, Field
 except ImportError:  # pragma: no cover - `mn --custom` under a Python without pydantic
     BaseModel = object  # type: ignore[assignment,misc]
     ConfigDict = dict  # type: ignore[assignment,misc]
 
-    def Field(default: Any = None, **_: Any) -> Any:  # type: ignore[no-redef]  # noqa: N802
+    def Field(default: Any = REQUIRED, **_: Any) -> Any:  # type: ignore[no-redef]  # noqa: N802
         return default
 
 #: Link impairments that need the kernel's sch_netem (``topologies.shaping``); a topology
@@ -119,6 +132,18 @@ class ShapedParams(TopologyParams):
     """Delay jitter, ms (needs sch_netem). Default 0."""
     loss_pct: float = Field(0.0, ge=0, le=100)
     """Random loss on every shaped link, percent (needs sch_netem). Default 0."""
+
+
+def fields_of(params: type) -> dict[str, Any]:
+    """A ``Params`` model's fields but ``kind``, in declaration order (a base's first), each
+    with its default, ``REQUIRED`` where it has none; with pydantic or without it (there
+    the class attributes ``Field`` left are the defaults)."""
+    fields = getattr(params, "model_fields", None)
+    if fields is not None:
+        return {name: REQUIRED if f.is_required() else f.get_default(call_default_factory=True)
+                for name, f in fields.items() if name != "kind"}
+    names = [n for klass in reversed(params.__mro__) for n in vars(klass).get("__annotations__", {})]
+    return {n: getattr(params, n, REQUIRED) for n in dict.fromkeys(names) if n != "kind"}
 
 
 def workers(n: int) -> list[str]:

@@ -56,20 +56,22 @@ class StarTopo(NamedTopo):
 
     Params = StarParams
 
-    def build(self, n_workers=2, rate_mbit=100.0, queue_pkts=100, n_cross=0, prefix="",
-              delay_ms=None, jitter_ms=None, loss_pct=None):
+    positional = ("n_workers", "rate_mbit", "queue_pkts", "n_cross")
+
+    def build(self, *args, prefix="", **given):
+        p = self.values(args, given)
         self.init_naming(prefix)
-        check_count("n_workers", n_workers, 1)
-        check_count("n_cross", n_cross, 0)
-        check_queue(queue_pkts)
+        check_count("n_workers", p.n_workers, 1)
+        check_count("n_cross", p.n_cross, 0)
+        check_queue(p.queue_pkts)
         self.add_switch("s0")
-        impair = {"delay_ms": delay_ms, "jitter_ms": jitter_ms, "loss_pct": loss_pct}
-        for i in range(n_workers):
+        impair = {"delay_ms": p.delay_ms, "jitter_ms": p.jitter_ms, "loss_pct": p.loss_pct}
+        for i in range(p.n_workers):
             w = self.add_worker(i)
-            self.add_shaped_link(w, w, "s0", rate_mbit, queue_pkts, **impair)
-        for i in range(n_cross):
+            self.add_shaped_link(w, w, "s0", p.rate_mbit, p.queue_pkts, **impair)
+        for i in range(p.n_cross):
             x = self.add_cross(i)
-            self.add_shaped_link(x, x, "s0", rate_mbit, queue_pkts, **impair)
+            self.add_shaped_link(x, x, "s0", p.rate_mbit, p.queue_pkts, **impair)
         self.validate_names()
 
 

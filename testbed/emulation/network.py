@@ -60,7 +60,7 @@ from pathlib import Path
 
 from testbed.common import names
 from testbed.emulation import kernel, leftovers, netns, rootless
-from topologies import registry, shaping
+from topologies import registry, shaping, spec
 from topologies.spec import IMPAIRMENT_FIELDS
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,13 @@ def topo_class(topology: str):
 
 
 def topo_params(topology: str) -> dict:
-    """The build() kwargs a topology accepts, with defaults (prefix excluded)."""
-    sig = inspect.signature(topo_class(topology).build)
+    """The build() kwargs a topology accepts, with defaults (prefix excluded): its
+    ``Params`` fields where build() takes them as ``**kwargs`` (the built-ins: the one
+    declaration, ``topologies.spec``), else build()'s own signature (a plug-in's)."""
+    cls = topo_class(topology)
+    sig = inspect.signature(cls.build)
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return spec.fields_of(cls.Params)
     return {k: v.default for k, v in sig.parameters.items() if k not in ("self", "prefix")}
 
 

@@ -33,7 +33,7 @@ def _assert_nothing_left(prefix: str, pids: list[dict], state_dir: Path) -> None
 
 def test_link_fidelity_10_50_200(tmp_path):
     """iperf3 goodput w0 -> w1 is within 10% of the configured rate (built, then changed)."""
-    with Emulation("star", {"n_workers": 2, "rate_mbit": 10.0}, state_dir=tmp_path) as emu:
+    with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 10.0}, state_dir=tmp_path) as emu:
         measured = {}
         for rate in (10.0, 50.0, 200.0):
             for link in ("w0", "w1"):
@@ -47,7 +47,7 @@ def test_link_fidelity_10_50_200(tmp_path):
 
 def test_rate_change_shows_within_one_second(tmp_path):
     """Goodput (w1's rx counter at 10 Hz) follows set_rate down and up within 1 s."""
-    with Emulation("star", {"n_workers": 2, "rate_mbit": 100.0}, state_dir=tmp_path) as emu:
+    with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 100.0}, state_dir=tmp_path) as emu:
         port = emu.next_port()
         server = emu.iperf3_server("w1", port)
         client = emu.popen("w0", ["iperf3", "-c", emu.ip("w1"), "-p", str(port), "-t", "5"],
@@ -87,7 +87,8 @@ def test_rate_change_shows_within_one_second(tmp_path):
 
 
 def test_stop_removes_interfaces_processes_and_shells(tmp_path):
-    emu = Emulation("dumbbell", {"n_left": 1, "n_right": 1, "n_cross": 2}, state_dir=tmp_path)
+    emu = Emulation("dumbbell", {"n_left": 1, "n_right": 1, "n_cross": 2,
+                                 "bottleneck_mbit": 100.0}, state_dir=tmp_path)
     emu.start()
     assert (tmp_path / f"{emu.prefix}.json").exists()
     assert emu.intf("w1") == f"{emu.prefix}w1-eth0"
@@ -133,7 +134,8 @@ def test_partially_failed_start_cleans_up(tmp_path):
 
 
 def test_impairments_need_netem(tmp_path):
-    emu = Emulation("star", {"n_workers": 2, "delay_ms": 5.0}, state_dir=tmp_path)
+    emu = Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 100.0, "delay_ms": 5.0},
+                    state_dir=tmp_path)
     if kernel.has_netem():
         with emu:
             assert emu.iperf3_goodput("w0", "w1", 1.0) > 0
@@ -147,7 +149,8 @@ CRASHER = """
 import sys, time
 from pathlib import Path
 from testbed.emulation import Emulation
-emu = Emulation("star", {"n_workers": 2, "rate_mbit": 50.0}, state_dir=Path(sys.argv[1]))
+emu = Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 50.0},
+                state_dir=Path(sys.argv[1]))
 emu.start()
 emu.popen("w0", ["sleep", "60"])
 print(emu.prefix, flush=True)
@@ -210,7 +213,7 @@ def test_failure_while_links_are_built_cleans_up(tmp_path, monkeypatch):
         return lines if len(calls) != 3 else [*lines, "qdisc add dev nosuchdev root htb"]
 
     monkeypatch.setattr(shaping, "shape_lines", third_fails)
-    emu = Emulation("star", {"n_workers": 3}, state_dir=tmp_path)
+    emu = Emulation("star", {"n_workers": 3, "n_cross": 0, "rate_mbit": 100.0}, state_dir=tmp_path)
     with pytest.raises(RuntimeError, match="tc failed"):
         emu.start()
     assert len(calls) == 3
@@ -231,7 +234,7 @@ def test_name_lookups_inside_hosts_fail_fast(tmp_path):
             "try:\n    socket.getnameinfo((sys_ip, 29500), 0)\n"
             "except OSError:\n    pass\n"
             "print(time.perf_counter() - t)\n")
-    with Emulation("star", {"n_workers": 2}, state_dir=tmp_path) as emu:
+    with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 100.0}, state_dir=tmp_path) as emu:
         routes = subprocess.run(["mnexec", "-a", str(emu.host_pid("w0")), "ip", "route"],
                                 capture_output=True, text=True, check=True).stdout
         for server in name_servers():

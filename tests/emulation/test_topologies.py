@@ -17,7 +17,7 @@ def _intf_names(topo) -> list[str]:
 
 
 def test_star_names_and_links():
-    t = StarTopo(n_workers=3, n_cross=1, prefix="nst3f9a")
+    t = StarTopo(n_workers=3, n_cross=1, rate_mbit=100.0, prefix="nst3f9a")
     assert t.worker_hosts == ["w0", "w1", "w2"] and t.cross_hosts == ["x0"]
     assert set(t.named_links) == {"w0", "w1", "w2", "x0"}
     assert all(n.startswith("nst3f9a") for n in t.hosts() + t.switches())
@@ -25,7 +25,7 @@ def test_star_names_and_links():
 
 
 def test_dumbbell_crosses_bottleneck_and_splits_cross_hosts():
-    t = DumbbellTopo(n_left=2, n_right=3, n_cross=2, prefix="nstabcd")
+    t = DumbbellTopo(n_left=2, n_right=3, n_cross=2, bottleneck_mbit=100.0, prefix="nstabcd")
     assert t.worker_hosts == ["w0", "w1", "w2", "w3", "w4"]
     bn = t.named_links["bottleneck"]
     assert {bn.node1, bn.node2} == {"nstabcds0", "nstabcds1"} and bn.rate_mbit == 100.0
@@ -45,15 +45,16 @@ def test_leafspine_full_mesh_uplinks():
 
 
 def test_interface_names_fit_15_chars():
-    StarTopo(n_workers=10, prefix="nst3f9a")  # nst3f9as0-eth10 is exactly 15
+    StarTopo(n_workers=10, n_cross=0, rate_mbit=100.0, prefix="nst3f9a")  # nst3f9as0-eth10 is exactly 15
     with pytest.raises(ValueError, match="15"):
-        StarTopo(n_workers=100, prefix="nst3f9a")
+        StarTopo(n_workers=100, n_cross=0, rate_mbit=100.0, prefix="nst3f9a")
 
 
 @pytest.mark.parametrize("topology,params,field", [
-    ("star", {"n_workers": 0}, "n_workers"),
-    ("star", {"rate_mbit": -5}, "rate"),
-    ("star", {"queue_pkts": 0}, "queue_pkts"),
+    ("star", {"n_workers": 0, "rate_mbit": 10.0}, "n_workers"),
+    ("star", {"n_workers": 2}, "rate_mbit: required"),
+    ("star", {"n_workers": 2, "rate_mbit": -5}, "rate"),
+    ("star", {"n_workers": 2, "rate_mbit": 10.0, "queue_pkts": 0}, "queue_pkts"),
     ("star", {"bogus": 1}, "params.bogus"),
     ("ring", {}, "topology"),
 ])
@@ -76,15 +77,16 @@ def test_shaping_lines_use_htb_pfifo_and_no_netem():
     assert "class change" in shaping.change_rate_line("d", 20)
 
 
-@pytest.mark.parametrize("name", ["star", "dumbbell", "leafspine"])
-def test_loadable_like_mn_custom(name):
+@pytest.mark.parametrize("name,args", [("star", (2, 50)), ("dumbbell", (2, 2, 50)),
+                                       ("leafspine", (2,))])
+def test_loadable_like_mn_custom(name, args):
     """`mn --custom topologies/<name>.py --topo <name>,...` execs the file and reads `topos`."""
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "topologies" / f"{name}.py"
     customs: dict = {}
     exec(compile(path.read_text(), str(path), "exec"), customs, customs)  # as mn does
-    topo = customs["topos"][name](2)  # mn passes --topo arguments positionally
+    topo = customs["topos"][name](*args)  # mn passes --topo arguments positionally
     assert topo.worker_hosts[:2] == ["w0", "w1"] and topo.named_links
 
 
@@ -114,7 +116,7 @@ print(" ".join(topo.named_links))
 """
 
 
-@pytest.mark.parametrize("name,args", [("star", ["3"]), ("dumbbell", ["1", "1"]),
+@pytest.mark.parametrize("name,args", [("star", ["3", "50"]), ("dumbbell", ["1", "1", "50"]),
                                        ("leafspine", ["2", "1", "1"])])
 def test_loadable_by_the_mn_interpreter(name, args):
     """`mn --custom topologies/<name>.py` from the repository root, under mn's own Python

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.emulation
 
 def test_hosts_started_with_unshare_carry_shaped_traffic(tmp_path, monkeypatch):
     monkeypatch.setattr(rootless, "sysfs_mountable", lambda: False)
-    with Emulation("star", {"n_workers": 2, "rate_mbit": 20.0}, state_dir=tmp_path) as emu:
+    with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 20.0}, state_dir=tmp_path) as emu:
         own = os.stat("/proc/self/ns/net").st_ino
         nets = {os.stat(f"/proc/{emu.host_pid(h)}/ns/net").st_ino for h in ("w0", "w1")}
         assert len(nets) == 2 and own not in nets, "hosts do not have namespaces of their own"
