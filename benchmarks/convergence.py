@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.orchestration.calibrate import read_run  # the one reader of such runs
+from testbed.orchestration.convergence_table import read_run  # the one reader of such runs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -567,7 +567,7 @@ def calibrate(
     Finished runs under RESULTS/calibrate/<scenario>/runs are reused, so it resumes.
     """
     from testbed.common.outputs import OutputError, check_dir
-    from testbed.orchestration import calibrate as cal
+    from testbed.orchestration import convergence_table as cal
 
     scn = _load(scenario, set_)
     seed_list = _seed_list(seeds)

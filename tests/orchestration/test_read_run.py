@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from testbed.orchestration.calibrate import read_run
+from testbed.orchestration.convergence_table import read_run
 
 
 def _write(folder: Path, lines: list[str]) -> Path:
