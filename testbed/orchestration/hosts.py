@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.orchestration import records
-from testbed.orchestration.lifecycle import RunFailed, RunLifecycle
+from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle
 from testbed.orchestration.timeline import Action, Timeline, expand
 from testbed.orchestration.workers import tail, worker_argv
 from topologies import hosts as host_plans

@@ -55,7 +55,7 @@ from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import dilation, gpus, health, hostload, launcher, records
 from testbed.orchestration.hosts import HostsRun
 from testbed.orchestration.interrupts import RunInterrupted
-from testbed.orchestration.lifecycle import RunFailed, RunLifecycle, bounded
+from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle, bounded
 from testbed.orchestration.rundir import RunOutcome
 from testbed.orchestration.timeline import Action, Timeline, expand
 from testbed.orchestration.workers import (
