@@ -52,7 +52,7 @@ from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
 from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import dilation, gpus, health, hostload, launcher, records
+from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records
 from testbed.orchestration.hosts import HostsRun
 from testbed.orchestration.interrupts import RunInterrupted
 from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle, bounded
@@ -272,7 +272,7 @@ class _Run(RunLifecycle):
                 stuck = self._own_job_stages(codes) if self.scn.workload.own_job else ""
                 raise RunFailed(f"timeout: workers still running after "
                                  f"{self.scn.deadline_s() * self.k:.0f} s{stuck}")
-            rec = records.last_step(rank0)
+            rec = run_records.last_step(rank0)
             if rec is not None and not self.timeline.started:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
             self.progress.update(self._status_text(rec))
@@ -285,7 +285,7 @@ class _Run(RunLifecycle):
         hosts = list(self.emu.worker_hosts)
         ips = [self.emu.ip(h) for h in hosts]
         master = (ips[0], int(self.config["master_port"]))
-        recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+        recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
         by_stage: dict[str, list[int]] = {}
         for rank, host in enumerate(hosts):
             if codes[rank] is not None:
@@ -318,7 +318,7 @@ class _Run(RunLifecycle):
                                            for r, pid, cmd in left]
             raise RunFailed(f"the own job left {len(left)} process{'es' if len(left) > 1 else ''} "
                              f"running after its ranks exited (killed): {shown}{more}")
-        recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+        recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
         for rank in range(self.scn.world_size):
             start = next((r for r in recs.get(rank, []) if r.get("kind") == "start"), None)
             if start is None:
@@ -472,7 +472,7 @@ class _Run(RunLifecycle):
         """summary.json's ``network.bytes`` and its warnings (testbed.emulation.counters)."""
         if not (self.counters_before and self.counters_after):
             return
-        recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+        recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
         cross_hosts = {h for pair in self.cross_pairs for h in pair}
         ranks = []
         for rank, host in enumerate(self.emu.worker_hosts):

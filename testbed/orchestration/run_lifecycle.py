@@ -46,7 +46,7 @@ from typing import Any
 
 from testbed.common import files
 from testbed.emulation import leftovers
-from testbed.orchestration import health, records
+from testbed.orchestration import health, run_records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
 from testbed.orchestration.rundir import (
@@ -305,7 +305,7 @@ class RunLifecycle:
         """``summary.learning`` (``testbed.orchestration.health``); the reason to fail a
         run that did not learn, or None."""
         try:
-            recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
+            recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
         except Exception:  # noqa: BLE001 - a verdict needs records; without them, none
             return None
         verdict = health.learning(recs)
@@ -379,10 +379,10 @@ class RunLifecycle:
         os._exit(128 + signum)
 
     def _record_phases(self) -> None:
-        """``phases_s`` and ``overhead_s`` (records.phase_breakdown); never fails the run."""
+        """``phases_s`` and ``overhead_s`` (run_records.phase_breakdown); never fails the run."""
         try:
-            recs = records.load_worker_records(self.folder.workers, self.scn.world_size)
-            self.summary.update(records.phase_breakdown(
+            recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
+            self.summary.update(run_records.phase_breakdown(
                 recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
                 build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
                 workers_done_wall=self.timing.get("workers_done_wall"),

@@ -3,7 +3,7 @@
 Order: config.json and summary.json ``{"status": "running"}`` first; pids.json whenever a
 tracked process starts; link.csv after probing; at the end steps.csv, events.csv and the
 final summary.json. Every write is atomic (``testbed.common.files``). Layout and metric
-definitions: ``testbed.orchestration.records``.
+definitions: ``testbed.orchestration.run_records``.
 
 A record must never lie: while a run is live, summary.json says ``running`` and names the
 orchestrator (pid and start time); the run is also registered in the state dir
@@ -26,7 +26,7 @@ from typing import Any
 
 from testbed.common import files
 from testbed.emulation import leftovers, rootless
-from testbed.orchestration import records
+from testbed.orchestration import run_records
 
 
 def versions() -> dict[str, str]:
@@ -207,7 +207,7 @@ class RunFolder:
         files.write_json(self.path / "pids.json", pids)
 
     def write_links(self, rows: list[dict[str, Any]]) -> None:
-        files.write_csv(self.path / "link.csv", records.LINK_COLUMNS, rows)
+        files.write_csv(self.path / "link.csv", run_records.LINK_COLUMNS, rows)
 
     def write_events(self, columns: list[str], rows: list[dict[str, Any]]) -> None:
         files.write_csv(self.path / "events.csv", columns, rows)
@@ -215,10 +215,10 @@ class RunFolder:
     def collect_steps(self, world_size: int, launch_wall: float,
                       target_accuracy: float | None, dilation: float = 1.0) -> dict[str, Any]:
         """Writes steps.csv from the workers' JSONL; returns the summary metrics."""
-        recs = records.load_worker_records(self.workers, world_size)
-        rows, columns = records.steps_csv_rows(recs, launch_wall, dilation)
+        recs = run_records.load_worker_records(self.workers, world_size)
+        rows, columns = run_records.steps_csv_rows(recs, launch_wall, dilation)
         files.write_csv(self.path / "steps.csv", columns, rows)
-        return records.metrics(recs, target_accuracy, rows)
+        return run_records.metrics(recs, target_accuracy, rows)
 
     def rank0_log(self) -> Path:
         return self.workers / "rank0.jsonl"

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from netsenseml import methods
 from testbed.config.scenario import PYTHON_NAMES, Scenario
-from testbed.orchestration import records
+from testbed.orchestration import run_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -270,7 +270,7 @@ def exception_line(path: Path) -> str | None:
 
 def own_error(jsonl: Path) -> str | None:
     """The reason a worker wrote in its own failed summary record, if it wrote one."""
-    summ = records.last_summary(jsonl)
+    summ = run_records.last_summary(jsonl)
     if summ is None or summ.get("status") != "failed" or not summ.get("error"):
         return None
     return str(summ["error"])
@@ -395,7 +395,7 @@ class WorkerGroup:
         (``exit_anomalies``, and summary.json's ``worker_exit_codes``) because it still
         says something broke.
         """
-        summ = records.last_summary(self.workers_dir / f"rank{rank}.jsonl")
+        summ = run_records.last_summary(self.workers_dir / f"rank{rank}.jsonl")
         if summ is None or summ.get("status") != "ok":
             return False
         note = f"rank {rank} exited with code {code} after its ok summary"

@@ -12,7 +12,7 @@ import pytest
 from testbed.analysis import loading, tables
 from testbed.common import files
 from testbed.common import metrics as m
-from testbed.orchestration import records
+from testbed.orchestration import run_records
 
 LAUNCH = 1000.0
 
@@ -36,8 +36,8 @@ def worker_records(rank: int, walls: list[float], accs: dict[int, float]) -> lis
 
 def both_ways(tmp_path, walls: list[float], accs: dict[int, float], target: float):
     recs = {r: worker_records(r, [w + 0.001 * r for w in walls], accs) for r in (0, 1)}
-    rows, cols = records.steps_csv_rows(recs, LAUNCH)
-    summary = records.metrics(recs, target, rows)
+    rows, cols = run_records.steps_csv_rows(recs, LAUNCH)
+    summary = run_records.metrics(recs, target, rows)
     files.write_csv(tmp_path / "steps.csv", cols, rows)
     steps = pd.read_csv(tmp_path / "steps.csv")
     return summary, steps
