@@ -9,7 +9,7 @@ Only egress is shaped: every packet between two hosts leaves one shaped NIC, so 
 direction sees the rate and queue once, as on an emulated access link.
 
 This module only *generates* commands (argv lists), so they can be shown (``--dry-run``),
-tested and recorded in config.json; ``testbed.orchestration.hosts`` runs them. Every
+tested and recorded in config.json; ``testbed.orchestration.real_hosts`` runs them. Every
 remote command that starts something long-lived (torchrun, iperf3) first writes its shell's
 PID to a file under ``<workdir>/<run_id>``: sshd makes that shell a session leader and it
 ``exec``s the program, so ``kill -TERM -PID`` on that host stops the program and every child it
@@ -103,7 +103,7 @@ class HostsParams(spec.ShapedParams):
 
 class HostsTopo(NamedTopo):
     """Registered so that ``kind: hosts`` validates; real hosts are never built in Mininet
-    (``testbed.orchestration.hosts`` runs them)."""
+    (``testbed.orchestration.real_hosts`` runs them)."""
 
     Params = HostsParams
 

@@ -53,8 +53,8 @@ from testbed.config.scenario import Scenario, check_method
 from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records
-from testbed.orchestration.hosts import HostsRun
 from testbed.orchestration.interrupts import RunInterrupted
+from testbed.orchestration.real_hosts import HostsRun
 from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle, bounded
 from testbed.orchestration.rundir import RunOutcome
 from testbed.orchestration.timeline import Action, Timeline, expand

@@ -29,7 +29,7 @@ during teardown gives it ``SIGNAL_GRACE_S`` more, then the record is written and
 process leaves, the rest registered for ``netsense clean``.
 
 Backends: ``testbed.orchestration.run._Run`` (emulated networks: Mininet hosts in
-namespaces) and ``testbed.orchestration.hosts.HostsRun`` (real machines over ssh).
+namespaces) and ``testbed.orchestration.real_hosts.HostsRun`` (real machines over ssh).
 """
 
 from __future__ import annotations

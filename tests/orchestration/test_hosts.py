@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from testbed.config.scenario import validate_scenario
-from testbed.orchestration.hosts import host_plan
+from testbed.orchestration.real_hosts import host_plan
 
 
 def _scenario(hosts: list[dict], **topo: object) -> object:
