@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from testbed.emulation import capture
-from testbed.emulation.network import Emulation
+from testbed.emulation.emulated_network import Emulation
 
 
 def measure(rate: float, seconds: float, repeats: int) -> dict[str, float]:

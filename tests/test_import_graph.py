@@ -57,7 +57,7 @@ LAZY: dict[tuple[str, str], str] = {
     "scenarios that ask for netem fields",
     ("testbed.config.sweep", "testbed.config."): "a sweep file's suggestions and the "
     "scenario module are needed only on refusal or expansion",
-    ("testbed.emulation.network", "topologies.links"): "the shaped links subclass Mininet's; "
+    ("testbed.emulation.emulated_network", "topologies.links"): "the shaped links subclass Mininet's; "
     "the emulation imports Mininet only when it builds a network",
 }
 

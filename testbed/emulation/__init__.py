@@ -4,6 +4,6 @@ cross-traffic, kernel probes and the per-run registry that makes teardown comple
 Knows nothing about scenarios or training: it takes a topology name and its parameters.
 """
 
-from testbed.emulation.network import Emulation, EmulationError
+from testbed.emulation.emulated_network import Emulation, EmulationError
 
 __all__ = ["Emulation", "EmulationError"]

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Iterable
 
-from testbed.emulation.network import Emulation
+from testbed.emulation.emulated_network import Emulation
 from topologies import registry
 
 FAITHFUL_MBIT = 1000.0

@@ -69,7 +69,7 @@ from testbed.orchestration.workers import (
 
 POLL_S = 0.1
 #: Deadline of each teardown step (seconds): the emulation's own steps are bounded
-#: tighter (``testbed.emulation.network``); this catches anything else that blocks.
+#: tighter (``testbed.emulation.emulated_network``); this catches anything else that blocks.
 TEARDOWN_STEP_S = {"cross-traffic": 10.0, "workers": 10.0, "own job's leftovers": 5.0,
                    "emulation": 15.0, "zygote": 5.0}
 #: A worker stopped (SIGSTOP, a debugger) this long fails the run at once: its peers

@@ -227,7 +227,7 @@ def test_name_lookups_inside_hosts_fail_fast(tmp_path):
     Without the unreachable routes it took 6.1 s per lookup here (the name server's address
     lies inside the hosts' 10.0.0.0/8, so each query ARPs on the emulated link and times out).
     """
-    from testbed.emulation.network import name_servers
+    from testbed.emulation.emulated_network import name_servers
 
     code = ("import socket, time\n"
             "t = time.perf_counter()\n"
@@ -249,7 +249,7 @@ def test_name_lookups_inside_hosts_fail_fast(tmp_path):
 
 
 def test_name_servers_parses_ipv4_and_skips_loopback(tmp_path):
-    from testbed.emulation.network import name_servers
+    from testbed.emulation.emulated_network import name_servers
 
     conf = tmp_path / "resolv.conf"
     conf.write_text("# comment\nnameserver 10.255.255.53\nnameserver 127.0.0.53\n"

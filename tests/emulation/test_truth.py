@@ -15,7 +15,7 @@ import pytest
 
 from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.emulation import leftovers
-from testbed.emulation.network import Emulation
+from testbed.emulation.emulated_network import Emulation
 from testbed.orchestration import launcher
 from testbed.orchestration.run import run_scenario
 from testbed.orchestration.workers import WorkerGroup

@@ -1,7 +1,7 @@
 """Hosts whose shells get their network namespace from `unshare --net` (not `mnexec -n`).
 
 That is how the emulation builds hosts where a new network namespace may not mount its own
-sysfs (unprivileged containers, see testbed.emulation.network._host_class); `make
+sysfs (unprivileged containers, see testbed.emulation.emulated_network._host_class); `make
 container-smoke` exercises it there.  Here it is forced, on a machine where mnexec -n would
 work, to show the same network comes out: each host in a namespace of its own, shaped
 traffic between them, and a complete teardown.
