@@ -1,8 +1,9 @@
 """The README's own-job snippet, run verbatim under torchrun: it must exit 0 every time.
 
-Why five runs: the failure it guards against (gloo's worker thread freeing a tensor while the
+Why three runs: the failure it guards against (gloo's worker thread freeing a tensor while the
 interpreter finalizes: ``terminate called without an active exception``, SIGABRT, torchrun
-reports FAILED) depends on thread timing; one clean run proves little.
+reports FAILED) depends on thread timing; one clean run proves little (a failure that hits
+half the runs passes three by chance once in eight; five would cost the suite 13 s more).
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ def _torchrun() -> list[str]:
 
 
 @pytest.mark.slow
-def test_readme_snippet_exits_zero_five_times_under_torchrun(tmp_path: Path) -> None:
+def test_readme_snippet_exits_zero_three_times_under_torchrun(tmp_path: Path) -> None:
     script = tmp_path / "my_job.py"
     script.write_text(readme_snippet())
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     failures = []
-    for i in range(5):
+    for i in range(3):
         p = subprocess.run([*_torchrun(), "--standalone", "--nproc-per-node", "2", str(script)],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
         out = p.stdout + p.stderr
