@@ -507,9 +507,11 @@ def _headlines(res: Results, sp: pd.DataFrame) -> dict[str, Markup | None]:
 
 def render(results: Results | Path, runs: pd.DataFrame | None = None,
            figs: dict[str, list[Path]] | None = None, missing: dict[str, str] | None = None,
-           steps: pd.DataFrame | None = None, *, verbose: bool = False) -> str:
+           steps: pd.DataFrame | None = None, *, verbose: bool = False,
+           commit: str | None = None) -> str:
     """The page's HTML from the loaded results (:class:`Results`, read once) and the drawn
-    figures. Figures not drawn are listed only with ``verbose``."""
+    figures. Figures not drawn are listed only with ``verbose``. ``commit``: the code's
+    commit as ``git_commit`` said it before anything was written (default: asked now)."""
     if not isinstance(results, Results):
         results = Results.of(Path(results), runs, steps) if runs is not None and steps \
             is not None else Results.load(Path(results))
@@ -525,7 +527,7 @@ def render(results: Results | Path, runs: pd.DataFrame | None = None,
     return env.get_template("report.html.j2").render(
         title=_title(root, runs), n_runs=len(runs), n_ok=int((runs["status"] == "ok").sum()),
         n_bad=int((runs["status"] != "ok").sum()), n_repeats=tables.repeated_runs(runs),
-        made_by=made_by(git_commit()), footer=res.footer(),
+        made_by=made_by(commit or git_commit()), footer=res.footer(),
         n_degraded=int(tables.is_degraded(runs).sum()),
         n_paced=len(paced), paced_k=", ".join(f"{k:g}" for k in sorted(
             paced["dilation"].dropna().unique())) if len(paced) else "",
@@ -545,12 +547,16 @@ def build_report(root: Path | Results, out: Path | None = None,
                  figures_dir: Path | None = None, *, log: Any = print,
                  verbose: bool = False, include_degraded: bool = False) -> Path:
     """Draw the figures, then write the HTML page (atomically); returns its path. The
-    results are read once (:class:`Results`) and handed to the figures and the page."""
+    results are read once (:class:`Results`) and handed to the figures and the page.
+
+    Which code made the page is asked before the figures are drawn: redrawing a committed
+    figure set changes tracked files, and the page would call its own clean code dirty."""
+    commit = git_commit()
     res = root if isinstance(root, Results) else Results.load(
         Path(root), include_degraded=include_degraded)
     out = Path(out) if out else res.root / "report.html"
     files.no_links_below(res.root, out, "--html")
     figs = plots.make_figures(res, figures_dir, log=log, verbose=verbose)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, render(res, figs=figs, verbose=verbose))
+    atomic_write_text(out, render(res, figs=figs, verbose=verbose, commit=commit))
     return out

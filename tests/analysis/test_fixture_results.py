@@ -186,6 +186,17 @@ def test_report_leads_with_the_claim(tmp_path: Path, res: Results) -> None:
     assert "1 degraded run" in page and "paced a100-mlp k=4" in page
 
 
+def test_report_names_the_code_as_it_was_before_drawing(
+        tmp_path: Path, res: Results, monkeypatch: pytest.MonkeyPatch) -> None:
+    # redrawing a committed figure set changes tracked files: asked afterwards, git would
+    # call the clean code that drew them dirty (the committed report said so)
+    figs = tmp_path / "fig"
+    monkeypatch.setattr(report, "git_commit", lambda: "0123456789ab" + (
+        "+dirty" if figs.exists() and any(figs.iterdir()) else ""))
+    page = report.build_report(res, tmp_path / "r.html", figs, log=lambda m: None).read_text()
+    assert "commit 0123456789ab, clean" in page and "dirty" not in page
+
+
 def test_plot_and_report_read_the_tree_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                             ) -> None:
     calls = []
