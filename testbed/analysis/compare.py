@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -145,50 +146,68 @@ def figure(runs: pd.DataFrame, steps: pd.DataFrame, groups: pd.DataFrame) -> plt
         raise NoData("no finished run with step records")
     label_of = {(r.source, r.experiment, r.rate_mbit, r.method): r.group
                 for r in groups.itertuples()}
-    labels = list(groups["group"])
-    # one group per method: the method's own colour (figures.style); else one per group
-    one_each = groups["method"].is_unique
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    colors = {lab: style.method_color(m) if one_each else cmap(i % cmap.N)
-              for i, (lab, m) in enumerate(zip(labels, groups["method"], strict=True))}
-    levels = [lv for lv in dict.fromkeys(steps["level"].dropna())
-              if isinstance(lv, str)] if "level" in steps.columns else []
-    cats = [c for c in timeline_figure.LEVEL_ORDER if c in levels] + [
-        c for c in levels if c not in timeline_figure.LEVEL_ORDER]
+    colors = _group_colors(groups)
+    cats = _levels(steps)
     panels = 3 if cats else 2
     fig, axes = plt.subplots(panels, 1, figsize=(9, 2.6 * panels + 0.8), sharex=True,
                              gridspec_kw={"height_ratios": [1.4, 1.2, 0.8][:panels]})
-    a_acc, a_step = axes[0], axes[1]
     use_acc = "accuracy" in steps.columns and steps["accuracy"].notna().any()
     for r in ok.itertuples():
         lab = label_of.get((r.source, r.experiment, r.rate_mbit, r.method))
-        if lab is None:
-            continue
         s_all = steps[steps["run"] == r.run]
-        if s_all.empty:
-            continue
-        tc = tables.train_clock(s_all)
-        c = colors[lab]
-        if use_acc:
-            ev = tables.evaluations(s_all)
-            if not ev.empty:
-                a_acc.plot(ev[tc], ev["accuracy"], drawstyle="steps-post", color=c, lw=1.4,
-                           label=lab)
-        s = _rank0(s_all)
-        if not use_acc and "loss" in s.columns:
-            a_acc.plot(s[tc], s["loss"].rolling(5, min_periods=1).mean(), color=c, lw=1.2,
-                       label=lab)
-        if "step_s" in s.columns and not s.empty:
-            a_step.plot(s[tc], s["step_s"].rolling(5, min_periods=1, center=True).median(),
-                        color=c, lw=1.0, label=lab)
-        if cats and "level" in s.columns:
-            lv = s["level"].map({k: i for i, k in enumerate(cats)})
-            axes[2].plot(s[tc], lv, drawstyle="steps-post", color=c, lw=1.0, label=lab)
-    a_acc.set_ylabel(style.ACCURACY_AXIS if use_acc else style.LOSS_AXIS)
-    a_step.set_yscale("log")
-    style.log_ticks(a_step)
-    unit = style.time_unit(ok)
-    a_step.set_ylabel(f"step time\n({unit}, 5-step median, log)")
+        if lab is not None and not s_all.empty:
+            _plot_run(axes, s_all, lab, colors[lab], use_acc, cats)
+    _label(axes, cats, use_acc, style.time_unit(ok))
+    axes[0].set_title(f"{len(ok)} runs in {len(groups)} groups (one colour per group)",
+                      fontsize=9)
+    return fig
+
+
+def _group_colors(groups: pd.DataFrame) -> dict[str, Any]:
+    """{group: colour}: the method's own colour (figures.style) when there is one group per
+    method, else one per group from a qualitative colour map."""
+    labels = list(groups["group"])
+    one_each = groups["method"].is_unique
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {lab: style.method_color(m) if one_each else cmap(i % cmap.N)
+            for i, (lab, m) in enumerate(zip(labels, groups["method"], strict=True))}
+
+
+def _levels(steps: pd.DataFrame) -> list[str]:
+    """The levels the runs used, in the ladder's order (then any other, as met)."""
+    levels = [lv for lv in dict.fromkeys(steps["level"].dropna())
+              if isinstance(lv, str)] if "level" in steps.columns else []
+    return [c for c in timeline_figure.LEVEL_ORDER if c in levels] + [
+        c for c in levels if c not in timeline_figure.LEVEL_ORDER]
+
+
+def _plot_run(axes: Any, s_all: pd.DataFrame, lab: str, c: Any, use_acc: bool,
+              cats: list[str]) -> None:
+    """One run's accuracy (or loss), step time and level, on the training clock."""
+    tc = tables.train_clock(s_all)
+    if use_acc:
+        ev = tables.evaluations(s_all)
+        if not ev.empty:
+            axes[0].plot(ev[tc], ev["accuracy"], drawstyle="steps-post", color=c, lw=1.4,
+                         label=lab)
+    s = _rank0(s_all)
+    if not use_acc and "loss" in s.columns:
+        axes[0].plot(s[tc], s["loss"].rolling(5, min_periods=1).mean(), color=c, lw=1.2,
+                     label=lab)
+    if "step_s" in s.columns and not s.empty:
+        axes[1].plot(s[tc], s["step_s"].rolling(5, min_periods=1, center=True).median(),
+                     color=c, lw=1.0, label=lab)
+    if cats and "level" in s.columns:
+        lv = s["level"].map({k: i for i, k in enumerate(cats)})
+        axes[2].plot(s[tc], lv, drawstyle="steps-post", color=c, lw=1.0, label=lab)
+
+
+def _label(axes: Any, cats: list[str], use_acc: bool, unit: str) -> None:
+    """Axis labels with units, the level ticks, the grid and the legend."""
+    axes[0].set_ylabel(style.ACCURACY_AXIS if use_acc else style.LOSS_AXIS)
+    axes[1].set_yscale("log")
+    style.log_ticks(axes[1])
+    axes[1].set_ylabel(f"step time\n({unit}, 5-step median, log)")
     if cats:
         axes[2].set_yticks(range(len(cats)), cats, fontsize=7)
         axes[2].set_ylim(-0.5, len(cats) - 0.5)
@@ -196,8 +215,5 @@ def figure(runs: pd.DataFrame, steps: pd.DataFrame, groups: pd.DataFrame) -> plt
     axes[-1].set_xlabel(style.TRAIN_TIME_AXIS.replace("(s ", f"({unit} "))
     for ax in axes:
         ax.grid(True, alpha=0.3)
-    style.legend(a_acc, fontsize=7, loc="best")
-    fig.align_ylabels(list(axes))
-    a_acc.set_title(f"{len(ok)} runs in {len(labels)} groups (one colour per group)",
-                    fontsize=9)
-    return fig
+    style.legend(axes[0], fontsize=7, loc="best")
+    axes[0].figure.align_ylabels(list(axes))

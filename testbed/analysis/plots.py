@@ -56,6 +56,25 @@ def inputs(root: Path | Results, runs: pd.DataFrame | None = None,
                   colors=style.method_colors(methods), results=res)
 
 
+def tables_of(res: Results, inp: Inputs | None = None) -> dict[str, pd.DataFrame]:
+    """{file name: table} of every CSV ``make_figures`` writes (module docstring); an empty
+    table is one that is not written."""
+    inp = inp or inputs(res)
+    tl = _timeline.select(inp)
+    return {
+        "runs.csv": res.runs,
+        "throughput.csv": res.throughput(),
+        "tta.csv": res.tta(),
+        "speedup.csv": inp.speedup,
+        "timeline.csv": timelines.timeline_table(res.root, tl, res.steps, kinds=None)
+        if not tl.empty else pd.DataFrame(),
+        "ideal.csv": res.ideal(),
+        "crossover.csv": res.crossover()[0],
+        "ideal_vs_fixed.csv": tables.ideal_vs_fixed(inp.speedup),
+        "static_vs_oracle.csv": res.static_vs_oracle(),
+    }
+
+
 def make_figures(results: Path | Results, out: Path | None = None, *, log: Any = print,
                  verbose: bool = False) -> dict[str, list[Path]]:
     """Draw every registered figure that the results support; returns {name: [paths]}.
@@ -68,56 +87,70 @@ def make_figures(results: Path | Results, out: Path | None = None, *, log: Any =
     runs are always said (through ``log``). Raises NoData if there are no run folders.
     """
     res = results if isinstance(results, Results) else Results.load(Path(results))
-    root, runs, steps = res.root, res.runs, res.steps
-    out = Path(out) if out else root / "figures"
-    files.no_links_below(root, out, "--figures")  # never write through a link in the tree
-    excluded = res.excluded
-    for e in excluded:  # damaged folders: named, never silently dropped
-        log(f"excluded damaged run {e.run}: {e.reason}")
-    if not runs.empty:
-        for _, r in runs[runs["status"] != "ok"].iterrows():
-            log(f"not plotted: {r['run']} is {r['status']}"
-                + (f" ({str(r['reason'])[:160]})" if r.get("reason") else ""))
-        if res.degraded_left_out:
-            log(f"left out: {res.degraded_left_out} degraded run(s) (--include-degraded "
-                "counts them)")
-    if runs.empty:
-        raise NoData(f"no loadable run folders under {root} ({len(excluded)} damaged, "
-                     "listed above)" if excluded else f"no run folders under {root}")
+    out = Path(out) if out else res.root / "figures"
+    files.no_links_below(res.root, out, "--figures")  # never write through a link in the tree
+    _say_left_out(res, log)
+    if res.runs.empty:
+        raise NoData(f"no loadable run folders under {res.root} ({len(res.excluded)} "
+                     "damaged, listed above)" if res.excluded
+                     else f"no run folders under {res.root}")
     out.mkdir(parents=True, exist_ok=True)
-    note = loading.exclusion_note(excluded)
     inp = inputs(res)
     said = log if verbose else (lambda _m: None)
     skipped = res.skipped
     skipped.clear()
-    written: dict[str, list[Path]] = {}
-    tl = _timeline.select(inp)
     for where, why in inp.speedup.attrs.get("left_out", {}).items():
         skipped[f"speedup.csv: {where}"] = why
-    xt, crossings = res.crossover()
-    for c in crossings:
+    for c in res.crossover()[1]:
         said(f"crossover {c['experiment']}: {c['below']} below ~{c['crossover_mbit']:.0f} "
              f"Mbit/s, {c['above']} above (best changes between {c['between'][0]:g} and "
              f"{c['between'][1]:g} Mbit/s)")
-    table_set = {
-        "runs.csv": runs,
-        "throughput.csv": res.throughput(),
-        "tta.csv": res.tta(),
-        "speedup.csv": inp.speedup,
-        "timeline.csv": timelines.timeline_table(root, tl, steps, kinds=None)
-        if not tl.empty else pd.DataFrame(),
-        "ideal.csv": res.ideal(),
-        "crossover.csv": xt,
-        "ideal_vs_fixed.csv": tables.ideal_vs_fixed(inp.speedup),
-        "static_vs_oracle.csv": res.static_vs_oracle(),
-    }
-    written["tables"] = []
+    written = {"tables": _write_tables(tables_of(res, inp), out, skipped)}
+    written.update(_draw_figures(inp, out, loading.exclusion_note(res.excluded), skipped))
+    for name, why in skipped.items():
+        said(f"skipped {name}: {why}")
+    if skipped:
+        write_csv(pd.DataFrame([{"what": k, "why": v} for k, v in skipped.items()]),
+                  out / "skipped.csv")
+    else:
+        (out / "skipped.csv").unlink(missing_ok=True)
+    return written
+
+
+def _say_left_out(res: Results, log: Any) -> None:
+    """Damaged folders, failed runs and degraded runs left out: named, never silently
+    dropped."""
+    for e in res.excluded:
+        log(f"excluded damaged run {e.run}: {e.reason}")
+    if res.runs.empty:
+        return
+    for _, r in res.runs[res.runs["status"] != "ok"].iterrows():
+        log(f"not plotted: {r['run']} is {r['status']}"
+            + (f" ({str(r['reason'])[:160]})" if r.get("reason") else ""))
+    if res.degraded_left_out:
+        log(f"left out: {res.degraded_left_out} degraded run(s) (--include-degraded "
+            "counts them)")
+
+
+def _write_tables(table_set: dict[str, pd.DataFrame], out: Path,
+                  skipped: dict[str, str]) -> list[Path]:
+    """The tables with rows as CSV; an empty one is not written (and our own older copy,
+    which would mislead, is removed) but named in ``skipped``."""
+    paths = []
     for fname, df in table_set.items():
         if df.empty:
-            (out / fname).unlink(missing_ok=True)  # our own older copy would mislead
+            (out / fname).unlink(missing_ok=True)
             skipped[fname] = "no rows"
             continue
-        written["tables"].append(write_csv(df, out / fname))
+        paths.append(write_csv(df, out / fname))
+    return paths
+
+
+def _draw_figures(inp: Inputs, out: Path, note: str,
+                  skipped: dict[str, str]) -> dict[str, list[Path]]:
+    """Every registered figure the inputs support, saved; one that cannot be drawn has its
+    older files removed and is named in ``skipped`` with why."""
+    written = {}
     for fig in registry():
         try:
             sel = fig.runs(inp)
@@ -129,11 +162,4 @@ def make_figures(results: Path | Results, out: Path | None = None, *, log: Any =
                 if old.suffix in (".png", ".pdf"):
                     old.unlink(missing_ok=True)
             skipped[fig.name] = str(exc)
-    for name, why in skipped.items():
-        said(f"skipped {name}: {why}")
-    if skipped:
-        write_csv(pd.DataFrame([{"what": k, "why": v} for k, v in skipped.items()]),
-                  out / "skipped.csv")
-    else:
-        (out / "skipped.csv").unlink(missing_ok=True)
     return written

@@ -220,65 +220,86 @@ def _extra_tables(res: Results, sp: pd.DataFrame) -> list[dict[str, Any]]:
     """The ideal schedule against the best fixed method, the crossover, runs above the
     faithful range, experiments whose TTA does not measure convergence, and what the
     speedup table left out: each only when there is something to show."""
-    out: list[dict[str, Any]] = []
-    runs = res.runs
+    sections = (_ideal_section(sp), _crossover_section(res), _static_section(res),
+                _warnings_section(res.runs), _left_out_section(sp))
+    return [s for s in sections if s is not None]
+
+
+def _ideal_section(sp: pd.DataFrame) -> dict[str, Any] | None:
     ivf = tables.ideal_vs_fixed(sp)
-    if not ivf.empty:
-        out.append({"title": "Hindsight-ideal schedule vs the best fixed method",
-                    "note": "ideal: per phase the fixed level with the most progress per "
-                    "second (measured step rate / steps to target), summed to a time to "
-                    "accuracy (testbed/analysis/ideal.py); ideal x = oracle TTA / ideal TTA "
-                    "(what adapting can win at most); NetSenseML's TTA speedups against both "
-                    "with 95 % intervals.",
-                    "html": html_table(ivf, [Col(c, c.replace("_", " "), "x" if c == "ideal_x"
-                                                 else ("f1" if c.endswith("_s") else "text"))
-                                             for c in ivf.columns])})
+    if ivf.empty:
+        return None
+    return {"title": "Hindsight-ideal schedule vs the best fixed method",
+            "note": "ideal: per phase the fixed level with the most progress per "
+            "second (measured step rate / steps to target), summed to a time to "
+            "accuracy (testbed/analysis/ideal.py); ideal x = oracle TTA / ideal TTA "
+            "(what adapting can win at most); NetSenseML's TTA speedups against both "
+            "with 95 % intervals.",
+            "html": html_table(ivf, [Col(c, c.replace("_", " "), "x" if c == "ideal_x"
+                                         else ("f1" if c.endswith("_s") else "text"))
+                                     for c in ivf.columns])}
+
+
+def _crossover_section(res: Results) -> dict[str, Any] | None:
     xt, crossings = res.crossover()
-    if not xt.empty:
-        note = "; ".join(f"{c['experiment']}: {c['below']} below ~{c['crossover_mbit']:.0f} "
-                         f"Mbit/s, {c['above']} above" for c in crossings) or "no crossover"
-        out.append({"title": "Crossover: time to target per rate and fixed level",
-                    "note": note, "html": html_table(xt, [
-                        Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
-                        Col("method", "method"), Col("step_ms", "step (ms)", "f1"),
-                        Col("step_ms_ci95", "± 95 % (ms)", "f1"),
-                        Col("steps_to_target", "steps to target", "f1"),
-                        Col("time_to_target_s", "time to target (s)", "f1"),
-                        Col("best", "best", "bool"), Col("steps_source", "steps from")])})
+    if xt.empty:
+        return None
+    note = "; ".join(f"{c['experiment']}: {c['below']} below ~{c['crossover_mbit']:.0f} "
+                     f"Mbit/s, {c['above']} above" for c in crossings) or "no crossover"
+    return {"title": "Crossover: time to target per rate and fixed level",
+            "note": note, "html": html_table(xt, [
+                Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+                Col("method", "method"), Col("step_ms", "step (ms)", "f1"),
+                Col("step_ms_ci95", "± 95 % (ms)", "f1"),
+                Col("steps_to_target", "steps to target", "f1"),
+                Col("time_to_target_s", "time to target (s)", "f1"),
+                Col("best", "best", "bool"), Col("steps_source", "steps from")])}
+
+
+def _static_section(res: Results) -> dict[str, Any] | None:
     so = res.static_vs_oracle()
-    if not so.empty:
-        so = so.assign(x_oracle=[tables._ci_text(x, lo, hi) or "n/a" for x, lo, hi in zip(
-            so["netsenseml_x_oracle"], so["netsenseml_x_oracle_lo"], so["netsenseml_x_oracle_hi"],
-            strict=True)])
-        out.append({"title": "NetSenseML at static rates vs the best fixed level",
-                    "note": "NetSenseML trained to the target (measured) against the best fixed "
-                    "ladder level's projected time to target at the same rate (the crossover "
-                    "table); x = oracle TTA / NetSenseML TTA with its 95 % interval "
-                    "(testbed/analysis/ideal.py, static_vs_oracle)",
-                    "html": html_table(so, [
-                        Col("experiment", "experiment"), Col("workers", "workers", "int"),
-                        Col("rate_mbit", "rate (Mbit/s)", "f1"),
-                        Col("oracle_level", "best fixed level"),
-                        Col("oracle_tta_s", "its TTA (s)", "f1"),
-                        Col("netsenseml_tta_s", "NetSenseML TTA (s)", "f1"),
-                        Col("x_oracle", "x best fixed"),
-                        Col("netsenseml_levels", "NetSenseML's levels")])})
-    if "warnings" in runs.columns:
-        warned = runs[runs["warnings"].fillna("").astype(str) != ""]
-        if not warned.empty:
-            out.append({"title": "Runs with warnings (e.g. configured above the faithful "
-                        "range)", "note": "from summary.json's warnings",
-                        "html": html_table(warned[["run", "method", "seed", "warnings"]], [
-                            Col("run", "run folder", "run"), Col("method", "method"),
-                            Col("seed", "seed", "int"), Col("warnings", "warning")])})
+    if so.empty:
+        return None
+    so = so.assign(x_oracle=[tables._ci_text(x, lo, hi) or "n/a" for x, lo, hi in zip(
+        so["netsenseml_x_oracle"], so["netsenseml_x_oracle_lo"], so["netsenseml_x_oracle_hi"],
+        strict=True)])
+    return {"title": "NetSenseML at static rates vs the best fixed level",
+            "note": "NetSenseML trained to the target (measured) against the best fixed "
+            "ladder level's projected time to target at the same rate (the crossover "
+            "table); x = oracle TTA / NetSenseML TTA with its 95 % interval "
+            "(testbed/analysis/ideal.py, static_vs_oracle)",
+            "html": html_table(so, [
+                Col("experiment", "experiment"), Col("workers", "workers", "int"),
+                Col("rate_mbit", "rate (Mbit/s)", "f1"),
+                Col("oracle_level", "best fixed level"),
+                Col("oracle_tta_s", "its TTA (s)", "f1"),
+                Col("netsenseml_tta_s", "NetSenseML TTA (s)", "f1"),
+                Col("x_oracle", "x best fixed"),
+                Col("netsenseml_levels", "NetSenseML's levels")])}
+
+
+def _warnings_section(runs: pd.DataFrame) -> dict[str, Any] | None:
+    if "warnings" not in runs.columns:
+        return None
+    warned = runs[runs["warnings"].fillna("").astype(str) != ""]
+    if warned.empty:
+        return None
+    return {"title": "Runs with warnings (e.g. configured above the faithful "
+            "range)", "note": "from summary.json's warnings",
+            "html": html_table(warned[["run", "method", "seed", "warnings"]], [
+                Col("run", "run folder", "run"), Col("method", "method"),
+                Col("seed", "seed", "int"), Col("warnings", "warning")])}
+
+
+def _left_out_section(sp: pd.DataFrame) -> dict[str, Any] | None:
     left = sp.attrs.get("left_out", {})
-    if left:
-        out.append({"title": "Left out of the speedup table", "note": "experiments and rates "
-                    "of this folder that the speedup table cannot compare, and why",
-                    "html": html_table(pd.DataFrame([{"experiment": k, "why": v}
-                                                     for k, v in left.items()]),
-                                       [Col("experiment", "experiment"), Col("why", "why")])})
-    return out
+    if not left:
+        return None
+    return {"title": "Left out of the speedup table", "note": "experiments and rates "
+            "of this folder that the speedup table cannot compare, and why",
+            "html": html_table(pd.DataFrame([{"experiment": k, "why": v}
+                                             for k, v in left.items()]),
+                               [Col("experiment", "experiment"), Col("why", "why")])}
 
 
 def _img_src(path: Path) -> str:
@@ -345,47 +366,42 @@ def _sweep_files(sweeps: list[str]) -> list[dict[str, str]]:
     return out
 
 
-def render(results: Results | Path, runs: pd.DataFrame | None = None,
-           figs: dict[str, list[Path]] | None = None, missing: dict[str, str] | None = None,
-           steps: pd.DataFrame | None = None, *, verbose: bool = False) -> str:
-    """The page's HTML from the loaded results (:class:`Results`, read once) and the drawn
-    figures. Figures not drawn are listed only with ``verbose``."""
-    if not isinstance(results, Results):
-        results = Results.of(Path(results), runs, steps) if runs is not None and steps \
-            is not None else Results.load(Path(results))
-    res = results
-    root, runs, steps = res.root, res.runs, res.steps
-    figs = figs or {}
-    missing = {**res.skipped, **(missing or {})}
-    sp = res.speedup()
-    ok = res.ok
-    failed = runs[runs["status"] != "ok"]
-    tta_note = _coarse_note(coarse_tta(runs, steps if steps is not None else pd.DataFrame()))
+#: The "All runs" table's columns.
+_RUN_COLS = [Col("run", "run folder", "run"), Col("method", "method"),
+             Col("seed", "seed", "int"), Col("status", "status"),
+             Col("rate_mbit", "rate (Mbit/s)", "f1"),
+             Col("throughput", "throughput (samples/s)", "f1"),
+             Col("tta_s", "time to target (s)", "f1"),
+             Col("final_accuracy", "final accuracy", "f3"), Col("steps", "steps", "int"),
+             Col("bytes_sent_total", "sent (MB)", "mb"),
+             Col("compute", "compute (native / paced profile, k)"),
+             Col("overrun_share", "overrun share", "f3"),
+             Col("degraded", "DEGRADED (left out unless --include-degraded)"),
+             Col("host_other_pct", "host's other load (%)", "f1")]
+
+
+def _figures(figs: dict[str, list[Path]], missing: dict[str, str],
+             verbose: bool) -> list[dict[str, Any]]:
+    """Every registered figure drawn (embedded), and with ``verbose`` those not drawn with
+    why."""
     figures = []
-    for fig in figure_registry():  # every registered figure, drawn or said why not
+    for fig in figure_registry():
         pngs = [p for p in figs.get(fig.name, []) if p.suffix == ".png"]
         if not pngs and not verbose:
             continue
         figures.append({"name": fig.name, "title": fig.title, "caption": fig.caption,
                         "srcs": [_img_src(p) for p in pngs],
                         "missing": missing.get(fig.name, f"needs {fig.needs}")})
+    return figures
+
+
+def _main_tables(res: Results, sp: pd.DataFrame, tta_note: str) -> list[dict[str, Any]]:
+    """Speedup, the extra tables, throughput, time to accuracy and every run."""
     by = ["experiment", "rate_mbit", "method"]
-    thr = ok.groupby(by, dropna=False)["throughput"].apply(
+    thr = res.ok.groupby(by, dropna=False)["throughput"].apply(
         lambda v: pd.Series(tables.ci95(v), index=["mean", "ci", "n"])).unstack().reset_index()
-    tta = res.tta()
-    all_cols = [Col("run", "run folder", "run"), Col("method", "method"),
-                Col("seed", "seed", "int"), Col("status", "status"),
-                Col("rate_mbit", "rate (Mbit/s)", "f1"),
-                Col("throughput", "throughput (samples/s)", "f1"),
-                Col("tta_s", "time to target (s)", "f1"),
-                Col("final_accuracy", "final accuracy", "f3"), Col("steps", "steps", "int"),
-                Col("bytes_sent_total", "sent (MB)", "mb"),
-                Col("compute", "compute (native / paced profile, k)"),
-                Col("overrun_share", "overrun share", "f3"),
-                Col("degraded", "DEGRADED (left out unless --include-degraded)"),
-                Col("host_other_pct", "host's other load (%)", "f1")]
     footer = res.footer()
-    tabs = [
+    return [
         {"title": "Speedup per experiment, rate and baseline",
          "note": "n/a (–) where the target was not reached by every seed of one side.",
          "html": html_table(sp, [
@@ -396,6 +412,7 @@ def render(results: Results | Path, runs: pd.DataFrame | None = None,
              Col("baseline_throughput", "baseline (samples/s)", "f1"),
              Col("netsenseml_reached", "NetSenseML reached target", "bool"),
              Col("baseline_reached", "baseline reached target", "bool")])},
+        *_extra_tables(res, sp),
         {"title": "Throughput per experiment, rate and method",
          "note": "Mean over seeds and the half-width of the 95 % t-interval (– with one seed)."
                  + (f" {footer}." if footer else ""),
@@ -405,7 +422,7 @@ def render(results: Results | Path, runs: pd.DataFrame | None = None,
              Col("ci", "± 95 % CI (samples/s)", "f1"), Col("n", "seeds", "int")])},
         {"title": "Time to accuracy and final accuracy",
          "note": " ".join(x for x in (tta_note, footer and f"{footer}.") if x),
-         "html": html_table(tta, [
+         "html": html_table(res.tta(), [
              Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("method", "method"), Col("target_accuracy", "target accuracy", "f2"),
              Col("reached", "seeds reaching it", "int"), Col("seeds", "seeds", "int"),
@@ -418,74 +435,108 @@ def render(results: Results | Path, runs: pd.DataFrame | None = None,
          "real work did not fit the profiled slot; degraded: the run's reason (its numbers "
          "are the host's, left out of the statistics unless --include-degraded); host's "
          "other load: the mean share of all cores other work took.",
-         "html": html_table(runs.sort_values(["experiment", "method", "seed", "run"]), all_cols)},
+         "html": html_table(res.runs.sort_values(["experiment", "method", "seed", "run"]),
+                            _RUN_COLS)},
     ]
-    extra = _extra_tables(res, sp)
-    tabs[1:1] = extra
+
+
+def _trouble_tables(res: Results) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(first, last): the damaged folders excluded go first; runs not ok and the network
+    truth last."""
+    root, runs = res.root, res.runs
+    first, last = [], []
+    failed = runs[runs["status"] != "ok"]
     if not failed.empty:
         reasons = []
         for run in failed["run"]:
             s = tables.read_json(root / run / "summary.json")
             reasons.append({"run": run, "status": s.get("status", "missing"),
                             "reason": str(s.get("reason") or s.get("error") or "")[:300]})
-        tabs.append({"title": "Runs not ok", "note": "", "html": html_table(
+        last.append({"title": "Runs not ok", "note": "", "html": html_table(
             pd.DataFrame(reasons), [Col("run", "run folder", "run"), Col("status", "status"),
                                     Col("reason", "reason")])})
     truth = sensing.truth_table(root, runs)
     if not truth.empty:
-        tabs.append({"title": "Network truth: byte conservation, bottleneck sampling, "
+        last.append({"title": "Network truth: byte conservation, bottleneck sampling, "
                      "cross traffic", "note": "", "html": html_table(
                          truth, [Col(c, c.replace("_", " ")) for c in truth.columns])})
     excluded = loading.excluded_of(runs)
     if excluded:
-        tabs.insert(0, {"title": "Excluded runs (damaged folders)",
-                        "note": loading.exclusion_note(excluded),
-                        "html": html_table(
-                            pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]),
-                            [Col("run", "run folder", "run"), Col("reason", "reason")])})
-    claim = claim_table(tta, sp)
+        first.append({"title": "Excluded runs (damaged folders)",
+                      "note": loading.exclusion_note(excluded),
+                      "html": html_table(
+                          pd.DataFrame([{"run": e.run, "reason": e.reason} for e in excluded]),
+                          [Col("run", "run folder", "run"), Col("reason", "reason")])})
+    return first, last
+
+
+def _headlines(res: Results, sp: pd.DataFrame) -> dict[str, Markup | None]:
+    """The claim (time to accuracy, seeds, intervals), the verdicts, the throughput
+    headline and the experiments not compared: the page's top, each None when empty."""
+    claim = claim_table(res.tta(), sp)
     verdicts = tables.verdict_table(sp) if not sp.empty else pd.DataFrame()
     thr_head = throughput_headline(sp)
-    others = headline(sp, runs)
+    others = headline(sp, res.runs)
     others = others[others["note"] != ""] if not others.empty else others
-    sweeps = _sweep_names(runs)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
-                             autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
-    paced = runs[runs["accelerator"] == "paced"] if "accelerator" in runs.columns else runs.iloc[0:0]
-    return env.get_template("report.html.j2").render(
-        title=_title(root, runs), n_runs=len(runs), n_ok=int((runs["status"] == "ok").sum()),
-        n_bad=len(failed), n_repeats=tables.repeated_runs(runs),
-        made_by=made_by(git_commit()), footer=footer,
-        n_degraded=int(tables.is_degraded(runs).sum()),
-        n_paced=len(paced), paced_k=", ".join(f"{k:g}" for k in sorted(
-            paced["dilation"].dropna().unique())) if len(paced) else "",
-        generated=time.strftime("%Y-%m-%d %H:%M %Z"),
-        claim=html_table(claim, [
+    return {
+        "claim": html_table(claim, [
             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
             Col("method", "method"), Col("seeds", "seeds reaching the target"),
             Col("tta", "time to target (s, mean ± 95 % CI)"),
             Col("x", "NetSenseML's TTA speedup over it [95 % CI]"),
             Col("final", "final accuracy [95 % CI]")]) if not claim.empty else None,
-        verdicts=html_table(verdicts, [
+        "verdicts": html_table(verdicts, [
             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
             Col("won", "won", "int"), Col("tie", "tie", "int"), Col("lost", "lost", "int"),
             Col("unreached", "baseline never reached", "int"),
             Col("vs_oracle", "vs best fixed"), Col("oracle_tta_method", "best fixed"),
             Col("vs_oracle_tta", "TTA x best fixed [95 % CI]")]) if not verdicts.empty
         else None,
-        headline=html_table(thr_head, [
+        "headline": html_table(thr_head, [
             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
             Col("best_baseline", "fastest baseline"),
             Col("vs_best", "throughput x over it [95 % CI]"),
             Col("seeds", "seeds (NetSenseML / it)"),
             Col("range", "range over all baselines")]) if not thr_head.empty else None,
-        others=html_table(others, [
+        "others": html_table(others, [
             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
             Col("best_baseline", "fastest method"), Col("note", "not compared because")])
         if not others.empty else None,
-        figures=figures, tables=tabs, tta_note=tta_note, scenarios=_scenarios(root, runs),
-        sweep_files=_sweep_files(sweeps), verbose=verbose,
+    }
+
+
+def render(results: Results | Path, runs: pd.DataFrame | None = None,
+           figs: dict[str, list[Path]] | None = None, missing: dict[str, str] | None = None,
+           steps: pd.DataFrame | None = None, *, verbose: bool = False,
+           commit: str | None = None) -> str:
+    """The page's HTML from the loaded results (:class:`Results`, read once) and the drawn
+    figures. Figures not drawn are listed only with ``verbose``. ``commit``: the code's
+    commit as ``git_commit`` said it before anything was written (default: asked now)."""
+    if not isinstance(results, Results):
+        results = Results.of(Path(results), runs, steps) if runs is not None and steps \
+            is not None else Results.load(Path(results))
+    res = results
+    root, runs, steps = res.root, res.runs, res.steps
+    sp = res.speedup()
+    tta_note = _coarse_note(coarse_tta(runs, steps if steps is not None else pd.DataFrame()))
+    first, last = _trouble_tables(res)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    paced = runs[runs["accelerator"] == "paced"] if "accelerator" in runs.columns else runs.iloc[0:0]
+    return env.get_template("report.html.j2").render(
+        title=_title(root, runs), n_runs=len(runs), n_ok=int((runs["status"] == "ok").sum()),
+        n_bad=int((runs["status"] != "ok").sum()), n_repeats=tables.repeated_runs(runs),
+        made_by=made_by(commit or git_commit()), footer=res.footer(),
+        n_degraded=int(tables.is_degraded(runs).sum()),
+        n_paced=len(paced), paced_k=", ".join(f"{k:g}" for k in sorted(
+            paced["dilation"].dropna().unique())) if len(paced) else "",
+        generated=time.strftime("%Y-%m-%d %H:%M %Z"),
+        **_headlines(res, sp),
+        figures=_figures(figs or {}, {**res.skipped, **(missing or {})}, verbose),
+        tables=first + _main_tables(res, sp, tta_note) + last, tta_note=tta_note,
+        scenarios=_scenarios(root, runs), sweep_files=_sweep_files(_sweep_names(runs)),
+        verbose=verbose,
         versions=html_table(_versions(root, runs), [Col("fact", "fact", "run"),
                                                     Col("value", "value"),
                                                     Col("runs", "runs", "int")]),
@@ -496,12 +547,16 @@ def build_report(root: Path | Results, out: Path | None = None,
                  figures_dir: Path | None = None, *, log: Any = print,
                  verbose: bool = False, include_degraded: bool = False) -> Path:
     """Draw the figures, then write the HTML page (atomically); returns its path. The
-    results are read once (:class:`Results`) and handed to the figures and the page."""
+    results are read once (:class:`Results`) and handed to the figures and the page.
+
+    Which code made the page is asked before the figures are drawn: redrawing a committed
+    figure set changes tracked files, and the page would call its own clean code dirty."""
+    commit = git_commit()
     res = root if isinstance(root, Results) else Results.load(
         Path(root), include_degraded=include_degraded)
     out = Path(out) if out else res.root / "report.html"
     files.no_links_below(res.root, out, "--html")
     figs = plots.make_figures(res, figures_dir, log=log, verbose=verbose)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, render(res, figs=figs, verbose=verbose))
+    atomic_write_text(out, render(res, figs=figs, verbose=verbose, commit=commit))
     return out

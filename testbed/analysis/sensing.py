@@ -58,6 +58,7 @@ and relative to the mean available rate).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -261,11 +262,22 @@ def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The per-step table and the summary (MAE) of one run folder."""
-    run_dir = Path(run_dir)
-    steps, truth, config = _read(run_dir)
-    world = int(config.get("world_size") or 1)
+@dataclass
+class _Truth:
+    """The bottleneck's truth on the time grid of its samples (``bottleneck.csv``)."""
+
+    link: str
+    toward: str
+    end: pd.DataFrame  # the bottleneck end's rows
+    times: np.ndarray
+    configured: pd.Series
+    cross: pd.Series  # the cross traffic's rate, smoothed over the sample period
+    available: pd.Series
+    queue_ms: pd.Series
+    training: pd.Series  # what the training flows got: delivered less the cross traffic
+
+
+def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth:
     link, toward = bottleneck_end(truth, config)
     end = truth[(truth["link"] == link) & (truth["toward"] == toward)]
     times = end["t"].to_numpy(float)
@@ -280,11 +292,16 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
                 cross = cross.add(pd.Series(_at(_series(rows, "delivered_mbit"), times),
                                             index=configured.index), fill_value=0.0)
     cross = _smooth(cross, period)
-    available = (configured - cross).clip(lower=0.0)
-    queue_ms = _series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3
-    # what the training flows got of the bottleneck: what it delivered less the cross traffic
-    training = (_smooth(_series(end, "delivered_mbit"), period) - cross).clip(lower=0.0)
+    return _Truth(
+        link, toward, end, times, configured, cross,
+        available=(configured - cross).clip(lower=0.0),
+        queue_ms=_series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3,
+        training=(_smooth(_series(end, "delivered_mbit"), period) - cross).clip(lower=0.0))
 
+
+def _step_table(run_dir: Path, steps: pd.DataFrame, tr: _Truth, config: dict[str, Any],
+                world: int) -> pd.DataFrame:
+    """Rank 0's steps with a monitor estimate beside the truth at their times."""
     r0 = steps[(steps["rank"] == 0) & steps["est_rate_mbit"].notna()].copy()
     if r0.empty:
         raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate" + _why_no_rate(steps))
@@ -295,14 +312,14 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     table = pd.DataFrame({
         "t": t, "step": r0["step"].to_numpy(), "level": levels.to_numpy(),
         "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
-        "configured_mbit": _at(configured, t), "cross_mbit": _at(cross, t).round(3),
-        "available_mbit": _at(available, t).round(3),
-        "fair_mbit": fair_share(run_dir, config, t, _at(configured, t)).round(3),
-        "training_mbit": _at(training, t).round(3),
+        "configured_mbit": _at(tr.configured, t), "cross_mbit": _at(tr.cross, t).round(3),
+        "available_mbit": _at(tr.available, t).round(3),
+        "fair_mbit": fair_share(run_dir, config, t, _at(tr.configured, t)).round(3),
+        "training_mbit": _at(tr.training, t).round(3),
         "est_queue_ms": (r0["est_queue_delay_s"].to_numpy(float) * 1e3).round(3),
-        "truth_queue_ms": _at(queue_ms, t).round(3),
-        "backlog_bytes": _at(_series(end, "backlog_bytes"), t).round(0),
-        "drops_per_s": _at(_series(end, "drops_per_s"), t).round(2),
+        "truth_queue_ms": _at(tr.queue_ms, t).round(3),
+        "backlog_bytes": _at(_series(tr.end, "backlog_bytes"), t).round(0),
+        "drops_per_s": _at(_series(tr.end, "drops_per_s"), t).round(2),
         "est_min_rtt_ms": (r0["est_min_rtt_s"].to_numpy(float) * 1e3).round(3),
         "est_bdp_kB": (r0["est_bdp_bytes"].to_numpy(float) / 1e3).round(3),
     })
@@ -312,10 +329,12 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
                               if "tcp_delivery_rate_mbit" in r0 else np.nan)
     table["phase"] = np.where(table["cross_mbit"] > 0.05 * table["configured_mbit"], "congested", "idle")
     table["error_mbit"] = (table["est_link_mbit"] - table["available_mbit"]).round(3)
-    all_r0 = steps[steps["rank"] == 0]
-    table = table[COLUMNS]
-    mae = float(table["error_mbit"].abs().mean())
-    mean_avail = float(table["available_mbit"].mean())
+    return table[COLUMNS]
+
+
+def _phase_errors(table: pd.DataFrame) -> dict[str, Any]:
+    """Per phase (idle, congested): the rate error's median relative size and bias, against
+    the available rate and against the fair share, and the steps compared."""
     phases: dict[str, Any] = {}
     for ph in ("idle", "congested"):
         sub = table[table["phase"] == ph]
@@ -328,10 +347,23 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         rel_fair = (fair["est_link_mbit"] - fair["fair_mbit"]).abs() / fair["fair_mbit"]
         phases[f"rate_medae_rel_{ph}_fair"] = round(float(rel_fair.median()), 4) if len(fair) else None
         phases[f"steps_{ph}"] = int(len(sub))
+    return phases
+
+
+def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The per-step table and the summary (MAE) of one run folder."""
+    run_dir = Path(run_dir)
+    steps, truth, config = _read(run_dir)
+    world = int(config.get("world_size") or 1)
+    tr = _truth(run_dir, truth, config)
+    table = _step_table(run_dir, steps, tr, config, world)
+    all_r0 = steps[steps["rank"] == 0]
+    mae = float(table["error_mbit"].abs().mean())
+    mean_avail = float(table["available_mbit"].mean())
     rtt = float(table["est_min_rtt_ms"].median())
     tcp_rtt = float(pd.to_numeric(table["tcp_min_rtt_ms"], errors="coerce").median())
     summary = {
-        "run_dir": str(run_dir), "bottleneck": {"link": link, "toward": toward},
+        "run_dir": str(run_dir), "bottleneck": {"link": tr.link, "toward": tr.toward},
         "world_size": world, "steps_compared": int(len(table)),
         "rate_mae_mbit": round(mae, 3),
         "rate_mae_relative": round(mae / mean_avail, 4) if mean_avail > 0 else None,
@@ -340,8 +372,8 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "mean_training_mbit": round(float(table["training_mbit"].mean()), 3),
         "queue_mae_ms": round(float((table["est_queue_ms"] - table["truth_queue_ms"])
                                     .abs().mean()), 3),
-        "max_truth_queue_ms": round(float(queue_ms.max()), 3),
-        **phases,
+        "max_truth_queue_ms": round(float(tr.queue_ms.max()), 3),
+        **_phase_errors(table),
         "coverage": round(len(table) / max(1, len(all_r0)), 4),
         "est_min_rtt_ms": round(rtt, 4),
         "tcp_min_rtt_ms": round(tcp_rtt, 4) if np.isfinite(tcp_rtt) else None,

@@ -233,53 +233,9 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     ``runs.attrs["excluded"]`` (``loading.excluded_of``); ``status`` is the true one (a
     dead orchestrator's ``running`` reads ``failed``) and ``reason`` says why not ok.
     """
-    root = Path(root)
-    rows, frames = [], []
-    loaded = loading.load_all(root)
-    for item in loaded.runs:
-        d, cfg, summ, meta, steps = item.path, item.config, item.summary, item.meta, item.steps
-        rel = item.run
-        params = meta.get("params") or {}
-        target = find_key(cfg, "target_accuracy")
-        target = float(target) if isinstance(target, int | float) else None
-        step_dicts = _rows(steps)
-        row: dict[str, Any] = {
-            "run": rel,
-            "sweep": meta.get("sweep", ""),
-            # "<sweep>/<experiment>": two sweeps may both have an experiment called "rate"
-            "experiment": f"{meta['sweep']}/{meta['experiment']}"
-            if meta.get("sweep") and meta.get("experiment") else
-            (cfg.get("scenario") or {}).get("name") or d.parent.name,
-            "kind": meta.get("kind", "other"),
-            "method": summ.get("method") or cfg.get("method") or meta.get("method", ""),
-            "seed": cfg.get("seed", meta.get("seed")),
-            "workers": cfg.get("world_size"),
-            "batch_size": find_key(cfg.get("scenario") or {}, "batch_size"),
-            "status": item.status,
-            "reason": item.reason,
-            "rate_mbit": _rate_of(params, cfg),
-            "throughput": _nan(metrics.throughput(step_dicts)),
-            "throughput_summary": summ.get("throughput_samples_per_s"),
-            "target_accuracy": target,
-            "tta_s": _nan(metrics.time_to_accuracy(step_dicts, target)),
-            "tta_s_summary": summ.get("time_to_accuracy_s"),
-            "final_accuracy": _nan(metrics.final_accuracy(step_dicts)),
-            "final_loss": _nan(metrics.final_loss(step_dicts)),
-            # a packed copy (``netsense pack``) keeps some of rank 0's rows: its count
-            "steps": (summ.get("packed") or {}).get("rank0_steps")
-            or len(metrics.training_steps(step_dicts)),
-            "started_at": cfg.get("started_at") or "",
-            "bytes_sent_total": summ.get("bytes_sent_total"),
-            "warnings": "; ".join(str(w) for w in summ.get("warnings") or []),
-            **accelerator_columns(cfg, summ),
-        }
-        row["finished"], row["finished_mtime"] = _finished(d, summ)
-        row["reached_target"] = not math.isnan(row["tta_s"])
-        for k, v in params.items():
-            row.setdefault(f"param.{k}", v)
-        rows.append(row)
-        if not steps.empty:
-            frames.append(steps.assign(run=rel))
+    loaded = loading.load_all(Path(root))
+    rows = [run_row(item) for item in loaded.runs]
+    frames = [item.steps.assign(run=item.run) for item in loaded.runs if not item.steps.empty]
     runs = pd.DataFrame(rows)
     runs.attrs["excluded"] = loaded.excluded
     runs.attrs["include_degraded"] = False
@@ -288,6 +244,51 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         if col in runs.columns:
             runs[col] = pd.to_numeric(runs[col], errors="coerce")
     return runs, steps_all
+
+
+def run_row(item: loading.RunData) -> dict[str, Any]:
+    """One loaded run folder as a row of the runs table: who it is
+    (experiment, method, seed, rate), how it ended, and its metrics from its steps."""
+    d, cfg, summ, meta = item.path, item.config, item.summary, item.meta
+    params = meta.get("params") or {}
+    target = find_key(cfg, "target_accuracy")
+    target = float(target) if isinstance(target, int | float) else None
+    step_dicts = _rows(item.steps)
+    row: dict[str, Any] = {
+        "run": item.run,
+        "sweep": meta.get("sweep", ""),
+        # "<sweep>/<experiment>": two sweeps may both have an experiment called "rate"
+        "experiment": f"{meta['sweep']}/{meta['experiment']}"
+        if meta.get("sweep") and meta.get("experiment") else
+        (cfg.get("scenario") or {}).get("name") or d.parent.name,
+        "kind": meta.get("kind", "other"),
+        "method": summ.get("method") or cfg.get("method") or meta.get("method", ""),
+        "seed": cfg.get("seed", meta.get("seed")),
+        "workers": cfg.get("world_size"),
+        "batch_size": find_key(cfg.get("scenario") or {}, "batch_size"),
+        "status": item.status,
+        "reason": item.reason,
+        "rate_mbit": _rate_of(params, cfg),
+        "throughput": _nan(metrics.throughput(step_dicts)),
+        "throughput_summary": summ.get("throughput_samples_per_s"),
+        "target_accuracy": target,
+        "tta_s": _nan(metrics.time_to_accuracy(step_dicts, target)),
+        "tta_s_summary": summ.get("time_to_accuracy_s"),
+        "final_accuracy": _nan(metrics.final_accuracy(step_dicts)),
+        "final_loss": _nan(metrics.final_loss(step_dicts)),
+        # a packed copy (``netsense pack``) keeps some of rank 0's rows: its count
+        "steps": (summ.get("packed") or {}).get("rank0_steps")
+        or len(metrics.training_steps(step_dicts)),
+        "started_at": cfg.get("started_at") or "",
+        "bytes_sent_total": summ.get("bytes_sent_total"),
+        "warnings": "; ".join(str(w) for w in summ.get("warnings") or []),
+        **accelerator_columns(cfg, summ),
+    }
+    row["finished"], row["finished_mtime"] = _finished(d, summ)
+    row["reached_target"] = not math.isnan(row["tta_s"])
+    for k, v in params.items():
+        row.setdefault(f"param.{k}", v)
+    return row
 
 
 def accelerator_columns(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:

@@ -48,23 +48,29 @@ _LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-#: The one place a method's colour is set (hex, so a test and a reader can see them).
+#: The one place a method's colour is set (hex, so a test and a reader can see them). A
+#: method with an argument is looked up as ``name-arg`` (``topk:0.01`` -> ``topk-0.01``, the
+#: run folders' spelling too). The nine methods the evaluations compare take the Okabe-Ito
+#: palette and Paul Tol's muted one, chosen so that every two stay apart also for a reader
+#: with red-green or blue-yellow colour blindness (tests/analysis/test_colors.py measures
+#: it: CIELAB distance, with the colour-vision deficiencies simulated); the rarer ones
+#: (bf16, random-k, top-k 0.5 % and 0.1 %, DGC 0.1 %) differ from all of them in ordinary vision.
 METHOD_COLORS: dict[str, str] = {
-    "netsenseml": "#1f77b4",        # blue
-    "netsenseml-paper": "#17becf",  # cyan
-    "allreduce": "#8c564b",         # brown
-    "fp16": "#ff7f0e",              # orange
-    "bf16": "#bcbd22",              # olive
-    "int8": "#2ca02c",              # green
-    "topk": "#d62728",              # red (the family; topk-0.01 is the common one)
-    "topk-0.01": "#d62728",
-    "topk-0.1": "#e377c2",          # pink
-    "topk-0.001": "#9467bd",        # purple
-    "randomk": "#7f7f7f",           # grey
-    "dgc": "#393b79",               # dark blue
-    "powersgd": "#8c6d31",          # ochre
-    "oracle": "#000000",
-    "ideal": "#555555",
+    "netsenseml": "#0072B2",        # blue
+    "netsenseml-paper": "#88CCEE",  # light blue (the prototype's rule: NetSenseML's kin)
+    "allreduce": "#000000",         # black (dense fp32, the reference)
+    "fp16": "#E69F00",              # orange
+    "int8": "#009E73",              # bluish green
+    "topk": "#D55E00",              # vermillion (the family; topk-0.01 is the common one)
+    "topk-0.01": "#D55E00",
+    "topk-0.1": "#DDCC77",          # sand
+    "topk-0.005": "#CC79A7",        # reddish purple
+    "topk-0.001": "#663333",        # dark brown
+    "dgc": "#332288",               # indigo (the family; dgc-0.01 is the common one)
+    "dgc-0.001": "#EE6677",         # rose
+    "powersgd": "#882255",          # wine
+    "bf16": "#777777",              # grey
+    "randomk": "#BBBBBB",           # light grey
 }
 
 #: The interval of every figure and table, as captions say it.
@@ -72,15 +78,18 @@ INTERVAL = "95 % Student-t interval over seeds (the tables' testbed.common.stats
 
 
 def method_color(method: str) -> str:
-    """The method's colour: its own in :data:`METHOD_COLORS`, else its family's (the name
-    before the first ``-`` or ``:``), else one derived from the name (a plug-in: the same
-    in every figure and every run of the code, never a neighbour's by position)."""
+    """The method's colour: its own in :data:`METHOD_COLORS` (``name:arg`` looked up as
+    ``name-arg``), else its family's (the name before the first ``-`` or ``:``), else one
+    derived from the name (a plug-in, ``pkg.mod:Name``: the same in every figure and every
+    run of the code, never a neighbour's by position)."""
     m = str(method)
-    if m in METHOD_COLORS:
-        return METHOD_COLORS[m]
     family = re.split(r"[-:]", m, maxsplit=1)[0]
-    if family in METHOD_COLORS and family != m and not m.startswith(f"{family}:"):
-        return METHOD_COLORS[family]
+    if "." not in family:  # a registered name (a plug-in's module path has a dot)
+        key = m.replace(":", "-", 1)
+        if key in METHOD_COLORS:
+            return METHOD_COLORS[key]
+        if family in METHOD_COLORS:
+            return METHOD_COLORS[family]
     h = int(hashlib.sha1(m.encode()).hexdigest()[:8], 16)
     r, g, b = colorsys.hsv_to_rgb((h % 360) / 360, 0.55 + (h >> 9) % 30 / 100,
                                   0.55 + (h >> 17) % 25 / 100)

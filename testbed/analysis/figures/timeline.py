@@ -14,6 +14,9 @@ run's, are true of every step-time series under them).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -62,7 +65,21 @@ def _first_step_t(s: pd.DataFrame) -> float:
     return float(s["t"].min()) if not s.empty else 0.0
 
 
-def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
+@dataclass
+class _Reference:
+    """The reference run (``sel``'s first): its rank-0 steps and its network as applied,
+    every time in seconds since its first training step."""
+
+    run: pd.Series
+    steps: pd.DataFrame  # rank 0's training steps, t in seconds since the first
+    events: pd.DataFrame
+    rate: pd.DataFrame
+    streams: pd.DataFrame
+    queue: pd.DataFrame
+    t0: float
+
+
+def _reference(inp: Inputs, sel: pd.DataFrame) -> _Reference:
     if sel.empty:
         raise NoData("no finished run")
     ref = sel.iloc[0]
@@ -80,29 +97,38 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
     rate, streams = network.network_series(cfg, events, t_end)
     rate["t"] = rate["t"].clip(lower=0)
     streams["t"] = streams["t"].clip(lower=0)
-    queue = network.read_bottleneck(inp.root / ref["run"])
-    est = network.estimate_mbit(ref_steps)
-    has_kept = "kept_ratio" in ref_steps.columns and ref_steps["kept_ratio"].notna().any()
-    lv = ref_steps["level"] if "level" in ref_steps.columns else pd.Series(dtype=object)
-    has_level = lv.notna().any() and not pd.api.types.is_numeric_dtype(lv)
+    return _Reference(ref, ref_steps, events, rate, streams,
+                      network.read_bottleneck(inp.root / ref["run"]), t0)
 
-    panels = ["network"] + (["streams"] if streams["streams"].max() > 0 else []) \
-        + (["queue"] if not queue.empty else []) + (["kept"] if has_kept else []) \
-        + (["level"] if has_level else []) + ["step"]
+
+def _levels(ref: _Reference) -> pd.Series:
+    """The reference run's level per step; empty when it logged none (or numbers)."""
+    lv = ref.steps["level"] if "level" in ref.steps.columns else pd.Series(dtype=object)
+    return lv if lv.notna().any() and not pd.api.types.is_numeric_dtype(lv) \
+        else pd.Series(dtype=object)
+
+
+def _panels(ref: _Reference) -> dict[str, Any]:
+    """{panel: its axis}, top to bottom: only the panels the reference run has data for."""
+    has_kept = "kept_ratio" in ref.steps.columns and ref.steps["kept_ratio"].notna().any()
+    panels = ["network"] + (["streams"] if ref.streams["streams"].max() > 0 else []) \
+        + (["queue"] if not ref.queue.empty else []) + (["kept"] if has_kept else []) \
+        + (["level"] if not _levels(ref).empty else []) + ["step"]
     heights = {"network": 1.2, "streams": 0.7, "queue": 0.8, "kept": 1.0, "level": 0.8,
                "step": 1.4}
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8.5, 1.2 + 1.7 * sum(
+    _, axes = plt.subplots(len(panels), 1, figsize=(8.5, 1.2 + 1.7 * sum(
         heights[p] for p in panels)), sharex=True,
         gridspec_kw={"height_ratios": [heights[p] for p in panels]})
-    ax = dict(zip(panels, np.atleast_1d(axes), strict=True))
-    color = inp.color(ref["method"])
+    return dict(zip(panels, np.atleast_1d(axes), strict=True))
 
-    a = ax["network"]
+
+def _network_panel(a: Any, ref: _Reference, color: Any) -> None:
+    rate, est = ref.rate, network.estimate_mbit(ref.steps)
     a.step(rate["t"], rate["rate_mbit"], where="post", color="k", lw=1.4,
            label="configured rate (training path's lowest)")
     if est is not None:
-        a.plot(ref_steps["t"] - t0, est[0], ls="none", marker=".", ms=3, color=color,
-               alpha=0.7, label=f"{ref['method']}: {est[1]}")
+        a.plot(ref.steps["t"] - ref.t0, est[0], ls="none", marker=".", ms=3, color=color,
+               alpha=0.7, label=f"{ref.run['method']}: {est[1]}")
     top = float(np.nanmax(rate["rate_mbit"])) if rate["rate_mbit"].notna().any() else None
     if top:  # an estimate measured over a tiny window must not squash the configured rate
         a.set_ylim(0, top * 1.5)
@@ -110,40 +136,49 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
     style.plain(a)
     style.legend(a, loc="upper right")
 
-    if "streams" in ax:
-        a = ax["streams"]
-        a.step(streams["t"], streams["streams"], where="post", color="tab:red")
-        a.set_ylim(0, max(1.0, float(streams["streams"].max())) * 1.2)
-        a.yaxis.get_major_locator().set_params(integer=True)
-        a.set_ylabel(style.STREAMS_AXIS)
-    if "queue" in ax:
-        a = ax["queue"]
-        a.plot(queue["t"] - t0, queue["queue"], color="tab:purple", lw=0.8,
-               drawstyle="steps-post")
-        a.set_ylabel(style.QUEUE_AXIS)
-        a.text(0.01, 0.92, f"queue of link {queue['label'].iloc[0]}", fontsize=7,
-               transform=a.transAxes, va="top")
-        a.set_ylim(bottom=0)
-        a.yaxis.get_major_locator().set_params(integer=True)
-        style.plain(a)
-    x = ref_steps["t"] - t0
-    if "kept" in ax:
-        a = ax["kept"]
-        a.plot(x, ref_steps["kept_ratio"], drawstyle="steps-post", lw=1, color=color)
-        a.set_yscale("log")
-        style.log_ticks(a)
-        a.set_ylabel(style.KEPT_AXIS)
-    if "level" in ax:
-        a = ax["level"]
-        seen = list(dict.fromkeys(lv.dropna()))
-        cats = [c for c in LEVEL_ORDER if c in seen] + [c for c in seen if c not in LEVEL_ORDER]
-        a.plot(x, lv.map({c: i for i, c in enumerate(cats)}), drawstyle="steps-post",
-               color=color, lw=1)
-        a.set_yticks(range(len(cats)), cats, fontsize=7)
-        a.set_ylim(-0.5, len(cats) - 0.5)
-        a.set_ylabel(style.LEVEL_AXIS)
 
-    a = ax["step"]
+def _streams_panel(a: Any, ref: _Reference, _color: Any) -> None:
+    streams = ref.streams
+    a.step(streams["t"], streams["streams"], where="post", color="tab:red")
+    a.set_ylim(0, max(1.0, float(streams["streams"].max())) * 1.2)
+    a.yaxis.get_major_locator().set_params(integer=True)
+    a.set_ylabel(style.STREAMS_AXIS)
+
+
+def _queue_panel(a: Any, ref: _Reference, _color: Any) -> None:
+    queue = ref.queue
+    a.plot(queue["t"] - ref.t0, queue["queue"], color="tab:purple", lw=0.8,
+           drawstyle="steps-post")
+    a.set_ylabel(style.QUEUE_AXIS)
+    a.text(0.01, 0.92, f"queue of link {queue['label'].iloc[0]}", fontsize=7,
+           transform=a.transAxes, va="top")
+    a.set_ylim(bottom=0)
+    a.yaxis.get_major_locator().set_params(integer=True)
+    style.plain(a)
+
+
+def _kept_panel(a: Any, ref: _Reference, color: Any) -> None:
+    a.plot(ref.steps["t"] - ref.t0, ref.steps["kept_ratio"], drawstyle="steps-post", lw=1,
+           color=color)
+    a.set_yscale("log")
+    style.log_ticks(a)
+    a.set_ylabel(style.KEPT_AXIS)
+
+
+def _level_panel(a: Any, ref: _Reference, color: Any) -> None:
+    """Only the levels the run used, in the ladder's order."""
+    lv = _levels(ref)
+    seen = list(dict.fromkeys(lv.dropna()))
+    cats = [c for c in LEVEL_ORDER if c in seen] + [c for c in seen if c not in LEVEL_ORDER]
+    a.plot(ref.steps["t"] - ref.t0, lv.map({c: i for i, c in enumerate(cats)}),
+           drawstyle="steps-post", color=color, lw=1)
+    a.set_yticks(range(len(cats)), cats, fontsize=7)
+    a.set_ylim(-0.5, len(cats) - 0.5)
+    a.set_ylabel(style.LEVEL_AXIS)
+
+
+def _step_panel(a: Any, inp: Inputs, sel: pd.DataFrame) -> None:
+    """Every selected method's step time (rank 0), each on its own run's clock."""
     for _, r in sel.iterrows():
         s_all = inp.steps[inp.steps["run"] == r["run"]]
         s = _rank0(s_all)
@@ -159,17 +194,34 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
     style.plain(a, "x")
     style.legend(a, ncol=3, markerscale=3)
 
+
+_PANELS = {"network": _network_panel, "streams": _streams_panel, "queue": _queue_panel,
+           "kept": _kept_panel, "level": _level_panel}
+
+
+def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
+    ref = _reference(inp, sel)
+    ax = _panels(ref)
+    color = inp.color(ref.run["method"])
+    for name, a in ax.items():
+        if name == "step":
+            _step_panel(a, inp, sel)
+        else:
+            _PANELS[name](a, ref, color)
+    events = ref.events
     applied = events.dropna(subset=["t_applied"]) if not events.empty else events
     for one in ax.values():
         for t in applied.get("t_applied", []):
             one.axvline(float(t), color="k", alpha=0.2, lw=0.8)
         one.grid(True, alpha=0.3)
     ax["network"].set_xlim(left=0)
+    fig = ax["network"].figure
     fig.align_ylabels(list(ax.values()))
-    where = f" at {style.rate_text(ref['rate_mbit'])}" if pd.notna(ref["rate_mbit"]) else ""
-    constant = rate["rate_mbit"].nunique(dropna=True) <= 1
+    run = ref.run
+    where = f" at {style.rate_text(run['rate_mbit'])}" if pd.notna(run["rate_mbit"]) else ""
+    constant = ref.rate["rate_mbit"].nunique(dropna=True) <= 1
     ax["network"].set_title(
-        f"{ref['experiment']}{where}, seed {ref['seed']}: the network as applied"
+        f"{run['experiment']}{where}, seed {run['seed']}: the network as applied"
         f"{' (rate constant)' if constant else ''} and the methods' response", fontsize=9)
     return fig
 
