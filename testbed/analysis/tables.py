@@ -150,10 +150,6 @@ def training_step_rows(steps: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-#: Deprecated name: ``testbed.orchestration.records.step_rows`` is a different function.
-step_rows = training_step_rows
-
-
 def train_clock(steps: pd.DataFrame) -> str:
     """Column holding the workers' training clock: ``t_worker`` when recorded, else ``t``."""
     return "t_worker" if "t_worker" in steps.columns and steps["t_worker"].notna().any() else "t"
