@@ -68,6 +68,9 @@ import pandas as pd
 from testbed.analysis import loading
 from testbed.common import files
 
+#: The truth's smoothing window, real seconds: in a time-dilated run (k) the flows are k
+#: times slower and its records k times denser in virtual time, so the window is SMOOTH_S / k
+#: of virtual time (a fixed virtual 0.5 s would span whole phases of a dilated timeline).
 SMOOTH_S = 0.5
 COLUMNS = ["t", "step", "level", "est_rate_mbit", "est_link_mbit", "configured_mbit",
            "cross_mbit", "available_mbit", "fair_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
@@ -142,8 +145,13 @@ def _series(rows: pd.DataFrame, column: str) -> pd.Series:
     return rows.set_index("t")[column].astype(float).sort_index()
 
 
-def _smooth(s: pd.Series, period: float) -> pd.Series:
-    window = max(1, int(round(SMOOTH_S / period)))
+def _dilation(config: dict[str, Any]) -> float:
+    k = (config.get("accelerator") or {}).get("dilation")
+    return float(k) if isinstance(k, int | float) and k > 0 else 1.0
+
+
+def _smooth(s: pd.Series, period: float, k: float = 1.0) -> pd.Series:
+    window = max(1, int(round(SMOOTH_S / k / period)))
     return s.rolling(window, min_periods=1, center=True).mean()
 
 
@@ -291,12 +299,13 @@ def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth
             if not rows.empty:
                 cross = cross.add(pd.Series(_at(_series(rows, "delivered_mbit"), times),
                                             index=configured.index), fill_value=0.0)
-    cross = _smooth(cross, period)
+    k = _dilation(config)
+    cross = _smooth(cross, period, k)
     return _Truth(
         link, toward, end, times, configured, cross,
         available=(configured - cross).clip(lower=0.0),
         queue_ms=_series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3,
-        training=(_smooth(_series(end, "delivered_mbit"), period) - cross).clip(lower=0.0))
+        training=(_smooth(_series(end, "delivered_mbit"), period, k) - cross).clip(lower=0.0))
 
 
 def _step_table(run_dir: Path, steps: pd.DataFrame, tr: _Truth, config: dict[str, Any],

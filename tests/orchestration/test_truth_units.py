@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -209,3 +210,17 @@ def test_capture_analysis_classes_and_retransmissions(tmp_path):
     assert sum(r["retransmits"] for r in by["training"]) == 0
     assert sum(r["retransmits"] for r in by["cross:bulk"]) == 1
     assert [r["t"] for r in by["cross:bulk"]] == [0.0, 0.5]  # 0.5 s bins from the origin
+
+
+def test_the_truths_smoothing_window_is_real_seconds_in_a_dilated_run():
+    """A dilated run's records are k times denser in virtual time: the window shrinks by k,
+    so a 0.14 s (virtual) congested phase is not averaged away with its idle neighbours."""
+    period = 0.0084  # 1 s real at k = 120, as the bottleneck sampler writes it
+    t = np.arange(60) * period
+    step = pd.Series(np.where((t > 0.1) & (t < 0.24), 8000.0, 0.0), index=t)
+    native = sensing._smooth(step, period, 1.0)
+    dilated = sensing._smooth(step, period, 120.0)
+    assert list(dilated) == list(step)  # a window of one sample: nothing averaged
+    assert native.iloc[0] > 1000 and native.max() < 6000  # 0.5 s virtual: smeared over the run
+    assert sensing._dilation({"accelerator": {"dilation": 120}}) == 120.0
+    assert sensing._dilation({}) == 1.0
