@@ -242,6 +242,15 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, steps_all
 
 
+def _kind_of(meta: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """The sweep's kind of experiment; a run outside a sweep (``netsense run``, ``netsense
+    ab``) whose scenario has a timeline is a timeline run (its ideal schedule, its
+    adaptation figure), any other is ``other``."""
+    if meta.get("kind"):
+        return str(meta["kind"])
+    return "timeline" if (cfg.get("scenario") or {}).get("timeline") else "other"
+
+
 def run_row(item: loading.RunData) -> dict[str, Any]:
     """One loaded run folder as a row of the runs table: who it is
     (experiment, method, seed, rate), how it ended, and its metrics from its steps."""
@@ -257,7 +266,7 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
         "experiment": f"{meta['sweep']}/{meta['experiment']}"
         if meta.get("sweep") and meta.get("experiment") else
         (cfg.get("scenario") or {}).get("name") or d.parent.name,
-        "kind": meta.get("kind", "other"),
+        "kind": _kind_of(meta, cfg),
         "method": summ.get("method") or cfg.get("method") or meta.get("method", ""),
         "seed": cfg.get("seed", meta.get("seed")),
         "workers": cfg.get("world_size"),

@@ -241,3 +241,13 @@ def test_pack_keeps_the_numbers_and_report_compare_read_it(tmp_path: Path) -> No
     assert r.exit_code == 0, r.output
     assert "paced" in r.output and (tmp_path / "cmp" / "compare.csv").exists()
     shutil.rmtree(tmp_path / "fig")
+
+
+def test_a_run_outside_a_sweep_with_a_timeline_is_a_timeline_run() -> None:
+    """`netsense run` / `netsense ab` folders carry no sweep.json: their kind comes from the
+    scenario, so the ideal schedule and the adaptation figure take them too."""
+    from testbed.analysis.tables import _kind_of
+    timeline = {"scenario": {"timeline": [{"at_s": 1, "kind": "set_rate"}]}}
+    assert _kind_of({}, timeline) == "timeline"
+    assert _kind_of({}, {"scenario": {"timeline": []}}) == "other"
+    assert _kind_of({"kind": "throughput"}, timeline) == "throughput"  # the sweep's word wins
