@@ -130,7 +130,13 @@ def overruns(rows: Iterable[Row]) -> dict[str, Any] | None:
     after its first (the warm-up, as for throughput). None for a native run (no column).
 
     ``steps``: overrun steps of all ranks; ``of``: steps counted; ``share``: their ratio;
-    ``per_rank``: the overrun steps of each rank; ``late_s_max``: the largest lateness.
+    ``per_rank``: the overrun steps of each rank; ``late_s_max``: the largest lateness;
+    ``late_share``: what the lateness added to the training time, the most of any rank
+    (its steps' ``pace_late_s`` summed over its ``step_s`` summed). A late step ends at
+    most its lateness after its slot (deadlines count from the step's start, lateness is
+    not carried), so ``late_share`` bounds the error the host put into the run's times:
+    many steps a few microseconds late (a host's jitter) cost nothing, one stall of a
+    second costs much -- which a share of steps cannot tell apart.
     """
     per_rank: dict[int, list[Row]] = {}
     for r in rows:
@@ -145,7 +151,11 @@ def overruns(rows: Iterable[Row]) -> dict[str, Any] | None:
     over = {rank: sum(1 for r in rs if num(r.get("pace_overrun"))) for rank, rs in counted.items()}
     n = sum(len(rs) for rs in counted.values())
     late = [num(r.get("pace_late_s")) or 0.0 for rs in counted.values() for r in rs]
+    shares = [sum(num(r.get("pace_late_s")) or 0.0 for r in rs)
+              / sum(num(r.get("step_s")) or 0.0 for r in rs)
+              for rs in counted.values() if sum(num(r.get("step_s")) or 0.0 for r in rs) > 0]
     return {"steps": sum(over.values()), "of": n,
             "share": round(sum(over.values()) / n, 5) if n else None,
             "per_rank": [over[r] for r in sorted(over)],
-            "late_s_max": round(max(late), 6) if late else None}
+            "late_s_max": round(max(late), 6) if late else None,
+            "late_share": round(max(shares), 5) if shares else None}

@@ -11,8 +11,9 @@ the workers still compute real gradients and are held to those times
 scheduled time, deadline and timeout multiplied by ``k``, and the records come back in
 virtual time. ``auto`` takes the least ``k`` at which the host's real work fits its slots
 with ``margin`` to spare, from a short measurement of this host before the run
-(``testbed.orchestration.dilation``). ``max_overrun`` is the share of steps that may
-overrun their slot before the run is marked degraded.
+(``testbed.orchestration.dilation``). ``max_overrun`` is the share of the training time that
+the host's lateness (work that did not fit its slot) may add before the run is marked
+degraded (``testbed.common.metrics.overruns``'s ``late_share``).
 
 Without the block a run is *native*: the host's CPU sets the compute time, and the run's
 records say so.

@@ -287,19 +287,29 @@ class RunLifecycle:
             leftovers.unregister_run(self._registration)
 
     def _pacing_verdict(self) -> None:
-        """An emulated accelerator's run whose host did not keep up on more than the
-        scenario's ``max_overrun`` share of steps is marked ``degraded`` (and warned), so
-        its numbers are never reported as if the profile had held."""
+        """An emulated accelerator's run whose host's lateness added more than the
+        scenario's ``max_overrun`` share to its training time (``late_share``:
+        ``testbed.common.metrics.overruns``) is marked ``degraded`` (and warned), so its
+        numbers are never reported as if the profile had held. Records without
+        ``late_share`` (no ``step_s``) are judged by the share of overrun steps."""
         over = self.summary.get("overruns")
         acc = getattr(self.scn, "accelerator", None)
         if not over or acc is None or over.get("share") is None:
             return
-        if over["share"] > acc.max_overrun:
+        late = over.get("late_share")
+        if late is not None and late > acc.max_overrun:
+            why = (f"the host did not keep up with the emulated accelerator: its lateness "
+                   f"added {100 * late:.1f} % to the training time (more than "
+                   f"{100 * acc.max_overrun:g} %; {100 * over['share']:.1f} % of steps "
+                   f"overran their slot); raise accelerator.dilation")
+        elif late is None and over["share"] > acc.max_overrun:
             why = (f"the host did not keep up with the emulated accelerator: "
                    f"{100 * over['share']:.1f} % of steps overran their slot (more than "
                    f"{100 * acc.max_overrun:g} %); raise accelerator.dilation")
-            self.summary["degraded"] = why
-            self.warnings.append(why)
+        else:
+            return
+        self.summary["degraded"] = why
+        self.warnings.append(why)
 
     def _learning_verdict(self) -> str | None:
         """``summary.learning`` (``testbed.orchestration.health``); the reason to fail a
