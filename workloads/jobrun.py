@@ -45,8 +45,11 @@ from collections.abc import Mapping
 #: Variables read once when the interpreter or torch starts: a job that sets one of them
 #: to another value than the zygote's runs as a fresh interpreter (module docstring).
 STARTUP_PREFIXES = ("PYTHON", "TORCH", "KMP_", "LD_", "CUDA_LAUNCH", "MALLOC_")
-#: ... except these, which :func:`run` applies in the fork (or which are read later).
-APPLIED = ("PYTHONPATH", "PYTHONUNBUFFERED")
+#: ... except these: applied by :func:`run` in the fork (``PYTHONPATH``; stdout is
+#: unbuffered in the zygote and every job alike), or read only when the job asks
+#: (torchrun's ``TORCHELASTIC_*``, which the testbed sets in every rank: elastic's
+#: restarts and error files, never at import).
+APPLIED = ("PYTHONPATH", "PYTHONUNBUFFERED", "TORCHELASTIC_")
 
 
 def _python_path(env: Mapping[str, str]) -> list[str]:
@@ -82,7 +85,7 @@ def fresh_reason(env: Mapping[str, str], zygote_env: Mapping[str, str],
                  path: list[str]) -> str | None:
     """Why this job must run as a fresh interpreter (module docstring), or None."""
     for key in sorted(set(env) | set(zygote_env)):
-        if key.startswith(STARTUP_PREFIXES) and key not in APPLIED and \
+        if key.startswith(STARTUP_PREFIXES) and not key.startswith(APPLIED) and \
                 env.get(key) != zygote_env.get(key):
             return f"{key} differs from the pre-imported interpreter's"
     for name, mod in sorted(sys.modules.items()):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.orchestration import launcher
+from testbed.config.scenario import validate_scenario
+from testbed.orchestration import launcher, workers
 from tests.workloads.test_workloads import free_port
 from workloads import jobrun
 
@@ -120,17 +121,25 @@ def test_job_path_is_the_fresh_interpreters() -> None:
 
 
 def test_tiny_job_on_two_forked_ranks_skips_the_imports(zygote, tmp_path: Path) -> None:
+    """The environment a run gives each rank (``job_env``, ``transport_env``: torchrun's
+    TORCHELASTIC_* included), on loopback: the job runs in the fork, not a fresh interpreter."""
+    scn = validate_scenario({
+        "name": "forked", "topology": {"kind": "star", "n_workers": 2, "rate_mbit": 100},
+        "workload": {"command": ["python", str(JOB), "--steps", "6"]}, "methods": ["fp16"]})
+    argv = workers.job_argv(scn)
+    assert workers.forkable(argv)
     port = free_port()
-    workers = []
+    ranks = []
     for rank in range(2):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE="2", LOCAL_RANK="0", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-                   PYTHONPATH=str(REPO), NETSENSE_METHOD="fp16",
-                   NETSENSE_RECORDS=str(tmp_path / "workers"))
-        workers.append(zygote.spawn([str(JOB), "--steps", "6"], env=env, cwd=str(tmp_path),
-                                    log=tmp_path / f"rank{rank}.log", netns_pid=None, job=True))
-    assert [w.wait(timeout=120) for w in workers] == [0, 0], (tmp_path / "rank0.log").read_text()
+                   WORLD_SIZE="2", **workers.job_env(scn, "fp16", 0, tmp_path / "workers", rank,
+                                                     "run", 1.0),
+                   **workers.transport_env("lo", rank, "nst", None))
+        ranks.append(zygote.spawn(argv[1:], env=env, cwd=str(tmp_path),
+                                  log=tmp_path / f"rank{rank}.log", netns_pid=None, job=True))
+    assert [w.wait(timeout=120) for w in ranks] == [0, 0], (tmp_path / "rank0.log").read_text()
     for rank in range(2):
+        assert "fresh interpreter" not in (tmp_path / f"rank{rank}.log").read_text()
         recs = [json.loads(line) for line in
                 (tmp_path / "workers" / f"rank{rank}.jsonl").read_text().splitlines()]
         start = recs[0]
@@ -144,8 +153,7 @@ def test_tiny_job_on_two_forked_ranks_skips_the_imports(zygote, tmp_path: Path) 
 
 
 def test_forkable_commands() -> None:
-    from testbed.orchestration.workers import forkable
-
+    forkable = workers.forkable
     py = sys.executable
     assert forkable([py, "/x/job.py", "--epochs", "2"])
     assert forkable([py, "-m", "pkg.train"]) and forkable([py, "-c", "pass"])

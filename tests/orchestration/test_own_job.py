@@ -72,6 +72,7 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
         assert config["worker_argv"][:2] == [sys.executable, str(JOB)]
         log = (d / "workers" / "rank0.log").read_text()
         assert f"rank 0: method {method}" in log  # the run's method reached register(model)
+        assert "fresh interpreter" not in log  # it ran in the fork (workloads.jobrun)
         assert_nothing_left(d)
     for cmd in (["report", "-r", str(root)], ["plot", "-r", str(root)],
                 ["compare", str(root), "-o", str(tmp_path / "compare")]):
