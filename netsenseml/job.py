@@ -102,14 +102,15 @@ def current() -> JobRecorder | None:
 
 
 def _proc_start_wall() -> float | None:
-    """This process's start as a wall time (``/proc/self/stat``), for the launch phase."""
+    """This process's start as a wall time (``/proc/self/stat``: clock ticks since boot), for
+    the launch phase. The boot's wall time is taken from ``CLOCK_BOOTTIME``, not from
+    ``/proc/stat``'s ``btime``, whose whole seconds put the start up to 1 s early."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])
-        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                     if line.startswith("btime "))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 

@@ -14,7 +14,9 @@ Protocol (one JSON object per line):
   process group, as with ``Popen(start_new_session=True)``), joins the network namespace of
   ``netns_pid`` (an emulated host's shell) with ``setns``, sends stdout+stderr to FILE
   (truncated), replaces its environment and working directory, and runs
-  ``workloads.train.main(argv)``, which ends the process.
+  ``workloads.train.main(argv)``, which ends the process. With ``"job": true`` the child
+  runs an own job instead: ``argv`` is what follows ``python`` in the job's command
+  (``workloads.jobrun``), and the job's exit status is the child's.
 - replies on stdout: ``{"ready": true, "pid": ...}`` once imported; ``{"id": ..., "pid": N}``
   per fork (or ``{"id": ..., "error": "..."}``); ``{"exited": N, "code": C}`` when a child
   ends, C as ``Popen.returncode`` (negative: killed by that signal).
@@ -40,7 +42,16 @@ import time
 import traceback
 from typing import Any, NoReturn
 
+from workloads import jobrun
+
 CLONE_NEWNET = 0x40000000
+#: The zygote's own environment and ``sys.path`` (an own job's child compares its own with them).
+_BOOT_ENV: dict[str, str] = dict(os.environ)
+_BOOT_PATH: list[str] = list(sys.path)
+
+
+class _Leave(Exception):  # noqa: N818 - not an error: the job ended with its code
+    """An own job returned its exit code (``_child``)."""
 
 
 def _setns_net(pid: int) -> None:
@@ -72,12 +83,17 @@ def _child(req: dict[str, Any]) -> NoReturn:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
+        if req.get("job"):  # an own job: `python ARGV` with the imports done (jobrun)
+            code = jobrun.run(list(req["argv"]), _BOOT_ENV, _BOOT_PATH)
+            raise _Leave
         from workloads import train
 
         # The worker's clock starts now: its imports were paid once, by the zygote.
         train.PROC_WALL, train.PROC_T0 = time.time(), time.perf_counter()
         sys.argv = ["workloads.train", *req["argv"]]
         train.main(list(req["argv"]))
+    except _Leave:
+        pass
     except SystemExit as e:  # bad arguments: sys.exit(2) from the parser
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported in the worker's log, exit 1
@@ -87,7 +103,10 @@ def _child(req: dict[str, Any]) -> NoReturn:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)
+    if code < 0:  # an own job ended by a signal (Ctrl-C): ended by it, as python would be
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
 
 
 def _reply(obj: dict[str, Any]) -> None:

@@ -2,7 +2,10 @@
 
 ``Zygote`` is the orchestrator's side of ``workloads.zygote`` (protocol there): one process
 that has imported torch, the worker and ``torch._dynamo`` forks each worker straight into
-its emulated host's network namespace. A fresh worker process instead pays ~4.5 s of
+its emulated host's network namespace, and forks an own job (a scenario's
+``workload.command`` run by ``python``) the same way (``workloads.jobrun``: the job's code
+runs as ``python ARGV`` would run it, its torch imports already done). A fresh worker
+process instead pays ~4.5 s of
 imports (torch 2 s, dynamo 2.3 s, which DDP's constructor imports), and N of them starting
 together on a 2-core machine pay it N times over two cores: that was most of a run's
 overhead. ``ForkedWorker`` gives the forked workers the part of ``Popen`` that the
@@ -151,14 +154,16 @@ class Zygote:
 
     # requests -----------------------------------------------------------------------
     def spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, log: Path,
-              netns_pid: int | None, timeout: float = 30.0) -> ForkedWorker:
-        """Fork one worker (``argv`` = the worker's own arguments) into a namespace."""
+              netns_pid: int | None, timeout: float = 30.0, job: bool = False) -> ForkedWorker:
+        """Fork one worker (``argv`` = the worker's own arguments) into a namespace; with
+        ``job``, an own job instead (``argv`` = what follows ``python``: ``script.py
+        args``, ``-m module args`` or ``-c code args``; ``workloads.jobrun``)."""
         self.wait_ready()
         with self._send_lock:
             self._next_id += 1
             rid = self._next_id
             req = {"id": rid, "argv": argv, "env": env, "cwd": cwd, "log": str(log),
-                   "netns_pid": netns_pid}
+                   "netns_pid": netns_pid, **({"job": True} if job else {})}
             assert self.proc.stdin is not None
             try:
                 self.proc.stdin.write((json.dumps(req) + "\n").encode())
@@ -171,7 +176,7 @@ class Zygote:
             reply = self._spawned.pop(rid)
         if "pid" not in reply:
             raise ZygoteError(f"zygote could not fork: {reply.get('error')}")
-        return ForkedWorker(self, int(reply["pid"]), ["workloads.train", *argv])
+        return ForkedWorker(self, int(reply["pid"]), ["python" if job else "workloads.train", *argv])
 
     def close(self) -> None:
         """Stop the zygote (its stdin closes; it exits); workers it forked are not touched."""

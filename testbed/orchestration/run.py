@@ -60,6 +60,7 @@ from testbed.orchestration.rundir import RunOutcome
 from testbed.orchestration.timeline import Action, Timeline, expand
 from testbed.orchestration.workers import (
     WorkerGroup,
+    forkable,
     job_argv,
     job_env,
     stage,
@@ -216,15 +217,20 @@ class _Run(RunLifecycle):
         own = self.scn.workload.own_job
         self.workers.launch(
             hosts, self.config["worker_argv"], self.config["master_port"],
-            None if own else zygote, on_spawn=self._write_pids,
+            zygote, on_spawn=self._write_pids,
             extra_env=[job_env(self.scn, self.method, self.seed, self.folder.workers, r,
                                self.folder.path.name, self.k) for r in range(len(hosts))]
             if own else None,
             cwd=self.scn.workload.cwd if own else None)
 
+    def _forkable(self) -> bool:
+        """Whether this run's workers can come from the zygote: the built-in worker, or an
+        own job run by ``python`` (``workers.forkable``; any other program is exec'd fresh)."""
+        return not self.scn.workload.own_job or forkable(self.config["worker_argv"])
+
     def _start_zygote(self) -> None:
         """A zygote for this run alone, when no shared one exists (imports overlap the build)."""
-        if not launcher.enabled() or launcher.current() is not None or self.scn.workload.own_job:
+        if not launcher.enabled() or launcher.current() is not None or not self._forkable():
             return
         try:
             self._own_zygote = launcher.Zygote()
@@ -233,8 +239,8 @@ class _Run(RunLifecycle):
 
     def _ready_zygote(self) -> launcher.Zygote | None:
         """The zygote to fork workers from, or None for fresh processes (noted why)."""
-        zygote = launcher.current() or self._own_zygote
-        if zygote is None or self.scn.workload.own_job:  # an own job: its own interpreter
+        zygote = (launcher.current() or self._own_zygote) if launcher.enabled() else None
+        if zygote is None or not self._forkable():  # another program than python: as is
             self.summary["launcher"] = "process"
             return None
         t = time.monotonic()

@@ -8,10 +8,12 @@ PID is registered with the emulation for teardown. Workers get
 torch.distributed's ``env://`` variables and ``GLOO_SOCKET_IFNAME`` set to the host's
 emulated interface (without it gloo binds to 127.0.0.1 and the ranks never meet).
 
-An own job (a scenario's ``workload.command``) is always a fresh process (the zygote holds
-the built-in worker), started as torchrun starts a rank (:func:`job_env`) with the run's
-method and record folder in ``NETSENSE_*`` variables (``netsenseml.job``). What a job
-leaves behind is found by :func:`stragglers`; how far a hung rank got, by :func:`stage`.
+An own job (a scenario's ``workload.command``) is started as torchrun starts a rank
+(:func:`job_env`) with the run's method and record folder in ``NETSENSE_*`` variables
+(``netsenseml.job``): forked from the zygote too when the command is ``python ...``
+(:func:`forkable`; ``workloads.jobrun`` runs it as ``python`` would, without the imports a
+fresh interpreter pays), else a fresh process. What a job leaves behind is found by
+:func:`stragglers`; how far a hung rank got, by :func:`stage`.
 """
 
 from __future__ import annotations
@@ -89,6 +91,13 @@ def job_argv(scenario: Scenario) -> list[str]:
     if cmd[0].endswith(".py"):
         return [sys.executable, *cmd]
     return cmd
+
+
+def forkable(argv: list[str]) -> bool:
+    """An own job's command (``job_argv``) that the zygote can run: the testbed's ``python``
+    with a script, ``-m module`` or ``-c code`` (no interpreter options of its own)."""
+    return len(argv) >= 2 and argv[0] == sys.executable and (
+        argv[1] in ("-m", "-c") and len(argv) >= 3 or not argv[1].startswith("-"))
 
 
 def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int,
@@ -307,7 +316,8 @@ class WorkerGroup:
         host's namespace; else a fresh interpreter is started there. ``on_spawn`` runs
         after each start (the run records its PIDs there: a rank can be training before
         the last one is started, and a killed orchestrator must leave every PID on record).
-        ``extra_env`` (per rank) and ``cwd``: an own job's (``job_env``; never forked).
+        ``extra_env`` (per rank) and ``cwd``: an own job's (``job_env``), whose ``argv`` is
+        its whole command (``job_argv``); with ``zygote`` it must be :func:`forkable`.
         """
         base_env = dict(os.environ)
         base_env.update(
@@ -321,9 +331,14 @@ class WorkerGroup:
                 for r, h in enumerate(hosts)]
         for rank, host in enumerate(hosts):
             log_path = self.workers_dir / f"rank{rank}.log"
-            if zygote is not None:
-                proc: Any = zygote.spawn(argv[3:], env=envs[rank], cwd=str(REPO_ROOT),
-                                         log=log_path, netns_pid=self.emu.host_pid(host))
+            if zygote is not None and extra_env is not None:  # an own job
+                proc: Any = zygote.spawn(argv[1:], env=envs[rank], cwd=cwd or str(REPO_ROOT),
+                                         log=log_path, netns_pid=self.emu.host_pid(host),
+                                         job=True)
+                self.emu.adopt(proc, host, Path(argv[1]).name, argv=argv)
+            elif zygote is not None:
+                proc = zygote.spawn(argv[3:], env=envs[rank], cwd=str(REPO_ROOT),
+                                    log=log_path, netns_pid=self.emu.host_pid(host))
                 self.emu.adopt(proc, host, "workloads.train")
             else:
                 log = open(log_path, "wb")  # noqa: SIM115

@@ -61,7 +61,7 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
         assert s["final_accuracy"] is not None and s["bytes_sent_total"] > 0
         assert s["events_applied"] == s["events_scheduled"] == 1
         assert s["network"]["bytes"]["status"] == "ok", s["network"]["bytes"]
-        assert s["launcher"] == "process" and "warnings" not in s
+        assert s["launcher"] == "fork" and "warnings" not in s  # forked from the zygote
         steps = pd.read_csv(d / "steps.csv")
         assert set(steps["rank"]) == {0, 1}
         assert set(steps["level"].dropna()) == {"fp16" if method == "fp16" else "topk"}
@@ -72,6 +72,7 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
         assert config["worker_argv"][:2] == [sys.executable, str(JOB)]
         log = (d / "workers" / "rank0.log").read_text()
         assert f"rank 0: method {method}" in log  # the run's method reached register(model)
+        assert "fresh interpreter" not in log  # it ran in the fork (workloads.jobrun)
         assert_nothing_left(d)
     for cmd in (["report", "-r", str(root)], ["plot", "-r", str(root)],
                 ["compare", str(root), "-o", str(tmp_path / "compare")]):
