@@ -478,19 +478,21 @@ class Emulation:
             self._registry.add(proc.pid, f"proc:{host}:{Path(argv[0]).name}", argv=argv)
         return proc
 
-    def adopt(self, proc, host: str, label: str) -> None:
-        """Track a process that something else started in ``host``'s namespace.
+    def adopt(self, proc, host: str | None, label: str) -> None:
+        """Track a process that something else started in ``host``'s namespace (None: the
+        switches', this process's own).
 
-        For workers forked by ``workloads.zygote``: ``proc`` needs ``pid`` (its own process
-        group), ``poll()`` and ``wait(timeout)``; from here on it is killed and registered
-        exactly like a process from ``popen()``.
+        For workers forked by ``workloads.zygote``, and the bottleneck's tcpdump: ``proc``
+        needs ``pid`` (its own process group), ``poll()`` and ``wait(timeout)``; from here
+        on it is killed and registered exactly like a process from ``popen()``.
         """
-        self._node(host)  # a known host of a running emulation
+        if host is not None:
+            self._node(host)  # a known host of a running emulation
         with self._lock:
             if self.stopped:
                 raise EmulationError("emulation is stopped")
             self._procs.append(proc)
-            self._registry.add(proc.pid, f"proc:{host}:{label}")
+            self._registry.add(proc.pid, f"proc:{host}:{label}" if host else f"proc:{label}")
 
     def kill(self, proc: subprocess.Popen, grace_s: float = 1.0) -> None:
         """Terminate a tracked process's group: SIGTERM, wait grace_s, SIGKILL; reap it."""
