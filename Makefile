@@ -14,7 +14,7 @@ RESULTS  ?= results
 PYTEST_ARGS ?=
 # EXTRAS=dev,ray also installs Ray (`netsense sweep --executor ray` and its tests)
 EXTRAS   ?= dev
-APT_PACKAGES := mininet iperf3 bridge-utils python3-simgrid openssh-server
+APT_PACKAGES := mininet iperf3 bridge-utils tcpdump python3-simgrid openssh-server
 # Only for the test that renders report.html in a real headless browser (skipped without it).
 APT_TEST_PACKAGES := chromium
 STAMP    := $(VENV)/.netsense-setup
@@ -29,7 +29,7 @@ setup: $(STAMP)
 # itself; then the project itself, editable, with its dev extras.
 $(STAMP): pyproject.toml
 	@pkgs=""; \
-	for t in mnexec iperf3 brctl tc /usr/sbin/sshd; do command -v $$t >/dev/null 2>&1 || pkgs="$(APT_PACKAGES)"; done; \
+	for t in mnexec iperf3 brctl tc tcpdump /usr/sbin/sshd; do command -v $$t >/dev/null 2>&1 || pkgs="$(APT_PACKAGES)"; done; \
 	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs $(APT_TEST_PACKAGES)"; \
 	if [ -n "$$pkgs" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \

@@ -4,15 +4,28 @@ Off by default (scenario ``capture: true`` turns it on): its cost on throughput 
 by ``benchmarks/capture_overhead.py``, and a capture that slows what it observes is kept out
 of ordinary runs.
 
-Capture: no tcpdump on these machines, and scapy's own sniffer parses every packet in
-Python as it arrives (too slow at 100 Mbit/s on two shared cores). So a thread reads an
-``AF_PACKET`` socket bound to the bottleneck device, keeps the first ``SNAPLEN`` bytes of
-each frame (``recv_into`` of a 96-byte buffer with ``MSG_TRUNC``, which returns the frame's
-real length) and appends pcap records to ``capture.pcap`` (the classic libpcap format, so
-Wireshark and scapy read it). The switch end of a link is in the orchestrator's namespace
-(LinuxBridge), so the socket sees both directions of the link without entering a host.
-With GSO on the veth pairs a frame can be a 64 kB super-packet: lengths are what the device
-carried, the header is its first segment's.
+Capture: the first ``SNAPLEN`` bytes of every frame on the bottleneck device go to
+``capture.pcap`` (the classic libpcap format, which Wireshark and scapy read). The switch
+end of a link is in the orchestrator's namespace (LinuxBridge), so the capture sees both
+directions of the link without entering a host. With GSO on the veth pairs a frame can be
+a 64 kB super-packet: lengths are what the device carried, the header is its first
+segment's. Two ways to write it, the same file either way (``open_capture``):
+
+* ``tcpdump`` (the Debian package, ``make setup`` installs it; ``tcpdump -i DEV -s 96 -w -
+  -U --immediate-mode``, its output a file we open, so the file is ours whoever tcpdump
+  runs as): libpcap's memory-mapped ring in C. The default: it keeps up where the thread
+  below, a Python loop, does not (``benchmarks/capture_overhead.py`` compares the two).
+  Its PID is the caller's to register (``pid``), it is stopped with SIGINT (tcpdump
+  flushes and says what it captured and what the kernel dropped) and killed if it does not
+  exit.
+* ``socket``: the fallback where tcpdump is missing or does not start (it drops privileges
+  to its own user, which a user namespace may not map). A thread reads an ``AF_PACKET``
+  socket bound to the device (``recv_into`` of a 96-byte buffer with ``MSG_TRUNC``, which
+  returns the frame's real length) and appends pcap records. scapy's own sniffer parses
+  every packet in Python as it arrives, too slow at 100 Mbit/s on two shared cores.
+
+Either reports ``frames`` (written) and ``dropped`` (frames the kernel could not hand it:
+the socket's ``PACKET_STATISTICS``, tcpdump's "dropped by kernel") into summary.json.
 
 Analysis (after the run, scapy's ``PcapReader``): bytes per flow class per time bin, where
 the class is ``cross:<id>`` for a TCP flow on an iperf3 port of a cross-traffic group,
@@ -23,8 +36,13 @@ flow and direction).
 
 from __future__ import annotations
 
+import re
+import select
+import shutil
+import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections import defaultdict
@@ -36,12 +54,30 @@ from testbed.common import files
 SNAPLEN = 96
 ETH_P_ALL = 0x0003
 MSG_TRUNC = getattr(socket, "MSG_TRUNC", 0x20)
+SOL_PACKET = 263
+RCVBUF_BYTES = 2 << 20
+PACKET_STATISTICS = 6
 BIN_S = 0.5
 COLUMNS = ["t", "flow_class", "bytes", "packets", "mbit", "retransmits"]
+#: The ways to capture, best first (``open_capture`` takes the first that starts).
+TOOLS = ("tcpdump", "socket")
+START_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5.0
+SETTLE_S = 0.2  # tcpdump's file unchanged this long: it has written what came
+SETTLE_MAX_S = 2.0
+DRAIN_S = 1.0  # at most this long reading what the socket holds at stop()
 
 
-class Capture:
-    """Headers of every frame on ``dev`` (this namespace) into ``path`` until ``stop()``."""
+class CaptureError(RuntimeError):
+    """A capture that could not start (the reason is the message)."""
+
+
+class SocketCapture:
+    """Headers of every frame on ``dev`` (this namespace) into ``path`` until ``stop()``,
+    by a thread reading an AF_PACKET socket."""
+
+    tool = "socket"
+    pid: int | None = None
 
     def __init__(self, dev: str, path: Path, snaplen: int = SNAPLEN) -> None:
         self.dev = dev
@@ -50,6 +86,12 @@ class Capture:
         self.frames = 0
         self._stop = threading.Event()
         self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        for opt in (getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF):
+            try:  # as much room as tcpdump's ring (2 MiB); FORCE passes rmem_max as root
+                self._sock.setsockopt(socket.SOL_SOCKET, opt, RCVBUF_BYTES)
+                break
+            except OSError:
+                continue
         self._sock.bind((dev, 0))
         self._sock.settimeout(0.2)
         self._thread = threading.Thread(target=self._loop, name="capture", daemon=True)
@@ -62,15 +104,23 @@ class Capture:
         view = memoryview(buf)
         tmp = self.path.with_name(self.path.name + ".part")
         with open(tmp, "wb") as out:
-            # pcap global header: magic, v2.4, tz 0, sigfigs 0, snaplen, linktype 1 (Ethernet)
-            out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, self.snaplen, 1))
+            out.write(pcap_header(self.snaplen))
             pack = struct.Struct("<IIII").pack
-            while not self._stop.is_set():
+            drain_until = None
+            while True:
+                if drain_until is None and self._stop.is_set():
+                    # what the socket holds was sent before stop(): written, not lost
+                    self._sock.setblocking(False)
+                    drain_until = time.monotonic() + DRAIN_S
                 try:
                     n = self._sock.recv_into(buf, self.snaplen, MSG_TRUNC)
-                except TimeoutError:
+                except (TimeoutError, BlockingIOError):
+                    if drain_until is not None:
+                        break
                     continue
                 except OSError:
+                    break
+                if drain_until is not None and time.monotonic() > drain_until:
                     break
                 now = time.time()
                 sec = int(now)
@@ -80,12 +130,140 @@ class Capture:
                 self.frames += 1
         tmp.replace(self.path)
 
+    def _dropped(self) -> int | None:
+        """Frames the kernel dropped for want of room in the socket (read once: it resets)."""
+        try:
+            _, drops = struct.unpack("II", self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        except OSError:
+            return None
+        return drops
+
     def stop(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=5)
+        dropped = self._dropped()
         self._sock.close()
-        return {"file": self.path.name, "dev": self.dev, "frames": self.frames,
-                "snaplen": self.snaplen}
+        return {"file": self.path.name, "dev": self.dev, "tool": self.tool,
+                "frames": self.frames, "dropped": dropped, "snaplen": self.snaplen}
+
+
+def pcap_header(snaplen: int) -> bytes:
+    """The pcap global header: magic, v2.4, tz 0, sigfigs 0, snaplen, linktype 1 (Ethernet)."""
+    return struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1)
+
+
+def tcpdump_path() -> str | None:
+    """tcpdump on PATH, or in /usr/sbin (off an ordinary user's PATH), or None."""
+    return shutil.which("tcpdump") or next(
+        (p for p in ("/usr/sbin/tcpdump", "/usr/bin/tcpdump") if Path(p).is_file()), None)
+
+
+class TcpdumpCapture:
+    """Headers of every frame on ``dev`` (this namespace) into ``path`` until ``stop()``,
+    written by a tcpdump process (``pid``; its own session)."""
+
+    tool = "tcpdump"
+
+    def __init__(self, dev: str, path: Path, snaplen: int = SNAPLEN) -> None:
+        exe = tcpdump_path()
+        if exe is None:
+            raise CaptureError("tcpdump not found (apt-get install tcpdump)")
+        self.dev = dev
+        self.path = Path(path)
+        self.snaplen = snaplen
+        # --immediate-mode: without it libpcap fills TPACKET_V3 blocks that the kernel hands
+        # over when full or after 1 s, and the block still open at SIGINT is never written
+        # (a test here lost every frame of its last 0.3 s).
+        self.argv = [exe, "-i", dev, "-s", str(snaplen), "-w", "-", "-U", "-p", "-n",
+                     "--immediate-mode"]
+        self.proc: subprocess.Popen | None = None
+        self._part = self.path.with_name(self.path.name + ".part")
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        """Start tcpdump and return once it is capturing (it says "listening on"); raises
+        CaptureError, with tcpdump's own words, when it exits or stays silent instead."""
+        with open(self._part, "wb") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.PIPE,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        assert self.proc.stderr is not None
+        said = b""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while b"listening on" not in said:
+            left = deadline - time.monotonic()
+            ready = select.select([self.proc.stderr], [], [], max(left, 0))[0] if left > 0 else []
+            chunk = self.proc.stderr.read1(4096) if ready else b""  # type: ignore[attr-defined]
+            if not chunk:
+                self._end(signal.SIGKILL)
+                self._part.unlink(missing_ok=True)
+                why = said.decode(errors="replace").strip().splitlines() or ["no output"]
+                raise CaptureError(f"tcpdump did not start: {why[-1]}")
+            said += chunk
+
+    def _end(self, sig: int) -> str:
+        """Signal tcpdump, wait for it (SIGKILL after STOP_TIMEOUT_S); its last words."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            _, err = self.proc.communicate(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return (err or b"").decode(errors="replace")
+
+    def _settle(self) -> None:
+        """Wait until the file has not grown for SETTLE_S (at most SETTLE_MAX_S): tcpdump
+        leaves at SIGINT without reading what its ring still holds, so it gets the time
+        to write the frames that came before stop() (a test here lost them all: 0 frames
+        when SIGINT came right after the last one)."""
+        start = time.monotonic()
+        last, since = -1, start
+        while time.monotonic() - start < SETTLE_MAX_S:
+            size = self._part.stat().st_size
+            now = time.monotonic()
+            if size != last:
+                last, since = size, now
+            elif now - since >= SETTLE_S:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> dict[str, Any]:
+        if self.proc is not None and self.proc.poll() is None:
+            self._settle()
+        said = self._end(signal.SIGINT)
+        self._part.replace(self.path)
+        counts = {what: int(n) for n, what in re.findall(
+            r"^(\d+) packets? (captured|dropped by kernel)", said, flags=re.M)}
+        out = {"file": self.path.name, "dev": self.dev, "tool": self.tool,
+               "frames": counts.get("captured"), "dropped": counts.get("dropped by kernel"),
+               "snaplen": self.snaplen}
+        if self.proc is not None and self.proc.returncode not in (0, -signal.SIGINT):
+            out["exit"] = self.proc.returncode
+        return out
+
+
+Capture = TcpdumpCapture | SocketCapture
+
+
+def open_capture(dev: str, path: Path, snaplen: int = SNAPLEN,
+                 tools: tuple[str, ...] = TOOLS) -> tuple[Capture, list[str]]:
+    """The first of ``tools`` that starts capturing ``dev`` into ``path``, started, and why
+    each one before it did not (raises CaptureError when none starts)."""
+    why = []
+    for tool in tools:
+        try:
+            cap: Capture = (TcpdumpCapture if tool == "tcpdump" else SocketCapture)(
+                dev, path, snaplen)
+            cap.start()
+        except (CaptureError, OSError) as exc:
+            why.append(f"{tool}: {exc}")
+            continue
+        return cap, why
+    raise CaptureError("; ".join(why) or "no capture tool named")
 
 
 def classify(ports: dict[int, str], workers: set[str], src: str, dst: str, sport: int,

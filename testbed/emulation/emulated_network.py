@@ -478,20 +478,24 @@ class Emulation:
             self._registry.add(proc.pid, f"proc:{host}:{Path(argv[0]).name}", argv=argv)
         return proc
 
-    def adopt(self, proc, host: str, label: str, argv: list[str] | None = None) -> None:
-        """Track a process that something else started in ``host``'s namespace.
+    def adopt(self, proc, host: str | None, label: str, argv: list[str] | None = None) -> None:
+        """Track a process that something else started in ``host``'s namespace (None: the
+        switches', this process's own).
 
-        For workers forked by ``workloads.zygote``: ``proc`` needs ``pid`` (its own process
-        group), ``poll()`` and ``wait(timeout)``; from here on it is killed and registered
-        exactly like a process from ``popen()``. ``argv``: a command it may exec into (an
-        own job's fresh interpreter), recorded beside its command line for `netsense clean`.
+        For workers forked by ``workloads.zygote``, and the bottleneck's tcpdump: ``proc``
+        needs ``pid`` (its own process group), ``poll()`` and ``wait(timeout)``; from here
+        on it is killed and registered exactly like a process from ``popen()``. ``argv``: a
+        command it may exec into (an own job's fresh interpreter), recorded beside its
+        command line for `netsense clean`.
         """
-        self._node(host)  # a known host of a running emulation
+        if host is not None:
+            self._node(host)  # a known host of a running emulation
         with self._lock:
             if self.stopped:
                 raise EmulationError("emulation is stopped")
             self._procs.append(proc)
-            self._registry.add(proc.pid, f"proc:{host}:{label}", argv=argv)
+            self._registry.add(proc.pid, f"proc:{host}:{label}" if host else f"proc:{label}",
+                               argv=argv)
 
     def kill(self, proc: subprocess.Popen, grace_s: float = 1.0) -> None:
         """Terminate a tracked process's group: SIGTERM, wait grace_s, SIGKILL; reap it."""

@@ -113,6 +113,7 @@ class _Run(RunLifecycle):
         self.tcp_before: dict[str, dict[str, int]] = {}
         self.tcp_after: dict[str, dict[str, int]] = {}
         self.capture: Any = None
+        self.capture_fallback: list[str] = []
         self.capture_ips: set[str] = set()
         self._first_step_wall: float | None = None  # progress line: start-up vs training
         self.emu: Any = None
@@ -439,8 +440,15 @@ class _Run(RunLifecycle):
             return
         end = next((e for e in local if e.toward in dst_hosts), local[0])
         self.capture_ips = {self.emu.ip(h) for h in self.emu.worker_hosts}
-        self.capture = capture.Capture(end.dev, self.folder.path / "capture.pcap")
-        self.capture.start()
+        try:
+            self.capture, why_not = capture.open_capture(end.dev,
+                                                         self.folder.path / "capture.pcap")
+        except capture.CaptureError as exc:
+            self.network["capture"] = {"error": str(exc)}
+            return
+        self.capture_fallback = why_not
+        if self.capture.pid is not None:  # tcpdump: killed and registered like iperf3
+            self.emu.adopt(self.capture.proc, None, "capture:tcpdump")
 
     def _stop_truth(self) -> None:
         """Last counters (if the workers did not all finish) and the sampler, before the
@@ -457,6 +465,8 @@ class _Run(RunLifecycle):
             self.hostload = None
         if self.capture is not None:
             self.network["capture"] = self.capture.stop()
+            if self.capture_fallback:
+                self.network["capture"]["fallback"] = self.capture_fallback
 
     def _analyse_capture(self) -> None:
         """capture.csv: bytes per flow class over time and retransmissions (scapy)."""

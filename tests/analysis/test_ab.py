@@ -14,7 +14,7 @@ import pytest
 from testbed.analysis import ab as stats_ab
 from testbed.common import stats
 from testbed.orchestration import ab as run_ab
-from tests.cli.test_cli import netsense_proc
+from tests.cli.invoke import netsense_proc
 from tests.reliability.helpers import one_line_error
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from netsenseml import convergence
-from tests.cli.test_cli import netsense
+from tests.cli.invoke import netsense
 
 
 def test_calibrate_writes_a_table_the_policy_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

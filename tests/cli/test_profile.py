@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from netsenseml import accelerator
-from tests.cli.test_cli import GOOD, netsense
+from tests.cli.invoke import GOOD, netsense
 
 TINY = ["--model", "mlp", "--dataset", "mixture", "--model-args", "width=32", "--device", "cpu",
         "--steps", "3", "--threads", "1", "--codecs", "fp16,topk:0.01"]

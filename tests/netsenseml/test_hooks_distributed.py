@@ -6,8 +6,6 @@ the test with that rank's traceback.
 """
 
 import os
-import socket
-import threading
 
 import pytest
 import torch
@@ -17,88 +15,23 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
-
-STEPS = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _model() -> torch.nn.Module:
-    # Linear(600, 500) is 1.2 MB: with DDP's 1 MB first-bucket cap this gives two buckets,
-    # so bucket ordering, piggy-backing on bucket 0 and residual re-layout are exercised.
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(20, 600),
-        torch.nn.Tanh(),
-        torch.nn.Linear(600, 500),
-        torch.nn.Tanh(),
-        torch.nn.Linear(500, 4),
-    )
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    return torch.randn(8, 20, generator=g), torch.randint(4, (8,), generator=g)
-
-
-def _backward(model: torch.nn.Module, rank: int, step: int) -> None:
-    x, y = _batch(rank, step)
-    model.zero_grad(set_to_none=False)
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-
-
-def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [p.grad.detach().clone() for p in model.parameters()]
-
-
-class _Spy:
-    """Counts the bytes of the input tensors handed to dist.all_reduce / dist.all_gather."""
-
-    def __init__(self) -> None:
-        self.bytes = 0
-        self.calls: dict[str, int] = {"all_reduce": 0, "all_gather": 0}
-        self._lock = threading.Lock()
-        self._orig = (dist.all_reduce, dist.all_gather)
-
-    def _count(self, name: str, t: torch.Tensor) -> None:
-        with self._lock:
-            self.bytes += t.numel() * t.element_size()
-            self.calls[name] += 1
-
-    def __enter__(self) -> "_Spy":
-        orig_ar, orig_ag = self._orig
-
-        def all_reduce(tensor, *a, **k):
-            self._count("all_reduce", tensor)
-            return orig_ar(tensor, *a, **k)
-
-        def all_gather(out, tensor, *a, **k):
-            self._count("all_gather", tensor)
-            return orig_ag(out, tensor, *a, **k)
-
-        dist.all_reduce, dist.all_gather = all_reduce, all_gather
-        return self
-
-    def __exit__(self, *exc) -> None:
-        dist.all_reduce, dist.all_gather = self._orig
-
-    def pop(self) -> int:
-        with self._lock:
-            b, self.bytes = self.bytes, 0
-        return b
+from tests.netsenseml.ddp_harness import (
+    STEPS,
+    CollectiveSpy,
+    backward,
+    free_port,
+    grads,
+    two_bucket_model,
+)
 
 
 # ------------------------------------------------------------------ scenarios
 def _assert_same_gradients(ref, hooked, rank, message):
     """Trains both models in lock-step (plain SGD) and requires bit-identical gradients."""
     for step in range(STEPS):
-        _backward(ref, rank, step)
-        _backward(hooked, rank, step)
-        for a, b in zip(_grads(ref), _grads(hooked), strict=True):
+        backward(ref, rank, step)
+        backward(hooked, rank, step)
+        for a, b in zip(grads(ref), grads(hooked), strict=True):
             assert torch.equal(a, b), message
         for m in (ref, hooked):
             with torch.no_grad():
@@ -109,7 +42,7 @@ def _assert_same_gradients(ref, hooked, rank, message):
 def _allreduce_equals_no_hook(rank, world):
     from netsenseml import hooks
 
-    ref, hooked = DDP(_model()), DDP(_model())
+    ref, hooked = DDP(two_bucket_model()), DDP(two_bucket_model())
     hooks.register(hooked, "allreduce")
     _assert_same_gradients(ref, hooked, rank, "allreduce hook differs from DDP without a hook")
 
@@ -117,7 +50,7 @@ def _allreduce_equals_no_hook(rank, world):
 def _fp16_bit_identical_to_torch(rank, world):
     from netsenseml import hooks
 
-    ref, hooked = DDP(_model()), DDP(_model())
+    ref, hooked = DDP(two_bucket_model()), DDP(two_bucket_model())
     ref.register_comm_hook(None, default_hooks.fp16_compress_hook)
     hooks.register(hooked, "fp16")
     _assert_same_gradients(ref, hooked, rank, "fp16 hook differs from torch's fp16_compress_hook")
@@ -127,16 +60,16 @@ def _topk_error_feedback_invariant(rank, world):
     """sum over steps and ranks of what was sent + sum of residuals == sum of true grads."""
     from netsenseml import hooks
 
-    ddp = DDP(_model())
-    plain = _model()
+    ddp = DDP(two_bucket_model())
+    plain = two_bucket_model()
     state = hooks.register(ddp, "topk:0.05")
     params = list(ddp.module.parameters())
     sent = [torch.zeros_like(p, dtype=torch.float64) for p in params]
     true = [torch.zeros_like(p, dtype=torch.float64) for p in params]
     for step in range(STEPS + 2):
         plain.load_state_dict(ddp.module.state_dict())
-        _backward(plain, rank, step)  # this rank's true local gradient
-        _backward(ddp, rank, step)
+        backward(plain, rank, step)  # this rank's true local gradient
+        backward(ddp, rank, step)
         for i, (p, q) in enumerate(zip(params, plain.parameters(), strict=True)):
             sent[i] += world * p.grad.double()  # DDP's result is the mean of what was sent
             true[i] += q.grad.double()
@@ -161,13 +94,13 @@ def _bytes_counted_equal_bytes_handed(rank, world):
     methods = ["allreduce", "fp16", "bf16", "int8", "topk:0.05", "randomk:0.05", "dgc:0.05"]
     methods += ["powersgd:2", "netsenseml", "netsenseml-paper"]
     for method in methods:
-        ddp = DDP(_model())
+        ddp = DDP(two_bucket_model())
         state = hooks.register(ddp, method)
         first = state.decision
         levels = []
-        with _Spy() as spy:
+        with CollectiveSpy() as spy:
             for step in range(STEPS + 2):
-                _backward(ddp, rank, step)
+                backward(ddp, rank, step)
                 stats = state.pop_step_stats()
                 handed = spy.pop()
                 assert stats["bytes_sent"] == handed, (method, step, stats, handed)
@@ -223,16 +156,16 @@ def _paper_rule_runs_agreed_and_averages(rank, world):
     world x result + sum of the residuals' growth == sum of the true local gradients."""
     from netsenseml import hooks
 
-    ddp = DDP(_model())
-    plain = _model()
+    ddp = DDP(two_bucket_model())
+    plain = two_bucket_model()
     state = hooks.register(ddp, "netsenseml-paper")
     params = list(ddp.module.parameters())
     decisions = []
     prev_residual = [torch.zeros_like(p) for p in params]
     for step in range(STEPS + 2):
         plain.load_state_dict(ddp.module.state_dict())
-        _backward(plain, rank, step)
-        _backward(ddp, rank, step)
+        backward(plain, rank, step)
+        backward(ddp, rank, step)
         residual = state.residual_by_param()
         for i, (p, q) in enumerate(zip(params, plain.parameters(), strict=True)):
             r = residual[p] if p in residual else torch.zeros_like(p)
@@ -256,11 +189,11 @@ def _paper_rule_runs_agreed_and_averages(rank, world):
 def _netsenseml_default_runs(rank, world):
     from netsenseml import hooks
 
-    ddp = DDP(_model())
+    ddp = DDP(two_bucket_model())
     state = hooks.register(ddp, "netsenseml")
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     for step in range(STEPS):
-        _backward(ddp, rank, step)
+        backward(ddp, rank, step)
         opt.step()
         stats = state.pop_step_stats()
         assert stats["level"] in ("none", "fp16", "int8", "topk")
@@ -274,15 +207,15 @@ def _convergence_table_loaded_and_used(rank, world):
     from netsenseml.policy import Decision
 
     costly = {"none": 100, "fp16": 1000, "int8": 1000, "topk:0.1": 1000, "topk:0.001": 2000}
-    ddp = DDP(_model())
+    ddp = DDP(two_bucket_model())
     state = hooks.register(ddp, "netsenseml", convergence=costly)
     assert state.policy.prior.factor("topk", 0.1) == 10.0
     assert state.policy.steps_factor(Decision("topk", 0.01)) == pytest.approx(15.0)
     for step in range(STEPS):
-        _backward(ddp, rank, step)
+        backward(ddp, rank, step)
         assert state.pop_step_stats()["level"] == "none"
     with pytest.raises(ValueError, match="convergence.*'none'"):
-        hooks.register(DDP(_model()), "netsenseml", convergence={"fp16": 100})
+        hooks.register(DDP(two_bucket_model()), "netsenseml", convergence={"fp16": 100})
 
 
 def _switch_drains_the_residual(rank, world):
@@ -294,8 +227,8 @@ def _switch_drains_the_residual(rank, world):
     from netsenseml.policy import Decision
 
     torch.manual_seed(0)
-    ddp = DDP(_model())
-    plain = _model()
+    ddp = DDP(two_bucket_model())
+    plain = two_bucket_model()
     state = hooks.register(ddp, "netsenseml")
     state.policy.observe = lambda obs: None  # hold what the test sets
     params = list(ddp.module.parameters())
@@ -303,8 +236,8 @@ def _switch_drains_the_residual(rank, world):
     def step(k, decision):
         state.decision = decision
         plain.load_state_dict(ddp.module.state_dict())
-        _backward(plain, rank, k)
-        _backward(ddp, rank, k)
+        backward(plain, rank, k)
+        backward(ddp, rank, k)
         true = torch.cat([q.grad.reshape(-1) for q in plain.parameters()])
         dist.all_reduce(true)
         true /= world
@@ -383,7 +316,7 @@ def _worker(rank: int, world: int, port: int, names: list[str]) -> None:
 
 
 def _run(world: int, names: list[str]) -> None:
-    mp.spawn(_worker, args=(world, _free_port(), names), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, free_port(), names), nprocs=world, join=True)
 
 
 def test_hooks_world2_all_scenarios():

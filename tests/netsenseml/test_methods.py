@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from netsenseml import methods
-from tests.workloads.test_workloads import REPO
+from tests.workloads.ranks import REPO
 
 
 @pytest.mark.parametrize(

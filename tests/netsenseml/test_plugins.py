@@ -21,15 +21,15 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
-from tests.netsenseml.test_hooks_distributed import (
+from tests.netsenseml.ddp_harness import (
     STEPS,
-    _backward,
-    _free_port,
-    _grads,
-    _model,
-    _Spy,
+    CollectiveSpy,
+    backward,
+    free_port,
+    grads,
+    two_bucket_model,
 )
-from tests.workloads.test_workloads import REPO, TINY, outputs, read_log, run_ranks
+from tests.workloads.ranks import REPO, TINY, outputs, read_log, run_ranks
 
 USER_MODULE = "nst_user_codecs"
 USER_CODE = '''
@@ -86,18 +86,18 @@ def _write_module(folder: Path) -> Path:
 
 
 def _bucket_sizes() -> list[int]:
-    """Elements per DDP bucket of ``_model()`` as hooks see them after DDP's bucket rebuild."""
+    """Elements per DDP bucket of ``two_bucket_model()`` as hooks see them after DDP's bucket rebuild."""
     sizes: list[int] = []
 
     def spy_hook(_state, bucket):
         sizes.append(bucket.buffer().numel())
         return default_hooks.allreduce_hook(None, bucket)
 
-    probe = DDP(_model())
+    probe = DDP(two_bucket_model())
     probe.register_comm_hook(None, spy_hook)
     for step in range(2):  # DDP rebuilds its buckets after the first step
         sizes.clear()
-        _backward(probe, dist.get_rank(), step)
+        backward(probe, dist.get_rank(), step)
     return sizes
 
 
@@ -105,19 +105,19 @@ def _bucket_sizes() -> list[int]:
 def _sign_compressor_error_feedback(rank: int, world: int) -> None:
     from netsenseml import hooks
 
-    ddp = DDP(_model())
-    plain = _model()
+    ddp = DDP(two_bucket_model())
+    plain = two_bucket_model()
     state = hooks.register(ddp, f"{USER_MODULE}:ScaledSign")
     assert state.memory is not None, "a lossy plug-in must get error feedback"
     buckets = _bucket_sizes()
     params = list(ddp.module.parameters())
     sent = [torch.zeros_like(p, dtype=torch.float64) for p in params]
     true = [torch.zeros_like(p, dtype=torch.float64) for p in params]
-    with _Spy() as spy:
+    with CollectiveSpy() as spy:
         for step in range(STEPS + 2):
             plain.load_state_dict(ddp.module.state_dict())
-            _backward(plain, rank, step)
-            _backward(ddp, rank, step)
+            backward(plain, rank, step)
+            backward(ddp, rank, step)
             for i, (p, q) in enumerate(zip(params, plain.parameters(), strict=True)):
                 sent[i] += world * p.grad.double()
                 true[i] += q.grad.double()
@@ -143,16 +143,16 @@ def _sign_compressor_error_feedback(rank: int, world: int) -> None:
 def _torch_fp16_hook_by_path(rank: int, world: int) -> None:
     from netsenseml import hooks
 
-    ref, hooked = DDP(_model()), DDP(_model())
+    ref, hooked = DDP(two_bucket_model()), DDP(two_bucket_model())
     ref.register_comm_hook(None, default_hooks.fp16_compress_hook)
     state = hooks.register(hooked, TORCH_FP16)
     buckets = _bucket_sizes()
-    with _Spy() as spy:
+    with CollectiveSpy() as spy:
         for step in range(STEPS):
-            _backward(ref, rank, step)
+            backward(ref, rank, step)
             spy.pop()  # the reference's own collectives are not the hook's
-            _backward(hooked, rank, step)
-            for a, b in zip(_grads(ref), _grads(hooked), strict=True):
+            backward(hooked, rank, step)
+            for a, b in zip(grads(ref), grads(hooked), strict=True):
                 assert torch.equal(a, b), "fp16_compress_hook by path differs from torch's"
             stats = state.pop_step_stats()
             handed = spy.pop()
@@ -171,15 +171,15 @@ def _torch_fp16_hook_by_path(rank: int, world: int) -> None:
 def _user_hook_with_callback_collective(rank: int, world: int) -> None:
     from netsenseml import hooks
 
-    ref, hooked = DDP(_model()), DDP(_model())
+    ref, hooked = DDP(two_bucket_model()), DDP(two_bucket_model())
     state = hooks.register(hooked, f"{USER_MODULE}:mean_and_norm_hook")
     buckets = _bucket_sizes()
-    with _Spy() as spy:
+    with CollectiveSpy() as spy:
         for step in range(STEPS):
-            _backward(ref, rank, step)
+            backward(ref, rank, step)
             spy.pop()
-            _backward(hooked, rank, step)
-            for a, b in zip(_grads(ref), _grads(hooked), strict=True):
+            backward(hooked, rank, step)
+            for a, b in zip(grads(ref), grads(hooked), strict=True):
                 torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
             stats = state.pop_step_stats()
             handed = spy.pop()
@@ -211,7 +211,7 @@ def _worker(rank: int, world: int, port: int, folder: str, names: list[str]) -> 
 def test_plugins_world2_compressor_and_raw_hooks(tmp_path: Path, monkeypatch) -> None:
     folder = _write_module(tmp_path)
     monkeypatch.syspath_prepend(str(folder))
-    mp.spawn(_worker, args=(2, _free_port(), str(folder), list(SCENARIOS)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(folder), list(SCENARIOS)), nprocs=2, join=True)
 
 
 def test_plugins_worker_trains_with_a_compressor_by_path(tmp_path: Path, monkeypatch) -> None:

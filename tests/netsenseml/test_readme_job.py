@@ -9,7 +9,6 @@ half the runs passes three by chance once in eight; five would cost the suite 13
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -19,20 +18,9 @@ import pytest
 import torch
 
 from netsenseml import hooks
+from tests.netsenseml.readme import readme_snippet
 
 REPO = Path(__file__).resolve().parents[2]
-MARKER = "<!-- snippet: own-job -->"
-
-
-def readme_snippet() -> str:
-    """The python block right after the README's marker, character for character."""
-    text = (REPO / "README.md").read_text()
-    assert MARKER in text, "README lost its own-job snippet marker"
-    m = re.search(r"```python\n(.*?)```", text[text.index(MARKER):], re.S)
-    assert m, "no python block after the marker"
-    return m.group(1)
-
-
 def _torchrun() -> list[str]:
     exe = Path(sys.executable).with_name("torchrun")
     return [str(exe)] if exe.is_file() else [sys.executable, "-m", "torch.distributed.run"]

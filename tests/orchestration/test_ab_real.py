@@ -15,7 +15,7 @@ import pytest
 
 from testbed.analysis import tables
 from testbed.orchestration import ab as run_ab
-from tests.cli.test_cli import netsense_proc
+from tests.cli.invoke import netsense_proc
 
 pytestmark = pytest.mark.emulation
 

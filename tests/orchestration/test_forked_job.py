@@ -20,7 +20,7 @@ import pytest
 
 from testbed.config.scenario import validate_scenario
 from testbed.orchestration import launcher, workers
-from tests.workloads.test_workloads import free_port
+from tests.workloads.ranks import free_port
 from workloads import jobrun
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,8 +24,8 @@ import yaml
 from testbed.config.scenario import load_scenario
 from testbed.emulation import leftovers
 from testbed.orchestration.run import run_scenario
-from tests.netsenseml.test_readme_job import readme_snippet
-from tests.orchestration.test_run import assert_nothing_left, run_dirs
+from tests.netsenseml.readme import readme_snippet
+from tests.orchestration.run_checks import assert_nothing_left, run_dirs
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "tests" / "jobs" / "tiny_job.py"

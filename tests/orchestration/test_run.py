@@ -26,32 +26,12 @@ import pytest
 
 from testbed.analysis import tables
 from testbed.config.scenario import apply_overrides, load_scenario
-from testbed.emulation import leftovers
 from testbed.orchestration.run import run_scenario
-from testbed.orchestration.rundir import RESERVE_NAME
+from tests.orchestration.run_checks import assert_nothing_left, run_dirs
 
 NETSENSE = Path(sys.executable).parent / "netsense"
 
 pytestmark = pytest.mark.emulation
-
-
-def run_dirs(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.glob("*/*/summary.json"))
-
-
-def assert_nothing_left(run_dir: Path) -> None:
-    pids = json.loads((run_dir / "pids.json").read_text())
-    prefix = pids["prefix"]
-    assert prefix and prefix.startswith("nst")
-    assert leftovers.interfaces_with_prefix(prefix) == []
-    found = leftovers.find(prefix=prefix)
-    assert found["interfaces"] == [] and found["pids"] == [], found
-    started = pids["workers"] + pids["iperf3"]
-    assert pids["workers"], "no worker PIDs recorded"
-    alive = [p for p in started if leftovers.proc_starttime(p) is not None]
-    assert alive == [], f"still running: {alive}"
-    # the space held for the final record is given back once the record is written
-    assert not (run_dir / RESERVE_NAME).exists()
 
 
 def digest(root: Path) -> dict[str, str]:

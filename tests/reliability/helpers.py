@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from testbed.emulation import leftovers
-from tests.cli.test_cli import _marked_pids
+from tests.cli.invoke import marked_pids
 
 NETSENSE = Path(sys.executable).parent / "netsense"
 
@@ -40,7 +40,7 @@ def run_cli(args: list[str], tmp_path: Path, timeout: float = 300,
     proc = subprocess.run([str(NETSENSE), *args], capture_output=True, text=True,
                           env=env or env2, timeout=timeout, cwd=tmp_path)
     if env is None:
-        assert _marked_pids(marker) == [], "processes of the command outlived it"
+        assert marked_pids(marker) == [], "processes of the command outlived it"
     return proc
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from testbed.config.scenario import load_scenario
 from testbed.orchestration.timeline import Action, Timeline
-from tests.cli.test_cli import netsense
+from tests.cli.invoke import netsense
 
 LONG = "a" * 300
 # (--set item, text the one line must contain)

@@ -8,38 +8,21 @@ import os
 from pathlib import Path
 
 from testbed.analysis import loading, tables
-from tests.cli.test_cli import netsense
+from tests.cli.invoke import netsense
+from tests.reliability.run_folders import good_run
 
 DEAD_PID = 2**22 + 12345  # above pid_max's usual range: never alive
 
 
-def _good_run(root: Path, rate: int, method: str) -> Path:
-    d = root / "sw" / "rate" / f"rate_mbit={rate}" / f"{method}-s0"
-    d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({
-        "scenario": {"name": "t", "topology": {"kind": "star", "rate_mbit": rate}},
-        "method": method, "seed": 0}))
-    (d / "summary.json").write_text(json.dumps({"status": "ok", "method": method, "seed": 0,
-                                                "throughput_samples_per_s": 100.0}))
-    (d / "sweep.json").write_text(json.dumps({
-        "sweep": "sw", "experiment": "rate", "kind": "throughput",
-        "params": {"rate_mbit": rate}, "method": method, "seed": 0}))
-    speed = rate * (2 if method == "netsenseml" else 1)
-    rows = ["rank,t,samples,step,loss"] + [f"{r},{s / speed:.4f},64,{s},1.0"
-                                          for r in (0, 1) for s in range(1, 11)]
-    (d / "steps.csv").write_text("\n".join(rows) + "\n")
-    return d
-
-
 def _results(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     root = tmp_path / "results"
-    runs = {(rate, m): _good_run(root, rate, m) for rate in (10, 50)
+    runs = {(rate, m): good_run(root, rate, m) for rate in (10, 50)
             for m in ("allreduce", "netsenseml")}
     damaged = {}
     for rate, m, how in ((10, "topk-0.1", "truncated"), (50, "topk-0.1", "binary"),
                          (10, "fp16", "columnless"), (50, "fp16", "missing"),
                          (10, "int8", "config")):
-        d = _good_run(root, rate, m.split("-")[0])
+        d = good_run(root, rate, m.split("-")[0])
         d = d.rename(d.with_name(f"{m}-s0"))
         if how == "truncated":
             (d / "summary.json").write_text('{"status": "ok", "meth')
@@ -57,7 +40,7 @@ def _results(tmp_path: Path) -> tuple[Path, dict[str, str]]:
             (d / "config.json").write_text("[1, 2]")
             damaged[str(d.relative_to(root))] = "config.json is not a JSON object"
     # a run whose orchestrator died: a true "failed", not damaged and not "running"
-    dead = _good_run(root, 50, "dgc")
+    dead = good_run(root, 50, "dgc")
     (dead / "summary.json").write_text(json.dumps({
         "status": "running", "method": "dgc", "orchestrator": {
             "pid": DEAD_PID, "starttime": 1, "host": os.uname().nodename}}))
@@ -101,7 +84,7 @@ def test_plot_and_report_name_exclusions_and_still_draw(tmp_path, monkeypatch):
 
 def test_only_damaged_runs_is_bad_input_not_silence(tmp_path, monkeypatch):
     root = tmp_path / "results"
-    d = _good_run(root, 10, "allreduce")
+    d = good_run(root, 10, "allreduce")
     (d / "summary.json").write_text("")
     res = netsense(["plot", str(root)], tmp_path, monkeypatch)
     assert res.exit_code == 2

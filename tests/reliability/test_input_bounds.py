@@ -11,7 +11,7 @@ import pytest
 
 from testbed.analysis import loading
 from testbed.common import bounded
-from tests.cli.test_cli import netsense
+from tests.cli.invoke import netsense
 
 BOMB = """name: bomb
 a: &a [x, x, x, x, x, x, x, x, x, x]

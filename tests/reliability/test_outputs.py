@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.cli.test_cli import netsense
+from tests.cli.invoke import netsense
 from tests.reliability.helpers import NETSENSE, env_for, in_private_mount, one_line_error
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from testbed.analysis import loading
 from testbed.common import files
 from tests.reliability.helpers import one_line_error, run_cli
-from tests.reliability.test_damaged_results import _good_run
+from tests.reliability.run_folders import good_run
 
 SECRET = "top-secret-token-5f1c"
 
@@ -30,7 +30,7 @@ def _tree(tmp_path: Path) -> Path:
     root = tmp_path / "results"
     for rate in (10, 50):
         for m in ("allreduce", "netsenseml"):
-            _good_run(root, rate, m)
+            good_run(root, rate, m)
     return root
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.cli.test_cli import netsense
+from tests.cli.invoke import netsense
 from tests.reliability.helpers import one_line_error, run_cli
 
 SCENARIO = {"name": "t", "topology": {"kind": "star", "n_workers": 2, "n_cross": 0,

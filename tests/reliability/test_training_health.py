@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from testbed.orchestration import health
-from tests.workloads.test_workloads import TINY, outputs, read_log, run_ranks
+from tests.workloads.ranks import TINY, outputs, read_log, run_ranks
 
 MODULE = "nst_bad_codecs"
 CODE = '''

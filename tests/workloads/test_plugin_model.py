@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads.test_workloads import REPO, outputs, read_log, run_ranks
+from tests.workloads.ranks import REPO, outputs, read_log, run_ranks
 from workloads import registry
 from workloads.models import build_model, model_info
 

@@ -6,10 +6,8 @@ models tiny (the knobs that make them tiny are the same ones the testbed uses).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.workloads.ranks import REPO, TINY, outputs, read_log, run_ranks, start_ranks
 from workloads import records as worker_records
 
-REPO = Path(__file__).resolve().parents[2]
-
-# tiny versions of the three models, each with the dataset it is meant for
-TINY = {
-    "mlp": ["--model", "mlp", "--width", "64", "--dataset", "digits"],
-    "resnet18": ["--model", "resnet18", "--width", "4", "--dataset", "synthetic",
-                 "--eval-samples", "64"],
-    "gpt": ["--model", "gpt", "--layers", "1", "--d-model", "32", "--context", "32",
-            "--dataset", "text", "--eval-samples", "64"],
-}
 STEP_KEYS = {"kind", "t", "wall", "step", "samples", "compute_s", "comm_s", "step_s",
              "bytes_sent", "kept_ratio", "level", "loss"}
 START_KEYS = {"kind", "rank", "world_size", "model", "dataset", "method", "params", "grad_bytes",
@@ -36,49 +25,6 @@ START_KEYS = {"kind", "rank", "world_size", "model", "dataset", "method", "param
 EVAL_KEYS = {"kind", "t", "wall", "step", "accuracy", "loss"}
 SUMMARY_KEYS = {"kind", "t", "wall", "steps", "samples", "status", "final_accuracy",
                 "train_time_s"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_ranks(tmp: Path, args: list[str], world: int = 2) -> list[subprocess.Popen]:
-    """Start ``world`` workers on loopback; stdout+stderr of rank N go to tmp/rankN.out."""
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-        out = open(tmp / f"rank{rank}.out", "w")  # noqa: SIM115 (closed by the child's exit)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "workloads.train", "--log-dir", str(tmp / "logs"), *args],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
-        out.close()
-    return procs
-
-
-def run_ranks(tmp: Path, args: list[str], world: int = 2, timeout: float = 120) -> list[int]:
-    """Run workers to completion; returns exit codes. Kills (by PID) whatever overruns."""
-    procs = start_ranks(tmp, args, world)
-    deadline = time.monotonic() + timeout
-    try:
-        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-def read_log(tmp: Path, rank: int) -> list[dict]:
-    lines = (tmp / "logs" / f"rank{rank}.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
-
-
-def outputs(tmp: Path, world: int = 2) -> str:
-    return "\n".join((tmp / f"rank{r}.out").read_text() for r in range(world))
 
 
 @pytest.mark.parametrize("method", ["allreduce", "topk:0.01", "netsenseml"])

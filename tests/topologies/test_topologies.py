@@ -1,10 +1,11 @@
-"""Topology and emulation-config checks that need no root: names, validation, tc lines."""
+"""Topology checks that need no root: names, links, routes, tc lines, and each built-in
+topology file loadable as ``mn --custom`` loads it."""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed import emulation
+from tests.topologies.mn_custom import MN_LOAD, mn_interpreter
 from topologies import shaping
 from topologies.dumbbell import DumbbellTopo
 from topologies.leafspine import LeafSpineTopo
@@ -50,24 +51,6 @@ def test_interface_names_fit_15_chars():
         StarTopo(n_workers=100, n_cross=0, rate_mbit=100.0, prefix="nst3f9a")
 
 
-@pytest.mark.parametrize("topology,params,field", [
-    ("star", {"n_workers": 0, "rate_mbit": 10.0}, "n_workers"),
-    ("star", {"n_workers": 2}, "rate_mbit: required"),
-    ("star", {"n_workers": 2, "rate_mbit": -5}, "rate"),
-    ("star", {"n_workers": 2, "rate_mbit": 10.0, "queue_pkts": 0}, "queue_pkts"),
-    ("star", {"bogus": 1}, "params.bogus"),
-    ("ring", {}, "topology"),
-])
-def test_bad_config_names_the_field(topology, params, field):
-    with pytest.raises(ValueError, match=field):
-        emulation.Emulation(topology, params, prefix="nstzz00")
-
-
-def test_bad_prefix_refused():
-    with pytest.raises(ValueError, match="prefix"):
-        emulation.Emulation("star", {}, prefix="abc")
-
-
 def test_shaping_lines_use_htb_pfifo_and_no_netem():
     lines = shaping.shape_lines("nstabcdw0-eth0", 200.0, 64)
     assert lines[0].startswith("qdisc replace dev nstabcdw0-eth0 root handle 1: htb")
@@ -88,32 +71,6 @@ def test_loadable_like_mn_custom(name, args):
     exec(compile(path.read_text(), str(path), "exec"), customs, customs)  # as mn does
     topo = customs["topos"][name](*args)  # mn passes --topo arguments positionally
     assert topo.worker_hosts[:2] == ["w0", "w1"] and topo.named_links
-
-
-def mn_interpreter() -> str:
-    """The Python that runs the `mn` script (its shebang), often the system's."""
-    import shutil
-
-    mn = shutil.which("mn")
-    if mn is None:
-        pytest.skip("no mn on PATH")
-    with open(mn) as fh:
-        first = fh.readline()
-    if not first.startswith("#!"):
-        pytest.skip(f"{mn} is not a script")
-    return first[2:].split()[0]
-
-
-MN_LOAD = """
-import sys
-sys.path.pop(0)  # like the mn script, whose own folder (not the cwd) is first on the path
-customs = {}
-path, name, *args = sys.argv[1:]
-exec(compile(open(path).read(), path, "exec"), customs, customs)
-topo = customs["topos"][name](*[int(a) for a in args])
-print(" ".join(topo.worker_hosts))
-print(" ".join(topo.named_links))
-"""
 
 
 @pytest.mark.parametrize("name,args", [("star", ["3", "50"]), ("dumbbell", ["1", "1", "50"]),

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from testbed.config.scenario import ScenarioError, validate_scenario
-from tests.emulation.test_plugin_topology import KIND, MODULE, pair_scenario, write_plugin
+from tests.topologies.mn_custom import MN_LOAD, mn_interpreter
+from tests.topologies.plugin import KIND, MODULE, pair_scenario, write_plugin
 from topologies import registry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,8 +150,6 @@ def test_plots_and_tables_take_rates_from_the_topology_declaration(plugin):
 def test_plugin_file_loads_under_the_mn_interpreter(plugin):
     """`sudo env PYTHONPATH=<repo>:<plugins> mn --custom pair_topology.py --topo pair,50`,
     as PLUGINS.md says, under mn's own Python."""
-    from tests.emulation.test_topologies import MN_LOAD, mn_interpreter
-
     proc = subprocess.run([mn_interpreter(), "-c", MN_LOAD, str(plugin), "pair", "50"],
                           cwd=plugin.parent, capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",

@@ -1,0 +1,26 @@
+"""An Emulation refuses a bad topology, bad topology parameters or a bad prefix with an error
+naming the field, before anything is built (no root needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed import emulation
+
+
+@pytest.mark.parametrize("topology,params,field", [
+    ("star", {"n_workers": 0, "rate_mbit": 10.0}, "n_workers"),
+    ("star", {"n_workers": 2}, "rate_mbit: required"),
+    ("star", {"n_workers": 2, "rate_mbit": -5}, "rate"),
+    ("star", {"n_workers": 2, "rate_mbit": 10.0, "queue_pkts": 0}, "queue_pkts"),
+    ("star", {"bogus": 1}, "params.bogus"),
+    ("ring", {}, "topology"),
+])
+def test_bad_config_names_the_field(topology, params, field):
+    with pytest.raises(ValueError, match=field):
+        emulation.Emulation(topology, params, prefix="nstzz00")
+
+
+def test_bad_prefix_refused():
+    with pytest.raises(ValueError, match="prefix"):
+        emulation.Emulation("star", {}, prefix="abc")

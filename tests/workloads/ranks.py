@@ -1,0 +1,70 @@
+"""Real training workers on loopback: ``world`` processes of ``python -m workloads.train``
+(torch.distributed gloo, env:// rendezvous on a free port), their records and their output.
+
+``TINY`` holds tiny versions of the three models, each with the dataset it is meant for
+(the knobs that make them tiny are the same ones the testbed uses): every launch costs
+~3-5 s of interpreter + torch import per rank, so runs are short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = {
+    "mlp": ["--model", "mlp", "--width", "64", "--dataset", "digits"],
+    "resnet18": ["--model", "resnet18", "--width", "4", "--dataset", "synthetic",
+                 "--eval-samples", "64"],
+    "gpt": ["--model", "gpt", "--layers", "1", "--d-model", "32", "--context", "32",
+            "--dataset", "text", "--eval-samples", "64"],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(tmp: Path, args: list[str], world: int = 2) -> list[subprocess.Popen]:
+    """Start ``world`` workers on loopback; stdout+stderr of rank N go to tmp/rankN.out."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        out = open(tmp / f"rank{rank}.out", "w")  # noqa: SIM115 (closed by the child's exit)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "workloads.train", "--log-dir", str(tmp / "logs"), *args],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+        out.close()
+    return procs
+
+
+def run_ranks(tmp: Path, args: list[str], world: int = 2, timeout: float = 120) -> list[int]:
+    """Run workers to completion; returns exit codes. Kills (by PID) whatever overruns."""
+    procs = start_ranks(tmp, args, world)
+    deadline = time.monotonic() + timeout
+    try:
+        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def read_log(tmp: Path, rank: int) -> list[dict]:
+    lines = (tmp / "logs" / f"rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def outputs(tmp: Path, world: int = 2) -> str:
+    return "\n".join((tmp / f"rank{r}.out").read_text() for r in range(world))
