@@ -251,16 +251,27 @@ def explain(result: Result, reps: int = RESAMPLES) -> str:
     return INTERVALS.format(base=result.arms[0], reps=reps)
 
 
-def write(folder: Path, result: Result, observations: list[Observation], info: dict[str, Any]
-          ) -> list[Path]:
-    """ab.json (everything: arms, rows, runs, what was left out, ``info``) and ab.csv (the
-    rows), atomically, in ``folder``."""
+def write(folder: Path, result: Result, observations: list[Observation], info: dict[str, Any],
+          stem: str = "ab") -> list[Path]:
+    """<stem>.json (everything: arms, rows, runs, what was left out, ``info``) and
+    <stem>.csv (the rows), atomically, in ``folder``; ``stem`` ab unless a read-back asks
+    another comparison of a session's runs (:func:`readback_stem`)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     payload = {**info, "arms": result.arms, "rows": result.rows, "left_out": result.left_out,
                "runs": [asdict(o) for o in observations], "intervals": explain(result)}
-    files.write_json(folder / "ab.json", payload)
-    files.write_csv(folder / "ab.csv", COLUMNS,
+    files.write_json(folder / f"{stem}.json", payload)
+    files.write_csv(folder / f"{stem}.csv", COLUMNS,
                     [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                       for k, v in r.items()} for r in result.rows])
-    return [folder / "ab.json", folder / "ab.csv"]
+    return [folder / f"{stem}.json", folder / f"{stem}.csv"]
+
+
+def readback_stem(prior: dict[str, Any], arms: list[str], metric: str) -> str:
+    """Where ``--from-runs`` writes: over ab.json when it asks what the session asked (its
+    arms and metric, or no session record), else beside it, named for the comparison
+    (``ab-throughput-fp16-int8``), so the session's own record is never overwritten."""
+    if not prior or (prior.get("arms") == arms and prior.get("metric", "throughput") == metric):
+        return "ab"
+    safe = "-".join("".join(c if c.isalnum() or c in "._" else "_" for c in a) for a in arms)
+    return f"ab-{metric}-{safe}"

@@ -70,7 +70,8 @@ def ab_cmd(
     ratio to the first arm with a 95 % bootstrap interval and a permutation p.
 
     Runs go to RESULTS/ab-<scenario>/<arm>/<scenario>/<run id>, the table to ab.json and
-    ab.csv beside them (with --from-runs: in DIR).
+    ab.csv beside them (with --from-runs: in DIR; another comparison than DIR's ab.json
+    asked, e.g. other arms or metric: ab-<metric>-<arms>.json beside it).
     """
     if until_width is not None and not (until_width > 0 and math.isfinite(until_width)):
         fail(f"--until-width: {until_width} is not a positive number")
@@ -264,7 +265,8 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
             "from_runs": str(folder),
             "seeds": sorted({o.seed for o in obs}), "resamples": stats_ab.RESAMPLES,
             "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
-    written = stats_ab.write(folder, res, obs, info)
+    written = stats_ab.write(folder, res, obs, info,
+                             stem=stats_ab.readback_stem(prior, res.arms, metric))
     _print(Console(width=max(120, Console().width)), res, metric, written, None)
 
 

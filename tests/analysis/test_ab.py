@@ -144,6 +144,14 @@ def test_from_runs_tells_arms_apart_by_folder_and_writes_ab_json_and_csv(tmp_pat
     assert again.returncode == 0, again.stderr
     assert json.loads((root / "ab.json").read_text())["rows"] == data["rows"]
 
+    # another comparison of the same runs goes beside the session's record, not over it
+    other = netsense_proc(["ab", "--from-runs", str(root), "-a", "allreduce@abc",
+                           "-a", "allreduce", "--metric", "tta"], tmp_path)
+    assert other.returncode == 0, other.stderr
+    assert json.loads((root / "ab.json").read_text())["rows"] == data["rows"]
+    beside = json.loads((root / "ab-tta-allreduce_abc-allreduce.json").read_text())
+    assert beside["arms"] == ["allreduce@abc", "allreduce"] and beside["metric"] == "tta"
+
 
 def test_from_runs_by_method_counts_a_seed_once_and_names_the_metric(tmp_path) -> None:
     root = tmp_path / "results"
@@ -160,11 +168,11 @@ def test_from_runs_by_method_counts_a_seed_once_and_names_the_metric(tmp_path) -
     assert data["rows"][1]["n"] == 4 and data["rows"][1]["repeats"] == 1
     assert data["rows"][1]["ratio"] == pytest.approx(sum(8.0 + s for s in range(4))
                                                      / sum(10.0 + s for s in range(4)))
-    # the order of --arm decides the baseline
+    # the order of --arm decides the baseline (another comparison: written beside ab.json)
     proc = netsense_proc(["ab", "--from-runs", str(root), "-a", "fp16", "-a", "allreduce"],
                          tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((root / "ab.json").read_text())["rows"][1]["ratio"] == pytest.approx(
+    assert json.loads((root / "ab-throughput-fp16-allreduce.json").read_text())["rows"][1]["ratio"] == pytest.approx(
         sum(BASE) / sum(FAST))
 
 
