@@ -203,3 +203,24 @@ def test_committed_tables_are_the_current_codes(name: str) -> None:
             assert np.allclose(a.astype(float), b.astype(float), rtol=1e-9, equal_nan=True), col
         else:
             assert [str(x) for x in a.fillna("")] == [str(x) for x in b.fillna("")], col
+
+
+@pytest.mark.parametrize("folder", ["d70", "static5"])
+def test_the_committed_policy_comparisons_are_what_their_runs_give(folder: str) -> None:
+    """results/README.md quotes runs/accel-policy/*/ab.json: the committed table must be
+    what the committed (packed) runs give today, ratio and interval, row by row."""
+    import json
+
+    from testbed.analysis import ab as stats_ab
+
+    where = ROOT / "results" / "runs" / "accel-policy" / folder
+    committed = json.loads((where / "ab.json").read_text())
+    arms, obs, excluded = stats_ab.from_runs(where, committed["arms"], None,
+                                             committed["field"])
+    assert not excluded and arms == committed["arms"]
+    rows = stats_ab.compare(obs, arms).rows
+    for got, want in zip(rows, committed["rows"], strict=True):
+        assert got["arm"] == want["arm"] and got["n"] == want["n"] == 6
+        for key in ("mean", "ratio", "ratio_lo", "ratio_hi"):
+            if want[key] is not None:
+                assert got[key] == pytest.approx(want[key], rel=1e-9), (got["arm"], key)
