@@ -123,10 +123,17 @@ def headline(sp: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def claim_table(tta: pd.DataFrame, sp: pd.DataFrame) -> pd.DataFrame:
+def claim_table(tta: pd.DataFrame, sp: pd.DataFrame, runs: pd.DataFrame | None = None
+                ) -> pd.DataFrame:
     """The claim first: per experiment, rate and method, the time to accuracy (mean and its
     95 % t-interval over seeds, seeds reaching the target of seeds run) and NetSenseML's
-    TTA speedup over that method with its interval (``tables.speedup_table``)."""
+    TTA speedup over that method with its interval (``tables.speedup_table``). Experiments
+    of kind ``throughput`` (short runs that time steps, never meant to reach the target:
+    ``runs``' kind) are left to the throughput table; the final accuracy's interval is
+    clipped to [0, 1], the range of an accuracy."""
+    if runs is not None and not runs.empty and "kind" in runs:
+        timing_only = set(runs.loc[runs["kind"] == "throughput", "experiment"])
+        tta = tta[~tta["experiment"].isin(timing_only)]
     rows = []
     for r in tta.itertuples(index=False):
         x = sp[(sp["experiment"] == r.experiment) & (sp["rate_mbit"] == r.rate_mbit)
@@ -139,9 +146,9 @@ def claim_table(tta: pd.DataFrame, sp: pd.DataFrame) -> pd.DataFrame:
             "x": ("(NetSenseML)" if r.method == tables.ADAPTIVE else
                   (tables._ci_text(x["tta_speedup"], x["tta_speedup_lo"], x["tta_speedup_hi"])
                    or "n/a") if x is not None else "–"),
-            "final": tables._ci_text(r.final_accuracy_mean, r.final_accuracy_mean
-                                     - r.final_accuracy_ci95, r.final_accuracy_mean
-                                     + r.final_accuracy_ci95, ".3f")
+            "final": tables._ci_text(r.final_accuracy_mean, max(0.0, r.final_accuracy_mean
+                                     - r.final_accuracy_ci95), min(1.0, r.final_accuracy_mean
+                                     + r.final_accuracy_ci95), ".3f")
             if pd.notna(r.final_accuracy_ci95) else tables._ci_text(
                 r.final_accuracy_mean, math.nan, math.nan, ".3f"),
         })
@@ -473,7 +480,7 @@ def _trouble_tables(res: Results) -> tuple[list[dict[str, Any]], list[dict[str, 
 def _headlines(res: Results, sp: pd.DataFrame) -> dict[str, Markup | None]:
     """The claim (time to accuracy, seeds, intervals), the verdicts, the throughput
     headline and the experiments not compared: the page's top, each None when empty."""
-    claim = claim_table(res.tta(), sp)
+    claim = claim_table(res.tta(), sp, res.runs)
     verdicts = tables.verdict_table(sp) if not sp.empty else pd.DataFrame()
     thr_head = throughput_headline(sp)
     others = headline(sp, res.runs)

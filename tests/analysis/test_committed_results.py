@@ -224,3 +224,20 @@ def test_the_committed_policy_comparisons_are_what_their_runs_give(folder: str) 
         for key in ("mean", "ratio", "ratio_lo", "ratio_hi"):
             if want[key] is not None:
                 assert got[key] == pytest.approx(want[key], rel=1e-9), (got["arm"], key)
+
+
+def test_the_claim_leaves_timing_runs_out_and_keeps_accuracy_in_its_range() -> None:
+    """The report's claim table: the static experiment's 0.1 s timing runs (kind throughput,
+    never meant to reach the target) belong to the throughput table, and an accuracy's
+    interval stays inside [0, 1]."""
+    import re
+
+    from testbed.analysis import report
+
+    res = _load(False)
+    claim = report.claim_table(res.tta(), res.speedup(), res.runs)
+    assert not claim.empty
+    assert "accel-crossover/static" not in set(claim["experiment"])
+    assert "accel-crossover/d70" in set(claim["experiment"])
+    for text in claim["final"]:
+        assert all(0.0 <= float(v) <= 1.0 for v in re.findall(r"-?\d+\.\d+", text)), text
