@@ -126,7 +126,8 @@ class _FailsLate(Emulation):
 
 
 def test_partially_failed_start_cleans_up(tmp_path):
-    emu = _FailsLate("star", {"n_workers": 3}, state_dir=tmp_path)
+    emu = _FailsLate("star", {"n_workers": 3, "n_cross": 0, "rate_mbit": 100.0},
+                     state_dir=tmp_path)
     with pytest.raises(EmulationError, match="injected"):
         emu.start()
     _assert_nothing_left(emu.prefix, emu._registry.processes, tmp_path)
