@@ -16,8 +16,6 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
-
 from testbed.config.scenario import validate_scenario
 from testbed.orchestration import launcher, workers
 from tests.workloads.ranks import free_port
@@ -39,16 +37,6 @@ if mode == "exit": sys.exit(3)
 if mode == "raise": raise RuntimeError("the job's own bug")
 if mode == "ctrl-c": raise KeyboardInterrupt
 """
-
-
-@pytest.fixture(scope="module")
-def zygote():
-    z = launcher.Zygote()
-    try:
-        z.wait_ready()
-        yield z
-    finally:
-        z.close()
 
 
 def _job(z: launcher.Zygote, tmp: Path, argv: list[str], **env: str) -> tuple[int, str]:

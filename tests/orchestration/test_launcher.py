@@ -23,16 +23,6 @@ ARGS = [*TINY["mlp"], "--steps", "6", "--batch-size", "8", "--seed", "3", "--eva
         "--method", "topk:0.05"]
 
 
-@pytest.fixture(scope="module")
-def zygote():
-    z = launcher.Zygote()
-    try:
-        z.wait_ready()
-        yield z
-    finally:
-        z.close()
-
-
 def _fork_ranks(z: launcher.Zygote, tmp: Path, args: list[str]) -> list[launcher.ForkedWorker]:
     port = free_port()
     workers = []
