@@ -150,12 +150,12 @@ def overruns(rows: Iterable[Row]) -> dict[str, Any] | None:
                for rank, rs in sorted(per_rank.items())}
     over = {rank: sum(1 for r in rs if num(r.get("pace_overrun"))) for rank, rs in counted.items()}
     n = sum(len(rs) for rs in counted.values())
-    late = [num(r.get("pace_late_s")) or 0.0 for rs in counted.values() for r in rs]
-    shares = [sum(num(r.get("pace_late_s")) or 0.0 for r in rs)
-              / sum(num(r.get("step_s")) or 0.0 for r in rs)
-              for rs in counted.values() if sum(num(r.get("step_s")) or 0.0 for r in rs) > 0]
+    late = {rank: [num(r.get("pace_late_s")) or 0.0 for r in rs] for rank, rs in counted.items()}
+    spent = {rank: sum(num(r.get("step_s")) or 0.0 for r in rs) for rank, rs in counted.items()}
+    shares = [sum(late[rank]) / spent[rank] for rank in counted if spent[rank] > 0]
+    late_all = [x for xs in late.values() for x in xs]
     return {"steps": sum(over.values()), "of": n,
             "share": round(sum(over.values()) / n, 5) if n else None,
             "per_rank": [over[r] for r in sorted(over)],
-            "late_s_max": round(max(late), 6) if late else None,
+            "late_s_max": round(max(late_all), 6) if late_all else None,
             "late_share": round(max(shares), 5) if shares else None}
