@@ -68,6 +68,14 @@ class Damaged(ValueError):
     """A file of a run folder that cannot be used; ``str()`` says which and why."""
 
 
+def dilation_of(config: dict[str, Any]) -> float:
+    """A run's time-dilation factor k (config.json's ``accelerator.dilation``); 1 for a
+    native run or a config without it."""
+    acc = config.get("accelerator") if isinstance(config.get("accelerator"), dict) else {}
+    k = acc.get("dilation")
+    return float(k) if isinstance(k, int | float) and k > 0 else 1.0
+
+
 def find_run_dirs(root: Path) -> list[Path]:
     """Every folder under ``root`` holding a run (config.json or summary.json), sorted;
     folders under a ``figures`` folder are not runs."""

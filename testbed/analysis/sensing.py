@@ -145,11 +145,6 @@ def _series(rows: pd.DataFrame, column: str) -> pd.Series:
     return rows.set_index("t")[column].astype(float).sort_index()
 
 
-def _dilation(config: dict[str, Any]) -> float:
-    k = (config.get("accelerator") or {}).get("dilation")
-    return float(k) if isinstance(k, int | float) and k > 0 else 1.0
-
-
 def _smooth(s: pd.Series, period: float, k: float = 1.0) -> pd.Series:
     window = max(1, int(round(SMOOTH_S / k / period)))
     return s.rolling(window, min_periods=1, center=True).mean()
@@ -299,7 +294,7 @@ def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth
             if not rows.empty:
                 cross = cross.add(pd.Series(_at(_series(rows, "delivered_mbit"), times),
                                             index=configured.index), fill_value=0.0)
-    k = _dilation(config)
+    k = loading.dilation_of(config)
     cross = _smooth(cross, period, k)
     return _Truth(
         link, toward, end, times, configured, cross,

@@ -309,8 +309,7 @@ def accelerator_columns(config: dict[str, Any], summary: dict[str, Any]) -> dict
     (the host's load by other work, percent of all cores; ``host_load``)."""
     acc = config.get("accelerator") if isinstance(config.get("accelerator"), dict) else {}
     mode = str(acc.get("mode") or "native")
-    k = acc.get("dilation")
-    k = float(k) if isinstance(k, int | float) else 1.0
+    k = loading.dilation_of(config)
     profile = acc.get("profile") or (f"step {acc['step_ms']} ms" if acc.get("step_ms") else "")
     over = summary.get("overruns") if isinstance(summary.get("overruns"), dict) else {}
     host = summary.get("host_load") if isinstance(summary.get("host_load"), dict) else {}

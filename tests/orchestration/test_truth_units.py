@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from testbed.analysis import sensing
+from testbed.analysis import loading, sensing
 from testbed.common import files
 from testbed.emulation import bottleneck, counters
 from testbed.orchestration import gpus
@@ -222,5 +222,5 @@ def test_the_truths_smoothing_window_is_real_seconds_in_a_dilated_run():
     dilated = sensing._smooth(step, period, 120.0)
     assert list(dilated) == list(step)  # a window of one sample: nothing averaged
     assert native.iloc[0] > 1000 and native.max() < 6000  # 0.5 s virtual: smeared over the run
-    assert sensing._dilation({"accelerator": {"dilation": 120}}) == 120.0
-    assert sensing._dilation({}) == 1.0
+    assert loading.dilation_of({"accelerator": {"dilation": 120}}) == 120.0
+    assert loading.dilation_of({}) == 1.0
