@@ -270,8 +270,8 @@ def write(folder: Path, result: Result, observations: list[Observation], info: d
 def readback_stem(prior: dict[str, Any], arms: list[str], metric: str) -> str:
     """Where ``--from-runs`` writes: over ab.json when it asks what the session asked (its
     arms and metric, or no session record), else beside it, named for the comparison
-    (``ab-throughput-fp16-int8``), so the session's own record is never overwritten."""
+    (``ab-throughput-fp16_vs_int8``: each arm's folder slug), so the session's own record
+    is never overwritten."""
     if not prior or (prior.get("arms") == arms and prior.get("metric", "throughput") == metric):
         return "ab"
-    safe = "-".join("".join(c if c.isalnum() or c in "._" else "_" for c in a) for a in arms)
-    return f"ab-{metric}-{safe}"
+    return f"ab-{slug(metric)}-{'_vs_'.join(slug(a) for a in arms)}"

@@ -149,7 +149,7 @@ def test_from_runs_tells_arms_apart_by_folder_and_writes_ab_json_and_csv(tmp_pat
                            "-a", "allreduce", "--metric", "tta"], tmp_path)
     assert other.returncode == 0, other.stderr
     assert json.loads((root / "ab.json").read_text())["rows"] == data["rows"]
-    beside = json.loads((root / "ab-tta-allreduce_abc-allreduce.json").read_text())
+    beside = json.loads((root / "ab-tta-allreduce-abc_vs_allreduce.json").read_text())
     assert beside["arms"] == ["allreduce@abc", "allreduce"] and beside["metric"] == "tta"
 
 
@@ -172,7 +172,7 @@ def test_from_runs_by_method_counts_a_seed_once_and_names_the_metric(tmp_path) -
     proc = netsense_proc(["ab", "--from-runs", str(root), "-a", "fp16", "-a", "allreduce"],
                          tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((root / "ab-throughput-fp16-allreduce.json").read_text())["rows"][1]["ratio"] == pytest.approx(
+    assert json.loads((root / "ab-throughput-fp16_vs_allreduce.json").read_text())["rows"][1]["ratio"] == pytest.approx(
         sum(BASE) / sum(FAST))
 
 
