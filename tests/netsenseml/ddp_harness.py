@@ -8,19 +8,12 @@ exercised.
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import torch
 import torch.distributed as dist
 
 STEPS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_bucket_model() -> torch.nn.Module:

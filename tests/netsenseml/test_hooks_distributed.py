@@ -19,10 +19,10 @@ from tests.netsenseml.ddp_harness import (
     STEPS,
     CollectiveSpy,
     backward,
-    free_port,
     grads,
     two_bucket_model,
 )
+from tests.workloads.ranks import free_port
 
 
 # ------------------------------------------------------------------ scenarios

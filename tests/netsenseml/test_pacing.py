@@ -11,7 +11,6 @@ real time is k times longer.
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import pytest
@@ -22,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import accelerator, clock, hooks, lifecycle
 from netsenseml.compress.cast import NoCompression
+from tests.workloads.ranks import free_port
 
 #: A step a 2-core host does with room to spare: 30 ms forward, 60 ms backward, 10 ms optimizer.
 TIMING = accelerator.Timing(0.03, 0.06, 0.01)
@@ -170,12 +170,6 @@ class Stamped(NoCompression):
         return super().compress(tensor, seed)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ddp_worker(rank: int, world: int, port: int) -> None:
     for name in [n for n in os.environ if n.startswith("NETSENSE_")]:
         del os.environ[name]  # not an own job's rank, whatever an earlier test left set
@@ -238,5 +232,5 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
 
 
 def test_ddp_buckets_wait_for_their_profiled_time_and_a_slow_rank_is_counted() -> None:
-    mp.start_processes(_ddp_worker, args=(2, _free_port()), nprocs=2, join=True,
+    mp.start_processes(_ddp_worker, args=(2, free_port()), nprocs=2, join=True,
                        start_method="spawn")

@@ -25,11 +25,10 @@ from tests.netsenseml.ddp_harness import (
     STEPS,
     CollectiveSpy,
     backward,
-    free_port,
     grads,
     two_bucket_model,
 )
-from tests.workloads.ranks import REPO, TINY, outputs, read_log, run_ranks
+from tests.workloads.ranks import REPO, TINY, free_port, outputs, read_log, run_ranks
 
 USER_MODULE = "nst_user_codecs"
 USER_CODE = '''

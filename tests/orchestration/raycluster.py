@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,14 +19,9 @@ import time
 from pathlib import Path
 
 from tests.orchestration.procs import kill_pids, terminate
+from tests.workloads.ranks import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def session_pids(sid: int) -> list[int]:
