@@ -46,7 +46,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.analysis import ideal, sensing, tables  # noqa: E402
-from testbed.common import metrics, stats  # noqa: E402
+from testbed.common import files, metrics, stats  # noqa: E402
+from testbed.config.accelerator import Accelerator  # noqa: E402
 
 ADAPTIVE = "netsenseml"
 
@@ -61,17 +62,24 @@ def _late_share(steps: pd.DataFrame, run: str) -> float | None:
     return None if over is None else over.get("late_share")
 
 
+def _max_overrun(root: Path, run: str) -> float:
+    """The run's own ``accelerator.max_overrun`` (its scenario as config.json holds it)."""
+    config = files.read_json(root / run / "config.json") or {}
+    acc = (config.get("scenario") or {}).get("accelerator") or {}
+    return float(acc.get("max_overrun", Accelerator.model_fields["max_overrun"].default))
+
+
 def _runs(root: Path, include_degraded: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ok runs; degraded ones (judged again by the current rule from their records,
     whatever rule their summary was written with) left out unless asked."""
     runs, steps = tables.load_runs(root)
     ok = runs[runs["status"] == "ok"].copy()
     ok["late_share"] = [_late_share(steps, run) for run in ok["run"]]
-    limit = 0.01  # the scenarios' max_overrun (testbed/config/accelerator.py)
+    limit = pd.Series([_max_overrun(root, run) for run in ok["run"]], index=ok.index)
     degraded = ok["late_share"].fillna(0.0) > limit
     old_rule = int((ok["degraded"].fillna("").astype(str) != "").sum())
     print(f"# {root}: {len(runs)} runs, {int((runs['status'] != 'ok').sum())} not ok, "
-          f"{int(degraded.sum())} degraded: lateness > {limit:.0%} of the training time "
+          f"{int(degraded.sum())} degraded: lateness > max_overrun ({limit.max():.0%}) of the training time "
           f"({'counted' if include_degraded else 'left out'}; {old_rule} by the share of late "
           f"steps their summaries were judged by); lateness added at most "
           f"{ok['late_share'].max():.3%}")
