@@ -8,6 +8,7 @@ bad field, missing results folder) print one line and exit 2, before anything ru
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,6 +67,12 @@ RetriesOption = Annotated[int, typer.Option(
     "before it is marked failed")]
 SweepMethodOption = Annotated[list[str] | None, typer.Option(
     "--method", "-m", help="run only this method of the sweep (repeatable)")]
+PointOption = Annotated[list[str] | None, typer.Option(
+    "--point", metavar="KEY=VALUE", help="run only the grid points where KEY (a grid "
+    "key as the run folders name it, e.g. rate_mbit) has VALUE; repeatable: the same KEY "
+    "again adds values, another KEY narrows")]
+SweepSeedOption = Annotated[list[int] | None, typer.Option(
+    "--seed", "-s", metavar="N", help="run only this seed of the sweep (repeatable)")]
 
 
 def sweep_cmd(
@@ -79,11 +86,14 @@ def sweep_cmd(
     executor: ExecutorOption = "local",
     retries: RetriesOption = 1,
     method: SweepMethodOption = None,
+    point: PointOption = None,
+    seed: SweepSeedOption = None,
 ) -> None:
     """Run a sweep: scenario grid x methods x seeds; finished (ok) runs are skipped.
 
     --set applies to every run of every experiment (after the sweep's own overrides and
-    grid, so it wins).
+    grid, so it wins). --only, --method, --point and --seed select a part of the sweep
+    (its runs keep their folders, so the parts add up to the whole).
     """
     from testbed.config import sweep as sw
     from testbed.orchestration.executors import LocalExecutor, parse_executor
@@ -91,7 +101,8 @@ def sweep_cmd(
     console = Console(width=max(120, Console().width))
     try:
         ex = parse_executor(executor, retries)
-        spec, runs = _sweep_runs(sweep, results, set_, only or [], method or [])
+        spec, runs = _sweep_runs(sweep, results, set_,
+                                 _Selection(only or [], method or [], point or [], seed or []))
     except sw.SweepError as exc:
         fail(str(exc))
     if not dry_run:
@@ -105,28 +116,83 @@ def sweep_cmd(
     _run_and_report(spec.name, runs, ex, results, console, quiet)
 
 
-def _sweep_runs(sweep: str, results: Path, set_: list[str] | None, only: list[str],
-                method: list[str]) -> tuple[Any, list[Any]]:
-    """The sweep's spec and its runs as ``--only``, ``--method`` and ``--set`` leave them,
-    scenarios resolved; raises SweepError naming the option that names nothing."""
+@dataclass(frozen=True)
+class _Selection:
+    """The part of a sweep the command line asked for; empty lists select everything."""
+
+    only: list[str]
+    method: list[str]
+    point: list[str]
+    seed: list[int]
+
+
+def _sweep_runs(sweep: str, results: Path, set_: list[str] | None,
+                sel: _Selection) -> tuple[Any, list[Any]]:
+    """The sweep's spec and its runs as the selection and ``--set`` leave them, scenarios
+    resolved; raises SweepError naming the option that names nothing."""
     from testbed.config import sweep as sw
 
     spec = sw.load_sweep(sweep)
     names = [e.name for e in spec.experiments]
-    for o in only:
+    for o in sel.only:
         if o not in names:
             raise sw.SweepError(f"--only: unknown experiment {o!r}; experiments: "
                                 f"{', '.join(names)}")
-    listed = {r.method for r in sw.expand(spec, results)}
-    for m in method:
-        if m not in listed:
-            raise sw.SweepError(f"--method: {m!r} is not in sweep {spec.name}; methods: "
-                                f"{', '.join(sorted(listed))}")
-    runs = [r for r in sw.expand(spec, results)
-            if (not only or r.experiment in only) and (not method or r.method in method)]
+    everything = sw.expand(spec, results)
+    _check_listed("--method", sel.method, {r.method for r in everything}, spec.name)
+    _check_listed("--seed", sel.seed, {r.seed for r in everything}, spec.name)
+    runs = [r for r in everything
+            if (not sel.only or r.experiment in sel.only)
+            and (not sel.method or r.method in sel.method)
+            and (not sel.seed or r.seed in sel.seed)]
+    runs = _at_points(runs, sel.point)
     if set_:
         runs = sw.with_overrides(runs, parse_overrides(set_))
     return spec, sw.resolve_scenarios(runs, base_dir=sw.resolve_sweep_path(sweep).parent)
+
+
+def _check_listed(option: str, asked: list[Any], listed: set[Any], sweep: str) -> None:
+    from testbed.config import sweep as sw
+
+    for a in asked:
+        if a not in listed:
+            raise sw.SweepError(f"{option}: {a!r} is not in sweep {sweep}; allowed: "
+                                f"{', '.join(str(x) for x in sorted(listed))}")
+
+
+def _at_points(runs: list[Any], points: list[str]) -> list[Any]:
+    """The runs whose grid values match every ``--point KEY=VALUE`` key (any of its values).
+
+    Values compare as the run folders write them (``rate_mbit=1000``), so a point is named
+    the way ``--dry-run -v`` and the folders show it."""
+    from testbed.config import sweep as sw
+
+    wanted: dict[str, set[str]] = {}
+    for item in points:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise sw.SweepError(f"--point {item!r}: expected KEY=VALUE, e.g. rate_mbit=1000")
+        wanted.setdefault(key.strip(), set()).add(value.strip())
+    for key, values in wanted.items():
+        seen = {sw.fmt_value(r.params[key]) for r in runs if key in r.params}
+        if not seen:
+            keys = sorted({k for r in runs for k in r.params})
+            raise sw.SweepError(f"--point: {key!r} is not a grid key of the selected runs; "
+                                f"keys: {', '.join(keys) or '(none: no grid)'}")
+        missing = sorted(values - seen)
+        if missing:
+            raise sw.SweepError(f"--point {key}={missing[0]}: not a grid value; values: "
+                                f"{', '.join(sorted(seen, key=_numeric_first))}")
+    return [r for r in runs
+            if all(key in r.params and sw.fmt_value(r.params[key]) in values
+                   for key, values in wanted.items())]
+
+
+def _numeric_first(v: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(v), v)
+    except ValueError:
+        return (1, 0.0, v)
 
 
 def _check_gpus(runs: list[Any]) -> None:

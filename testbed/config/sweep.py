@@ -207,11 +207,12 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        p = " ".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+        p = " ".join(f"{k}={fmt_value(v)}" for k, v in self.params.items())
         return f"{self.experiment} {p} {self.method} s{self.seed}".replace("  ", " ")
 
 
-def _fmt(v: Any) -> str:
+def fmt_value(v: Any) -> str:
+    """A grid value as labels and folder names write it (1000.0 -> "1000")."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
@@ -220,7 +221,7 @@ def _fmt(v: Any) -> str:
 def param_slug(params: dict[str, Any]) -> str:
     if not params:
         return "base"
-    return ",".join(f"{slug(k)}={slug(_fmt(v))}" for k, v in params.items())
+    return ",".join(f"{slug(k)}={slug(fmt_value(v))}" for k, v in params.items())
 
 
 def method_slug(method: str, seed: int) -> str:
@@ -406,7 +407,7 @@ def experiment_summary(runs: list[RunSpec], rows: list[dict[str, Any]]) -> list[
             if v not in e["grid"][k]:
                 e["grid"][k].append(v)
     for e in out.values():
-        e["grid"] = "; ".join(f"{k}: {', '.join(_fmt(v) for v in vs)}"
+        e["grid"] = "; ".join(f"{k}: {', '.join(fmt_value(v) for v in vs)}"
                               for k, vs in e["grid"].items()) or "-"
         e["methods"], e["seeds"] = len(e["methods"]), len(e["seeds"])
     return list(out.values())

@@ -153,3 +153,24 @@ def test_cli_method_filter_runs_only_that_method(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert "--method: 'topk:0.5' is not in sweep tiny" in res.output
     assert not (tmp_path / "tiny").exists()
+
+
+def test_cli_point_and_seed_select_a_part_and_refuse_what_names_nothing(tmp_path: Path) -> None:
+    def dry(*extra: str) -> object:
+        return CliRunner().invoke(analysis_app(), ["sweep", "tiny", "-r", str(tmp_path), "-n",
+                                                   *extra], terminal_width=200)
+
+    res = dry("--point", "bottleneck_mbit=20")
+    assert res.exit_code == 0, res.output
+    assert "sweep tiny: 3 runs" in res.output  # 3 methods at one of the two rates
+    both = dry("--point", "bottleneck_mbit=20", "--point", "bottleneck_mbit=200", "-v")
+    assert "sweep tiny: 6 runs" in both.output and "bottleneck_mbit=200" in both.output
+    narrowed = dry("--point", "bottleneck_mbit=200", "--method", "allreduce", "--seed", "0")
+    assert "sweep tiny: 1 runs" in narrowed.output, narrowed.output
+    for extra, says in [(("--point", "bottleneck_mbit=21"), "not a grid value; values: 20, 200"),
+                        (("--point", "rate_mbit=20"), "'rate_mbit' is not a grid key"),
+                        (("--point", "bottleneck_mbit"), "expected KEY=VALUE"),
+                        (("--seed", "3"), "--seed: 3 is not in sweep tiny; allowed: 0")]:
+        bad = dry(*extra)
+        assert bad.exit_code == 2 and says in bad.output and "Traceback" not in bad.output, bad.output
+    assert not (tmp_path / "tiny").exists()
