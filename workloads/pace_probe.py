@@ -9,7 +9,11 @@ per worker at once, so the cores are shared as in the run, and picks the least f
 which these real times fit the emulated accelerator's slots. Printed (seconds, medians over
 the steps after a warm-up): ``forward_s``, ``backward_s``, ``optimizer_s``, ``elements``
 (gradient elements) and ``codec_s`` per codec level (compress, residual update and decode
-of the whole gradient, as the hook does it), keyed by the compressor's level name.
+of the whole gradient, as the hook does it), keyed by the compressor's level name; and the
+CPU seconds of a whole step (``step_cpu_s``, between steps included) and of each codec
+(``codec_cpu_s``). Wall medians of parts a few milliseconds long miss the cores' sharing
+(a part often runs within one time slice while the other copies wait); the CPU seconds do
+not, and the run's ranks, in lockstep after each collective, all want the cores at once.
 
 The step loop (:func:`time_steps`) and the codec timing (:func:`codec_seconds`) are also
 what ``workloads.profile`` measures a device's profile with: one definition of "a step's
@@ -70,6 +74,13 @@ def codec_seconds(spec: str, x: torch.Tensor, world: int,
     """The level's label (as the hook and a profile's ``codec_s_per_mb`` name it: ``dgc``,
     not its compressor's ``topk-sampled``) and the seconds of a compress, residual update and
     decode of ``x`` (``sync``: waits for the device, :func:`syncer`)."""
+    level, wall, _ = codec_times(spec, x, world, sync)
+    return level, wall
+
+
+def codec_times(spec: str, x: torch.Tensor, world: int,
+                sync: Callable[[], None] = _noop) -> tuple[str, float, float]:
+    """:func:`codec_seconds` with the CPU seconds of the same work (least of three each)."""
     c = methods.resolve(spec).build()
     out = torch.zeros_like(x)
 
@@ -81,7 +92,12 @@ def codec_seconds(spec: str, x: torch.Tensor, world: int,
             out.add_(c.decompress(p).reshape(-1).to(out.dtype))
 
     once()  # warm-up
-    return methods.parse(spec).level, min(_timed(once, sync) for _ in range(3))
+    walls, cpus = [], []
+    for _ in range(3):
+        c0 = time.process_time()
+        walls.append(_timed(once, sync))
+        cpus.append(time.process_time() - c0)
+    return methods.parse(spec).level, min(walls), min(cpus)
 
 
 @dataclass
@@ -153,7 +169,7 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
     device = device or torch.device("cpu")
     sync = syncer(device)
     times: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": [],
-                                     "between_s": []}
+                                     "between_s": [], "step_cpu_s": []}
     batches = iter(job.loader)
     rec = None
     if grads == "recorded":
@@ -164,7 +180,7 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
     for i in range(steps + warmup):
         if i == warmup and at_warm is not None:
             at_warm()
-        tb = time.perf_counter()
+        tb, cb = time.perf_counter(), time.process_time()
         if rec is None:
             try:
                 x, y = next(batches)
@@ -196,6 +212,7 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
             times["backward_s"].append(t2 - t1)
             times["optimizer_s"].append(t3 - t2)
             times["between_s"].append((t0 - tb) + (t4 - t3))
+            times["step_cpu_s"].append(time.process_time() - cb)
     return times
 
 
@@ -242,7 +259,9 @@ def main(argv: list[str] | None = None) -> None:
     specs = [c for c in a.codecs.split(",") if c]
     result: dict[str, Any] = {k: statistics.median(v) for k, v in times.items()}
     result["elements"] = grad.numel()
-    result["codec_s"] = dict(codec_seconds(spec, grad, a.world) for spec in specs)
+    timed = [codec_times(spec, grad, a.world) for spec in specs]
+    result["codec_s"] = {level: wall for level, wall, _ in timed}
+    result["codec_cpu_s"] = {level: cpu for level, _, cpu in timed}
     sys.stdout.write(json.dumps(result) + "\n")
 
 

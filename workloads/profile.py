@@ -189,7 +189,7 @@ def measure(a: argparse.Namespace) -> tuple[dict[str, Any], str]:
     entry: dict[str, Any] = {
         "model": a.model, "knobs": job.knobs, "batch_size": a.batch_size,
         **{k: _sig(statistics.median(v)) for k, v in times.items()
-           if k != "between_s"},  # the host's loop, not the device's step
+           if k not in ("between_s", "step_cpu_s")},  # the host's own, not the device's
         "codec_s_per_mb": codecs,
     }
     buckets = bucket_shares(params, ready, times["backward_s"], pace_probe.WARMUP_STEPS)

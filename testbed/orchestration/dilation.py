@@ -17,7 +17,8 @@ the HTB shaper's burst (computed at the real rate), and software costs per messa
 ``auto``: before the run, one ``workloads.pace_probe`` per worker runs at once on this host
 (the cores shared as in the run) and times the step's parts and the codecs the method can
 use; ``k`` is the least factor at which each real part, times the scenario's ``margin``,
-fits its profiled slot (:func:`least_factor`), rounded up to two significant digits. One
+fits its profiled slot, and the ranks' CPU work of a whole step fits the cores while they
+all compute at once (:func:`least_factor`), rounded up to two significant digits. One
 measurement per (workload, method, world size, accelerator) and process, taken again when
 the host's load moved by more than ``RECALIBRATE_PCT`` since: a sweep measures each
 configuration once on a steady host, and a busy process that starts beside it gets the
@@ -115,7 +116,8 @@ def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -
     records) and the next forward pass (one slot: the pacer lets the device run them back
     to back); the same without the optimizer (a step after an evaluation starts its own
     slot); the backward pass with the costliest codec the method uses (released bucket by
-    bucket, so the two share one slot).
+    bucket, so the two share one slot); and the whole step's CPU work with the ranks in
+    lockstep (:func:`lockstep_need`).
     """
     codec_real = real.get("codec_s", {}) or {}
     mb = 4 * int(real.get("elements", 0)) / 1e6
@@ -127,8 +129,29 @@ def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -
     ratios = [(real["optimizer_s"] + between + real["forward_s"])
               / (timing.optimizer_s + timing.forward_s),
               (between + real["forward_s"]) / timing.forward_s,
-              max(r / p for r, p in backward)]
+              max(r / p for r, p in backward), lockstep_need(timing, real, mb)]
     return margin * max(ratios)
+
+
+def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -> float:
+    """The ratio at which the ranks' CPU work of a whole step fits its slots when they all
+    want the cores at once, as they do after each collective: the step's CPU seconds (with
+    the costliest codec) x the workers per core, against the step's slots.
+
+    The parts' wall medians miss this when the parts are short: a part of a few ms often
+    runs within one time slice, so its median shows an idle core while, in the run, every
+    rank starts its forward pass together. 0 where the probe gave no CPU seconds."""
+    cpu = real.get("step_cpu_s")
+    if cpu is None:
+        return 0.0
+    per_core = max(1.0, int(real.get("processes", 1)) * int(real.get("threads", 1))
+                   / max(int(real.get("cores", 1)), 1))
+    slot = timing.optimizer_s + timing.forward_s + timing.backward_s
+    need = [(cpu + PER_STEP_BOOKKEEPING_S) / slot]
+    for level, seconds in (real.get("codec_cpu_s") or {}).items():
+        need.append((cpu + PER_STEP_BOOKKEEPING_S + seconds)
+                    / (slot + timing.codec_s_per_mb.get(level, 0.0) * mb))
+    return per_core * max(need)
 
 
 #: The worker's own work per step that no probe times (its records, the hook's statistics
@@ -190,12 +213,22 @@ def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str,
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    return _worst(results, threads)
+
+
+def _worst(results: list[dict[str, Any]], threads: int) -> dict[str, Any]:
+    """The slowest copy's figure of each part, and the sharing they were measured under."""
     worst: dict[str, Any] = {k: max(r[k] for r in results)
-                             for k in ("forward_s", "backward_s", "optimizer_s", "between_s")
+                             for k in ("forward_s", "backward_s", "optimizer_s", "between_s",
+                                       "step_cpu_s")
                              if all(k in r for r in results)}
     worst["elements"] = results[0]["elements"]
-    worst["codec_s"] = {lv: max(r["codec_s"][lv] for r in results) for lv in results[0]["codec_s"]}
+    for key in ("codec_s", "codec_cpu_s"):
+        if all(key in r for r in results):
+            worst[key] = {lv: max(r[key][lv] for r in results) for lv in results[0][key]}
     worst["processes"] = len(results)
+    worst["threads"] = threads
+    worst["cores"] = len(os.sched_getaffinity(0))
     return worst
 
 

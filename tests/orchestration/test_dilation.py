@@ -170,3 +170,22 @@ def test_the_worker_argv_carries_the_accelerator_and_the_factor(tmp_path: Path) 
     assert argv[argv.index("--time-limit") + 1] == "2"  # virtual: the worker's clock is too
     assert "--dilation" not in worker_argv(scn, "fp16", 0, tmp_path)
     json.dumps(argv)
+
+
+def test_ranks_in_lockstep_need_the_cores_for_their_whole_steps_cpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 ranks on 2 cores whose parts each look fast alone (short parts run within a time
+    slice) still need 4x their step's CPU seconds, since all start each step together."""
+    monkeypatch.setattr(dilation, "PER_STEP_BOOKKEEPING_S", 0.0)
+    timing = accelerator.Timing(0.005, 0.010, 0.0, {"topk": 0.001})
+    real = {"forward_s": 0.01, "backward_s": 0.02, "optimizer_s": 0.0, "between_s": 0.005,
+            "elements": 250_000, "codec_s": {}}
+    assert dilation.least_factor(timing, real, margin=1.0) == 3  # the parts' walls: 15/5 ms
+    lockstep = dict(real, step_cpu_s=0.03, processes=8, threads=1, cores=2)
+    assert dilation.lockstep_need(timing, lockstep, mb=1.0) == pytest.approx(8.0)  # 4 x 30/15
+    assert dilation.least_factor(timing, lockstep, margin=1.0) == 8
+    # a codec's CPU joins the step's, against the step's slots with the codec's (1 MB)
+    coded = dict(lockstep, codec_cpu_s={"topk": 0.018})
+    assert dilation.lockstep_need(timing, coded, mb=1.0) == pytest.approx(4 * 0.048 / 0.016)
+    alone = dict(lockstep, processes=2)  # a core each: no sharing beyond the step's own
+    assert dilation.lockstep_need(timing, alone, mb=1.0) == pytest.approx(2.0)
