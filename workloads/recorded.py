@@ -12,10 +12,13 @@ backward through ``DDP.no_sync``: local, nothing sent, nothing paced), keeps it,
 step hands DDP that recorded gradient through the normal autograd/hook path: the module's
 forward is replaced by a surrogate loss ``sum_p dot(p, g_p)`` (``g_p`` the recorded
 gradient of parameter ``p``, detached), whose gradient with respect to ``p`` is exactly
-``g_p`` (1.0 x g_p, bit for bit). ``DDP(...)()`` then runs DDP's forward (buffer broadcast,
-``prepare_for_backward``) and ``loss.backward()`` fires DDP's per-parameter hooks, so the
+``g_p`` (1.0 x g_p, bit for bit). ``DDP(...)()`` then runs DDP's forward
+(``prepare_for_backward``) and ``loss.backward()`` fires DDP's per-parameter hooks, so the
 buckets, the comm hook, the codecs and the collectives are the real ones and the pacer
-releases each bucket at its profiled time, as in a real step.
+releases each bucket at its profiled time, as in a real step. DDP is built without its
+per-forward broadcast of the module's buffers (BatchNorm's running statistics): the
+surrogate never updates them, and the broadcast, a collective over the emulated network
+inside the forward's slot, would be the network's time counted as the host's lateness.
 
 The surrogate adds the parameters' terms in the reverse of the order their gradients were
 ready in the real backward (recorded with post-accumulate-grad hooks): autograd runs the

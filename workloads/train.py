@@ -689,8 +689,10 @@ def _device(args: argparse.Namespace) -> tuple[torch.device, str]:
 
 def _ddp(args: argparse.Namespace, model: nn.Module, device: torch.device) -> tuple[DDP, Any]:
     """DDP around ``model`` with the method's hook registered (its state: statistics,
-    the pacer of an emulated accelerator)."""
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    the pacer of an emulated accelerator). With recorded gradients DDP does not broadcast
+    the module's buffers each forward (``workloads.recorded``: they never change there)."""
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+              broadcast_buffers=args.grads != "recorded")
     extra: dict[str, Any] = {"convergence": args.convergence} if args.convergence else {}
     if args.timing is not None:
         extra["pacer"] = accelerator.Pacer(
