@@ -31,6 +31,8 @@ Noise in sections 1-3: each collective's time x U(0.9, 1.1), 2 % of them +10 ms 
 U(0.5, 1.5) (one-sided spikes, as on the emulated links); seed 0.
 
 Usage: ``python benchmarks/policy_response.py [--jobs mlp slow 10m] [--rates 10 100 1000]``
+``[--seeds N]`` (sections 4 and 5 with N seeds each instead of 4, 5 and 3: a quick look, as
+the test that runs every benchmark at a tiny size takes)
 ``python benchmarks/policy_response.py --real RUNS/policy-steps/*-s0``
 """
 
@@ -119,14 +121,14 @@ def steadiness(name: str, job: Job, rate: float) -> None:
     print(f"{name} at {rate:g} Mbit/s -- changes in 500 steady steps: " + "; ".join(cells))
 
 
-def busy_host() -> None:
+def busy_host(seeds: int = 4) -> None:
     job = Job(dense_bytes=1.2e6, compute_s=0.017,
               codec_s={"none": 5e-4, "fp16": 7e-4, "bf16": 7e-4, "int8": 3.5e-3, "topk": 3e-3})
     rate = 0.8 * 125e6  # what the emulated 1 Gbit/s link carries here
     links = [Link(rate, 1e-3)] * 100 + [Link(rate / 9, 1e-3, 100 * 1500 / 125e6)] * 100
     links += [Link(rate, 1e-3)] * 200
     print("\nbusy host (policy-steps MLP, 1 Gbit/s, 8 streams from step 100 to 200):")
-    for seed in range(4):
+    for seed in range(seeds):
         policy = NetSensePolicy()
         steps = replay(policy, job, links, seed=seed, jitter=0.2, spike_prob=0.05, spike_s=0.02,
                        delay_s=0.004)
@@ -143,17 +145,18 @@ REAL_MLP = Job(dense_bytes=1.2e6, compute_s=0.017, gather_fixed_s=0.004,
 SEGMENT_STREAMS = (0, 1, 2, 4, 8, 16, 0)
 
 
-def host_noise(jobs: dict[str, Job], rate_mbit: float) -> None:
+def host_noise(jobs: dict[str, Job], rate_mbit: float, seeds: int | None = None) -> None:
     print(f"\nhost noise (compute and comm x U(0.85, 1.15)) at {rate_mbit:g} Mbit/s")
     for name, job in jobs.items():
         cells = []
         for n in (0, 2, 8):
             counts = [level_changes(replay(NetSensePolicy(), job, [link(rate_mbit, n)] * 500, seed=seed,
-                                           **HOST)[9:]) for seed in range(5)]
+                                           **HOST)[9:]) for seed in range(seeds or 5)]
             cells.append(f"{n} streams {counts}")
-        print(f"  {name}: level changes in 500 steady steps (5 seeds): " + "; ".join(cells))
+        print(f"  {name}: level changes in 500 steady steps ({seeds or 5} seeds): "
+              + "; ".join(cells))
         links = [link(rate_mbit, n) for n in SEGMENT_STREAMS for _ in range(60)]
-        for seed in range(3):
+        for seed in range(seeds or 3):
             steps = replay(NetSensePolicy(), job, links, seed=seed, **HOST)
             segs = [[s for s in steps[60 * i + 10:60 * (i + 1)] if not s.decision.probe]
                     for i in range(len(SEGMENT_STREAMS))]
@@ -196,6 +199,8 @@ def main() -> int:
     ap.add_argument("--segments", default="0,6,12,18,24,30,36,60",
                     help="segment edges in seconds since the first step (policy-steps.yaml's)")
     ap.add_argument("--settle", type=float, default=1.0, help="seconds left out at each segment's start")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="seeds of the busy-host and host-noise sections (default 4, and 5 / 3)")
     args = ap.parse_args()
     if args.real:
         real(args.real, [float(x) for x in args.segments.split(",")], args.settle)
@@ -209,8 +214,9 @@ def main() -> int:
             recovery(name, JOBS[name], rate)
         for rate in args.rates:
             steadiness(name, JOBS[name], rate)
-    busy_host()
-    host_noise({"real-mlp": REAL_MLP, **{k: JOBS[k] for k in args.jobs if k != "10m"}}, max(args.rates))
+    busy_host(args.seeds or 4)
+    host_noise({"real-mlp": REAL_MLP, **{k: JOBS[k] for k in args.jobs if k != "10m"}},
+               max(args.rates), args.seeds)
     return 0
 
 

@@ -1,6 +1,6 @@
 """What a run costs beyond its training time, and how fast bad input is refused.
 
-    .venv/bin/python benchmarks/run_overhead.py [--runs N] [--no-8] [--out DIR]
+    .venv/bin/python benchmarks/run_overhead.py [--runs N] [--no-8] [--out DIR] [--train-s S]
 
 Prints, measured in this one invocation (needs root for the emulation parts):
 
@@ -19,7 +19,10 @@ Prints, measured in this one invocation (needs root for the emulation parts):
 
 Targets: overhead <= 4 s (2 workers), <= 10 s (8 workers); setup_s ratio <= 1.5;
 paper-quick <= 0.5x; refusal <= 1.5 s and <= 2x ``--help``. Run it under the heavy lock on
-an otherwise idle machine; the numbers are printed, not asserted.
+an otherwise idle machine; the numbers are printed, not asserted. ``--train-s`` shortens the
+smoke runs' training (and leaves out their rate cut, which comes at 2 s): for a quick check
+that the benchmark works, not for figures (the overhead does not depend on it, the paper-quick
+estimate's training time does not come from it).
 """
 
 from __future__ import annotations
@@ -72,11 +75,21 @@ def _rank0(log_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return start, summ
 
 
-def _one_run(scenario: str, method: str, run_dir: Path) -> dict[str, Any]:
-    from testbed.config.scenario import load_scenario
+def _scenario(name: str, train_s: float | None = None) -> Any:
+    """The scenario ``name``; with ``train_s``, training that long and no timeline (smoke's
+    rate cut at 2 s could not happen in a shorter run)."""
+    from testbed.config.scenario import apply_overrides, load_scenario
+
+    scn = load_scenario(name)
+    if train_s is None:
+        return scn
+    return apply_overrides(scn, {"workload.time_limit_s": train_s, "timeline": []})
+
+
+def _one_run(scenario: Any, method: str, run_dir: Path) -> dict[str, Any]:
     from testbed.orchestration.run import run_scenario
 
-    out = run_scenario(load_scenario(scenario), method, 0, run_dir, progress=False)
+    out = run_scenario(scenario, method, 0, run_dir, progress=False)
     s = out.summary
     row: dict[str, Any] = {"status": out.status, "wall_s": s.get("wall_s"),
                            "phases": s.get("phases_s") or {}, "reason": s.get("reason"),
@@ -116,12 +129,11 @@ def _launcher() -> Any:
     return launcher.shared()
 
 
-def torchrun_setup_s(tmp: Path) -> float | None:
+def torchrun_setup_s(tmp: Path, smoke: Any) -> float | None:
     """rank 0's setup_s of the smoke worker under torchrun on loopback."""
-    from testbed.config.scenario import load_scenario
     from testbed.orchestration.run import worker_argv
 
-    argv = worker_argv(load_scenario("smoke"), "allreduce", 0, tmp / "torchrun")[3:]
+    argv = worker_argv(smoke, "allreduce", 0, tmp / "torchrun")[3:]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m",
                     "workloads.train", *argv], cwd=REPO, env=env, capture_output=True,
@@ -137,6 +149,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=4, help="consecutive 2-worker runs (default 4)")
     ap.add_argument("--no-8", action="store_true", help="skip the 8-worker run")
     ap.add_argument("--out", type=Path, default=None, help="run folders (default: temp dir)")
+    ap.add_argument("--train-s", type=float, default=None,
+                    help="smoke runs' training seconds, without their rate cut (default: "
+                    "smoke's 4 s): a quick check, not figures")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="netsense-overhead-"))
     refusal()
@@ -144,14 +159,17 @@ def main() -> int:
         print("\n(emulation parts skipped: need root)")
         return 0
 
+    smoke = _scenario("smoke", args.train_s)
     with _launcher():
-        two = [_one_run("smoke", "allreduce", out / f"two-{i}") for i in range(args.runs)]
-        eight = [] if args.no_8 else [_one_run("scale-star8", "allreduce", out / "eight")]
+        two = [_one_run(smoke, "allreduce", out / f"two-{i}") for i in range(args.runs)]
+        eight = ([] if args.no_8
+                 else [_one_run(_scenario("scale-star8"), "allreduce", out / "eight")])
     os.environ["NETSENSE_ZYGOTE"] = "0"  # the fallback: fresh worker processes
-    fresh = _one_run("smoke", "allreduce", out / "two-fresh")
+    fresh = _one_run(smoke, "allreduce", out / "two-fresh")
     del os.environ["NETSENSE_ZYGOTE"]
-    t_setup = torchrun_setup_s(out)  # right after the emulated runs: back to back
-    _print_runs(f"{args.runs} consecutive 2-worker smoke runs (allreduce, 4 s training)", two)
+    t_setup = torchrun_setup_s(out, smoke)  # right after the emulated runs: back to back
+    _print_runs(f"{args.runs} consecutive 2-worker smoke runs (allreduce, "
+                f"{smoke.workload.time_limit_s:g} s training)", two)
     if eight:
         _print_runs("8-worker scale-star8 run (5 steps)", eight)
     _print_runs("2-worker smoke run with fresh worker processes (NETSENSE_ZYGOTE=0)", [fresh])

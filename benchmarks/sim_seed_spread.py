@@ -46,6 +46,9 @@ def main() -> None:
                      "step_pred_s": pred,
                      "err_vs_one_seed_pct": float(t["step_err_pct"]),
                      "err_vs_mean_pct": round(100 * (pred - mean) / mean, 1)})
+    if not rows:
+        raise SystemExit(f"sim_seed_spread: no point of {a.validation} (method, workers, "
+                         "condition) among the runs given")
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()

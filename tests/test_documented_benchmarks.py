@@ -6,7 +6,8 @@ the script's own folder first on ``sys.path``) nobody notices until a reader doe
 ``benchmarks/<name>.py`` or ``.sh`` named in the Markdown files, the Makefile and the
 benchmarks' own docstrings is started the way a reader would, ``python benchmarks/<name>.py
 --help`` from the repository root, and must print its usage and exit 0. ``--help`` reaches
-every import and the argument parser, and runs nothing heavy.
+every import and the argument parser, and runs nothing heavy; ``test_benchmarks_tiny.py``
+runs each one at a tiny size.
 """
 
 from __future__ import annotations
@@ -67,19 +68,3 @@ def test_every_documented_benchmark_starts_with_help() -> None:
             failed.append(f"benchmarks/{name} --help: exit {proc.returncode}: {last}")
     assert not failed, "\n".join(failed)
 
-
-#: Benchmarks whose work is cheap at a tiny size (no torch training, no network): run, not
-#: just started, so a call into the library that no longer exists fails here (``--priors``
-#: once called a function the policy had lost).
-TINY_RUNS = {
-    "convergence.py": ["--priors"],
-    "policy_cost.py": ["--steps", "30", "--repeats", "1"],
-}
-
-
-def test_cheap_benchmarks_run_at_a_tiny_size() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for name, args in TINY_RUNS.items():
-        proc = subprocess.run([sys.executable, f"benchmarks/{name}", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0 and proc.stdout.strip(), (name, proc.stderr[-400:])
