@@ -260,7 +260,7 @@ def _estimate_basis(rows: list[dict[str, Any]]) -> str:
                  f"training time (time limit, or steps x the profile's step + codec + the "
                  f"closed-form transfer) x the dilation factor k (given, or for auto "
                  f"estimated from this host's measured costs: k {ks[0]:.0f}-{ks[-1]:.0f}), "
-                 "+ the recorded-gradient step; testbed/config/estimate.py")
+                 "+ the recorded-gradient step and the auto probe before each run; testbed/config/estimate.py")
     return basis
 
 

@@ -18,14 +18,16 @@ not known before the run and are estimated here, each from stated figures:
 * ``k`` under ``dilation: auto``: the larger of the network's factor (the faithful range)
   and the host's, ``margin`` x the host's real work over its profiled slot, with the
   host's work from figures measured on the 2-core build machine (one thread per worker,
-  ``benchmarks/paper_models.py`` and ``python -m workloads.pace_probe``) scaled by the
-  workers sharing its cores (``max(1, n / cores)``): ``HOST_MEASURED`` (or
+  ``benchmarks/paper_models.py`` and ``python -m workloads.pace_probe``) scaled as the
+  probe's copies sharing the cores measure it (``max(1, SHARED_SLOWDOWN x n / cores)``):
+  ``HOST_MEASURED`` (or
   ``HOST_REAL_PER_PROFILE`` x the profile) for real compute, the optimizer step in one slot
   with the next forward as the pacer holds them (SGD over 11.2 M parameters: 20 ms here
   against the profile's 0.3 ms would alone make a real-compute run's factor ~400 at 8
   workers); ``RECORDED_NS`` per
-  gradient element for the recorded surrogate (no optimizer step); ``CODEC_NS`` per
-  element per codec level.
+  gradient element for the recorded surrogate (no optimizer step), ``BETWEEN_NS`` for what
+  a worker does between two steps; ``CODEC_NS`` per element per codec level. ``auto``
+  also costs its probe before the run (:func:`probe_s`).
 
 The estimate says so: ``--dry-run`` prints its basis, and the ETA of a running sweep scales
 the pending estimates by how the finished runs compared with theirs.
@@ -74,6 +76,21 @@ RECORDED_NS = {"forward": 1.3, "backward": 1.9}
 #: 20 ms, int8 509 ms, exact top-k 849 ms, DGC's sampled top-k 423 ms, random-k 64 ms for
 #: 11.2 M elements.
 CODEC_NS = {"fp16": 1.8, "bf16": 1.8, "int8": 45.0, "topk": 76.0, "dgc": 38.0, "randomk": 5.7}
+#: What a worker does between two steps, per gradient element (ns, 1 thread): the
+#: gradient's health norm and the step's records (pace_probe's ``between_s``: ~23 ms for
+#: ResNet-18's 11.2 M with 8 copies on 2 cores, ~2.2x alone).
+BETWEEN_NS = 0.95
+#: How much slower a part runs with ``n`` one-thread copies on ``cores`` cores than alone,
+#: per ``n / cores``: the probe's 8 copies on this 2-core host timed the surrogate's
+#: passes and the codecs 2.1-2.3x their one-copy times, not 4x (they do not all compute
+#: at once).
+SHARED_SLOWDOWN = 0.55
+#: The probe (``workloads.pace_probe``): warm-up and timed steps, and codec repetitions
+#: (one warm-up and three timed), as ``testbed.orchestration.dilation`` runs it; plus
+#: each copy's interpreter and torch import (CPU seconds, shared by the cores).
+PROBE_STEPS = 14
+PROBE_CODEC_REPS = 4
+PROBE_IMPORT_S = 2.0
 #: What the estimate assumes an adaptive method sends, and PowerSGD's share of the gradient.
 ADAPTIVE_AS = "topk:0.01"
 POWERSGD_SHARE = 0.01
@@ -113,7 +130,8 @@ def _native(scenario: Any) -> dict[str, Any]:
 
 def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     """``seconds`` (real, the whole run), ``k`` (the factor assumed), ``virtual_s`` (the
-    training time on the run's clock) and ``step_s`` (virtual, when estimated)."""
+    training time on the run's clock), ``step_s`` (virtual, when estimated) and
+    ``probe_s`` (the ``auto`` probe's real seconds before the run, in ``seconds``)."""
     acc = getattr(scenario, "accelerator", None)
     if acc is None or not hasattr(scenario, "world_size"):
         return _native(scenario)
@@ -123,9 +141,9 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     except accelerator.ProfileError:
         return _native(scenario)
     n = scenario.world_size
-    elements = registry.param_count(wl.model, wl.knobs(), wl.dataset)
+    elements = registry.param_count(wl.model, wl.knobs(), wl.dataset) or 0
     level, share, reduction = _level(method or "allreduce")
-    mb = 4 * elements / 1e6 if elements else 0.0
+    mb = 4 * elements / 1e6
     codec_v = timing.codec_s(level, int(mb * 1e6)) if level else 0.0
     rates = faithful.training_rates(scenario.model_dump(mode="json"))
     comm_v = 0.0
@@ -136,28 +154,46 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     step_v = timing.step_s + codec_v + comm_v
     limit, steps = wl.time_limit_s, wl.steps
     virtual = float(limit) if limit else float(steps or 0) * step_v
-    share_cores = max(1.0, n / cores())
+    shared = max(1.0, SHARED_SLOWDOWN * n / cores())
+    fwd, bwd, opt = _host_real(wl.model, wl.dataset, timing, elements)
+    record = (fwd + bwd) * max(1.0, n / cores()) if wl.grads == "recorded" else 0.0
+    probe = 0.0
     if acc.dilation != "auto":
         k = float(acc.dilation)
     else:
         k_net = max(1.0, max(rates, default=0.0) / faithful.faithful_mbit())
-        fwd, bwd, opt = _host_real(wl.model, wl.dataset, timing, elements)
-        if wl.grads == "recorded" and elements:  # the surrogate; no optimizer step
-            fwd = elements * RECORDED_NS["forward"] * 1e-9
-            bwd = elements * RECORDED_NS["backward"] * 1e-9
-            opt = 0.0
-        codec_real = elements * CODEC_NS.get(level or "", 0.0) * 1e-9 if elements else 0.0
+        part = _host_parts(wl.grads, fwd, bwd, opt, elements, level)
         # the optimizer shares its slot with the next forward (netsenseml.accelerator)
-        k_host = acc.margin * share_cores * max(
-            fwd / timing.forward_s, (bwd + codec_real) / (timing.backward_s + codec_v),
-            (opt + fwd) / (timing.optimizer_s + timing.forward_s))
+        k_host = acc.margin * shared * max(
+            (part["between"] + part["forward"]) / timing.forward_s,
+            (part["backward"] + part["codec"]) / (timing.backward_s + codec_v),
+            (part["optimizer"] + part["between"] + part["forward"])
+            / (timing.optimizer_s + timing.forward_s))
         k = _round_up(max(k_net, k_host))
-    record = 0.0
-    if wl.grads == "recorded":
-        fwd, bwd, _ = _host_real(wl.model, wl.dataset, timing, elements)
-        record = (fwd + bwd) * share_cores
-    return {"seconds": virtual * k + PER_RUN_OVERHEAD_S + record, "k": k,
-            "virtual_s": virtual, "step_s": step_v}
+        probe = probe_s(part, record, n, shared)
+    return {"seconds": virtual * k + PER_RUN_OVERHEAD_S + record + probe, "k": k,
+            "virtual_s": virtual, "step_s": step_v, "probe_s": probe}
+
+
+def _host_parts(grads: str, fwd: float, bwd: float, opt: float, elements: int,
+                level: str | None) -> dict[str, float]:
+    """One worker's real seconds per step part, alone on a core (1 thread)."""
+    if grads == "recorded" and elements:  # the surrogate; no optimizer step
+        fwd = elements * RECORDED_NS["forward"] * 1e-9
+        bwd = elements * RECORDED_NS["backward"] * 1e-9
+        opt = 0.0
+    return {"forward": fwd, "backward": bwd, "optimizer": opt,
+            "between": elements * BETWEEN_NS * 1e-9,
+            "codec": elements * CODEC_NS.get(level or "", 0.0) * 1e-9}
+
+
+def probe_s(part: dict[str, float], record: float, n: int, shared: float) -> float:
+    """The ``auto`` probe's real seconds: ``n`` copies at once, each importing torch,
+    recording its gradient (recorded mode: ``record``, already shared by the cores),
+    timing its steps and its codec."""
+    step = part["forward"] + part["backward"] + part["optimizer"] + part["between"]
+    timed = (PROBE_STEPS * step + PROBE_CODEC_REPS * part["codec"]) * shared
+    return PROBE_IMPORT_S * max(1.0, n / cores()) + record + timed
 
 
 def _host_real(model: str, dataset: str, timing: accelerator.Timing,

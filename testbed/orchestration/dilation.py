@@ -248,12 +248,16 @@ def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
            tuple(codec_specs(method)), scn.world_size, acc.profile, acc.step_ms, acc.margin)
     busy = host_busy_pct()
     cached = _cache.get(key)
+    probe_s = 0.0
     if cached is None or abs(cached[2] - busy) > RECALIBRATE_PCT:
+        t = time.monotonic()
         real = measure(scn, method)
+        probe_s = round(time.monotonic() - t, 1)
         cached = _cache[key] = (least_factor(timing, real, acc.margin), real, busy)
     k_host, real, busy_then = cached
     k_net = network_factor(scn)
     return max(k_host, k_net), {**facts, "dilation_source": "auto", "host_real_s": real,
+                                "probe_s": probe_s,
                                 "margin": acc.margin, "k_host": k_host, "k_network": k_net,
                                 "host_busy_pct": round(busy, 1),
                                 "host_busy_pct_at_measure": round(busy_then, 1)}
