@@ -1,0 +1,63 @@
+"""The sweep's ``--dry-run`` estimate against the real time of the committed paper-scale runs.
+
+Why: the paper-scale sweep is planned from its estimate (hundreds of hours on a 2-core
+host), so the estimate is a figure users act on; the committed runs
+(``results/runs/paper-scale``, packed) carry what each really took (``summary.json``'s
+``wall_s`` and the ``auto`` probe's ``probe_s`` before it) and the scenario each ran, so the
+estimate is checked on them, on the host they ran on (its core count from their probe), not
+on whichever machine runs this test. A run's factor ``k`` is checked too: the estimate's
+``k`` drives most of its time. ``ESTIMATE_RUNS=<a sweep's folder>`` checks another set
+(a sweep just run on another host, say).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from testbed.config import estimate
+from testbed.config.scenario import validate_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = Path(os.environ.get("ESTIMATE_RUNS", ROOT / "results" / "runs" / "paper-scale"))
+#: How far one run's estimate may be from its real time (either way): the estimate knows
+#: the host only by constants measured on the build machine.
+WITHIN = 1.6
+
+
+def committed_runs() -> list[Path]:
+    return sorted(p.parent for p in RUNS.rglob("summary.json"))
+
+
+def _estimate_and_real(run: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, float, dict]:
+    cfg = json.loads((run / "config.json").read_text())
+    summ = json.loads((run / "summary.json").read_text())
+    acc = cfg["accelerator"]
+    monkeypatch.setattr(estimate, "cores", lambda: int(acc["host_real_s"]["cores"]))
+    scn = validate_scenario(cfg["scenario"], base_dir=ROOT, skip_kernel_checks=True,
+                            label=str(run.name))
+    return estimate.estimate(scn, cfg["method"]), summ["wall_s"] + acc["probe_s"], acc
+
+
+@pytest.mark.skipif(not RUNS.is_dir(), reason="no committed paper-scale runs")
+def test_the_dry_run_estimate_is_within_its_stated_factor_of_each_runs_real_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = []
+    for run in committed_runs():
+        if "probe_s" not in json.loads((run / "config.json").read_text())["accelerator"] \
+                or json.loads((run / "summary.json").read_text()).get("status") != "ok":
+            continue  # unfinished, or run before its probe was timed (its time not all known)
+        est, real, acc = _estimate_and_real(run, monkeypatch)
+        rows.append((run.relative_to(RUNS), est["seconds"], real, est["k"], acc["dilation"]))
+    assert rows, "no run folders under results/runs/paper-scale"
+    for name, est_s, real_s, est_k, k in rows:
+        print(f"{name}: estimated {est_s:.0f} s (k {est_k:g}), took {real_s:.0f} s (k {k:g})")
+    off = [(str(n), round(e / r, 2)) for n, e, r, _, _ in rows if not 1 / WITHIN <= e / r <= WITHIN]
+    assert not off, f"estimate / real outside [1/{WITHIN}, {WITHIN}]: {off}"
+    k_off = [(str(n), ek, k) for n, _, _, ek, k in rows if not 1 / WITHIN <= ek / k <= WITHIN]
+    assert not k_off, f"estimated k / the run's k outside [1/{WITHIN}, {WITHIN}]: {k_off}"
+    total_est, total_real = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    assert 1 / 1.25 <= total_est / total_real <= 1.25, (total_est, total_real)
