@@ -193,8 +193,11 @@ def test_crossover_intervals_are_the_tables(drawn: dict, res: Results) -> None:
 def test_committed_tables_are_the_current_codes(name: str) -> None:
     """The CSVs committed beside the figures (and quoted by results/README.md) are what
     the code computes from the committed runs: redraw with ``netsense report`` when not."""
-    computed = plots.tables_of(_load(False))[name].reset_index(drop=True)
-    committed = pd.read_csv(FIGURES / name)
+    _assert_same_table(plots.tables_of(_load(False))[name], pd.read_csv(FIGURES / name))
+
+
+def _assert_same_table(computed: pd.DataFrame, committed: pd.DataFrame) -> None:
+    computed = computed.reset_index(drop=True)
     assert list(committed.columns) == list(computed.columns)
     assert len(committed) == len(computed)
     for col in computed.columns:
@@ -241,3 +244,16 @@ def test_the_claim_leaves_timing_runs_out_and_keeps_accuracy_in_its_range() -> N
     assert "accel-crossover/d70" in set(claim["experiment"])
     for text in claim["final"]:
         assert all(0.0 <= float(v) <= 1.0 for v in re.findall(r"-?\d+\.\d+", text)), text
+
+
+PAPER_RUNS = ROOT / "results" / "runs" / "paper-scale"
+PAPER_FIGURES = ROOT / "results" / "figures" / "paper-scale"
+
+
+@pytest.mark.parametrize("name", ["throughput.csv", "speedup.csv"])
+def test_the_paper_scale_tables_are_what_its_runs_give(name: str) -> None:
+    """results/README.md section 5 quotes results/figures/paper-scale/, drawn with
+    ``--include-degraded`` (each run's lateness is in runs.csv; the README says which): the
+    committed tables must be what the code computes from the committed paper-scale runs."""
+    computed = plots.tables_of(Results.load(PAPER_RUNS, include_degraded=True))[name]
+    _assert_same_table(computed, pd.read_csv(PAPER_FIGURES / name))

@@ -22,10 +22,14 @@ from testbed.config import estimate
 from testbed.config.scenario import validate_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = Path(os.environ.get("ESTIMATE_RUNS", ROOT / "results" / "runs" / "paper-scale"))
+RUNS = Path(os.environ.get("ESTIMATE_RUNS") or ROOT / "results" / "runs" / "paper-scale")
 #: How far one run's estimate may be from its real time (either way): the estimate knows
 #: the host only by constants measured on the build machine.
 WITHIN = 1.6
+#: The same for ``k``, wider: ``auto``'s own factor moves between runs of one configuration
+#: (its probe is timed on a shared host: top-k 0.01 at 300 Mbit/s and 1 Gbit/s took 160-230),
+#: and the estimate knows one figure per codec level (top-k 0.001 and 0.01 alike).
+K_WITHIN = 2.1
 
 
 def committed_runs() -> list[Path]:
@@ -69,7 +73,8 @@ def test_the_dry_run_estimate_is_within_its_stated_factor_of_each_runs_real_time
         print(f"{name}: estimated {est_s:.0f} s (k {est_k:g}), took {real_s:.0f} s (k {k:g})")
     off = [(str(n), round(e / r, 2)) for n, e, r, _, _ in rows if not 1 / WITHIN <= e / r <= WITHIN]
     assert not off, f"estimate / real outside [1/{WITHIN}, {WITHIN}]: {off}"
-    k_off = [(str(n), ek, k) for n, _, _, ek, k in rows if not 1 / WITHIN <= ek / k <= WITHIN]
-    assert not k_off, f"estimated k / the run's k outside [1/{WITHIN}, {WITHIN}]: {k_off}"
+    k_off = [(str(n), ek, k) for n, _, _, ek, k in rows
+             if not 1 / K_WITHIN <= ek / k <= K_WITHIN]
+    assert not k_off, f"estimated k / the run's k outside [1/{K_WITHIN}, {K_WITHIN}]: {k_off}"
     total_est, total_real = sum(r[1] for r in rows), sum(r[2] for r in rows)
     assert 1 / 1.25 <= total_est / total_real <= 1.25, (total_est, total_real)
