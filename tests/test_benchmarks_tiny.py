@@ -24,7 +24,6 @@ import csv
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -32,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.workloads.ranks import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCEL = "results/runs/accel-policy"  # committed run folders: the analysers read these
@@ -51,12 +52,6 @@ class Tiny:
     expect: list[str]
     written: dict[str, list[str]] = field(default_factory=dict)
     exit_ok: Callable[[int, str], bool] = lambda code, out: code == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _compressors_verdict(code: int, out: str) -> bool:
@@ -136,7 +131,7 @@ def test_every_benchmark_has_a_tiny_run() -> None:
 
 
 def _argv(tiny: Tiny, tmp: Path) -> list[str]:
-    port = str(_free_port())
+    port = str(free_port())
     return [sys.executable, f"benchmarks/{tiny.script}",
             *(a.replace("{tmp}", str(tmp)).replace("{port}", port) for a in tiny.args)]
 
