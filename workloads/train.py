@@ -710,15 +710,16 @@ def _ddp(args: argparse.Namespace, model: nn.Module, device: torch.device) -> tu
 
 def _same_start(model: nn.Module, device: torch.device) -> bool:
     """Whether every rank's parameters and buffers are the same, by their sums (float64,
-    one per tensor) compared across the ranks: a tiny collective instead of the model."""
+    one per tensor) compared across the ranks: one tiny collective instead of the model
+    (the maximum of the sums and of their negatives: every rank's equals the largest and
+    the smallest)."""
     tensors = [*model.parameters(), *model.buffers()]
     if not tensors:
         return True
     sums = torch.stack([t.detach().double().sum() for t in tensors]).to(device)
-    hi, lo = sums.clone(), sums.clone()
-    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
-    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
-    return bool(torch.equal(hi, sums) and torch.equal(lo, sums))
+    both = torch.cat([sums, -sums])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    return bool(torch.equal(both, torch.cat([sums, -sums])))
 
 
 def _record(ddp: DDP, loader: DataLoader, device: torch.device,
