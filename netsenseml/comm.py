@@ -211,6 +211,12 @@ def unpack(
     return tensors, extras
 
 
+def unpack_extras(buf: torch.Tensor, n_tensors: int, n_extras: int) -> torch.Tensor:
+    """Only the extras of a :func:`pack` buffer (payload mode decodes nothing else)."""
+    off = 8 * n_tensors
+    return buf[off : off + 4 * n_extras].clone().view(torch.float32)
+
+
 def allgather_bytes(
     buf: torch.Tensor, group: Any, recorder: CommRecorder, capacity: int | None = None
 ) -> torch.futures.Future[list[torch.Tensor]]:

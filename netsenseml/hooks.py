@@ -92,7 +92,8 @@ import torch
 import torch.distributed as dist
 
 from netsenseml import accelerator, clock, compress, convergence, job, methods
-from netsenseml.comm import allgather_bytes, allreduce, pack, unpack
+from netsenseml import payload as payload_mode
+from netsenseml.comm import allgather_bytes, allreduce, pack, unpack, unpack_extras
 from netsenseml.compress.base import Payload
 from netsenseml.counted_group import counted_group
 from netsenseml.job import report as report  # re-exported: hooks.report(samples=, loss=, ...)
@@ -102,6 +103,7 @@ from netsenseml.loop import EXTRAS as EXTRAS  # re-exported: the piggy-backed va
 from netsenseml.loop import N_EXTRAS as N_EXTRAS
 from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the accepted forms
 from netsenseml.methods import MethodSpec
+from netsenseml.payload import PayloadError, check_compressor, is_payload
 from netsenseml.probe import probe_network as probe_network  # re-exported
 from netsenseml.state import OPTION_NAMES, HookOptions
 from netsenseml.state import NetSenseState as NetSenseState  # re-exported
@@ -188,14 +190,16 @@ def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.
     """A summable payload: divided by the world size, allreduced, decoded into the bucket."""
     world = state.world_size
     dense = getattr(compressor, "dense", False)
-    if not dense and _shares_memory(payload.tensors[0], buffer, source):
+    values = not is_payload(compressor)  # payload mode: zeros of the real sizes, no decoding
+    if values and not dense and _shares_memory(payload.tensors[0], buffer, source):
         # The bucket is zeroed before the sum is decoded into it: a wire tensor that is a
         # view of it (the obvious identity codec) would be zeroed too, and every gradient
         # with it. Copy it (once per bucket; a codec that copies anyway never pays this).
         payload = Payload((payload.tensors[0].clone(), *payload.tensors[1:]),
                           payload.shape, payload.dtype, payload.kept, payload.meta)
     wire = payload.tensors[0]
-    wire.div_(world)  # before the sum, as torch's hooks do (no fp16 overflow)
+    if values:
+        wire.div_(world)  # before the sum, as torch's hooks do (no fp16 overflow)
     if extras is not None:
         wire = torch.cat([wire, (extras / world).to(device=wire.device, dtype=wire.dtype)])
     k = payload.tensors[0].numel()
@@ -206,7 +210,9 @@ def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.
         if extras is not None:
             state.on_extras(out[k:].float())
             out = out[:k]
-        if dense:
+        if not values:
+            pass
+        elif dense:
             if out.data_ptr() != buffer.data_ptr():
                 buffer.copy_(out.view_as(buffer))
         else:
@@ -232,6 +238,11 @@ def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: co
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:
         t1 = clock.now()
+        if is_payload(compressor):  # nothing to decode; the observations still count
+            if n_extras:
+                state.on_extras(sum(unpack_extras(b, len(dtypes), n_extras) for b in fut.value()) / world)
+            state.count(0, 0, 0, clock.now() - t1)
+            return buffer
         buffer.zero_()
         ex_sum = None
         for b in fut.value():
@@ -364,22 +375,51 @@ def register(
     """
     if method is None:
         method = job.default_method()
-    spec = parse_method(method)  # a bad method is named first, whatever the model
-    target = methods.resolve(spec)
+    parse_method(method)  # a bad method is named first, whatever the model
     if not callable(getattr(ddp_model, "register_comm_hook", None)):
         raise TypeError(
             f"hooks.register: expects a DistributedDataParallel model, got "
             f"{type(ddp_model).__name__}; wrap it first: "
             "model = torch.nn.parallel.DistributedDataParallel(net)")
+    if options.get("pacer") is None:
+        options["pacer"] = _own_job_pacer(ddp_model)
+    params = [p for p in ddp_model.parameters() if p.requires_grad]
+    state, hook = build(method, sum(p.numel() for p in params),
+                        params[0].device if params else torch.device("cpu"),
+                        process_group=process_group, error_feedback=error_feedback, **options)
+    ddp_model.register_comm_hook(state, hook)
+    state.job = job.attach(state, ddp_model, state.method.text)
+    return state
+
+
+def build(
+    method: str,
+    elements: int,
+    device: torch.device,
+    *,
+    process_group: Any = None,
+    error_feedback: bool = True,
+    payload: bool = False,
+    **options: Any,
+) -> tuple[NetSenseState, Hook]:
+    """The state and hook function of ``method`` for a gradient of ``elements`` on
+    ``device``, not attached to any model (:func:`register` attaches them to DDP; payload
+    mode, ``workloads.payload``, calls the hook with its own buckets). ``payload``: the
+    codecs send zeros of their real sizes and decode nothing (``netsenseml.payload``); a
+    method that cannot is refused with a one-line ValueError. Collective where
+    :func:`register` says so."""
+    spec = parse_method(method)
+    target = methods.resolve(spec)
     common = {k: options.pop(k) for k in OPTION_NAMES if k in options}
     pacer = options.pop("pacer", None)
-    if pacer is None:
-        pacer = _own_job_pacer(ddp_model)
     probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options} if spec.name == "netsenseml" else {}
     policy, compressor = _build(spec, target, method, options)
+    if payload:
+        _payload_check(spec, target, method, policy, compressor)
     state = NetSenseState(
         spec, process_group,
-        HookOptions(error_feedback=error_feedback, memory_kind=target.info.memory or "residual", **common),
+        HookOptions(error_feedback=error_feedback and not payload,
+                    memory_kind=target.info.memory or "residual", payload=payload, **common),
         policy=policy, compressor=compressor, pacer=pacer,
         level=compressor.name if spec.plugin and compressor is not None else target.info.label)
     hook: Hook = compression_hook
@@ -389,12 +429,22 @@ def register(
     elif target.kind == "adaptive":
         assert state.loop is not None and policy is not None
         if policy.needs_calibration:
-            state.calibration = probe_network(state, ddp_model, **probe)
+            state.calibration = probe_network(state, elements, device, **probe)
             state.loop.calibrate(state.calibration)
         hook = netsenseml_hook
-    ddp_model.register_comm_hook(state, hook)
-    state.job = job.attach(state, ddp_model, spec.text)
-    return state
+    return state, hook
+
+
+def _payload_check(spec: MethodSpec, target: Any, method: str, policy: Any, compressor: Any) -> None:
+    """What payload mode cannot run (``netsenseml.payload``), refused in one line."""
+    if target.kind == "hook" and spec.name != "powersgd":
+        raise PayloadError(f"method {method!r}: a comm-hook plug-in computes its own payload, "
+                           "so payload mode cannot stand in for it; use grads: recorded")
+    if compressor is not None:
+        check_compressor(compressor, method)
+    if policy is not None and getattr(policy, "needs_values", False):
+        raise PayloadError(f"method {method!r}: its policy reads the gradient's values, which "
+                           "payload mode does not have; use grads: recorded or real")
 
 
 def _own_job_pacer(ddp_model: torch.nn.Module) -> accelerator.Pacer | None:
@@ -426,7 +476,13 @@ def _attach_raw_hook(state: NetSenseState, target: Any, method: str, error_feedb
     group = counted_group(state.process_group, state.recorder)
     state.hook = target.obj
     state.hook_state = group
-    if target.info.state:
+    if state.options.payload:  # powersgd (the only hook _payload_check lets through)
+        state.hook = payload_mode.powersgd_hook
+        try:
+            state.hook_state = payload_mode.powersgd_state(group, state.method, error_feedback, options)
+        except TypeError as exc:
+            raise ValueError(f"invalid options for method {method!r}: {exc}") from None
+    elif target.info.state:
         factory = methods.import_target(target.info.state, state.method.text)
         try:
             state.hook_state = factory(group, state.method, error_feedback, options)

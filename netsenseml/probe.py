@@ -78,14 +78,16 @@ def _codec_times(state: NetSenseState, levels: tuple[str, ...], numel: int, devi
 
 def probe_network(
     state: NetSenseState,
-    ddp_model: torch.nn.Module,
+    numel: int,
+    device: torch.device,
     probe_bytes: int = 1 << 20,
     probe_ratio: float = 0.01,
     latency_repeats: int = 3,
     min_transfer_fraction: float = 0.1,
     bandwidth_repeats: int = 3,
 ) -> Calibration:
-    """The registration probe of ``netsenseml`` (module docstring); collective, run once.
+    """The registration probe of ``netsenseml`` (module docstring) for a gradient of
+    ``numel`` elements on ``device``; collective, run once.
 
     Codec times: each level of the ladder on a random tensor of the gradient's size (top-k
     at ``probe_ratio``), decoding ``world`` payloads for the gathered levels, after a
@@ -103,10 +105,8 @@ def probe_network(
     stretches one; a sample errs long far more often than short, so the fastest of a few is
     the estimate (as for the latency).
     """
-    params = [p for p in ddp_model.parameters() if p.requires_grad]
-    if not params:
+    if numel <= 0:
         raise ValueError("netsenseml: the model has no parameter that requires a gradient")
-    device, numel = params[0].device, sum(p.numel() for p in params)
     world, group = state.world_size, state.process_group
     assert state.policy is not None
     half = state.policy.half_level

@@ -27,6 +27,7 @@ from netsenseml.comm import CommRecorder, CommTotals
 from netsenseml.loop import N_EXTRAS, AdaptivePolicy, Measured, StepLoop, from_wire, to_wire
 from netsenseml.memory import BucketResiduals, MomentumCorrectionMemory, ResidualMemory
 from netsenseml.methods import MethodSpec
+from netsenseml.payload import PayloadCodec
 from netsenseml.policy import Calibration, Decision
 from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor, TcpInfoSensor
 
@@ -51,6 +52,9 @@ class HookOptions:
     # hook methods: a bucket waits for the previous one (the hooks' module docstring)
     serialize_buckets: bool = True
     memory_kind: str = "residual"  # or "momentum" (DGC's momentum correction; the registry's)
+    # payload mode: the codecs send zeros of their real sizes, nothing is decoded and no
+    # error feedback is kept (netsenseml.payload); set by hooks.build, not a user's option
+    payload: bool = False
 
     def __post_init__(self) -> None:
         if self.rtt_probe_every < 1 or self.residual_drain <= 0:
@@ -59,7 +63,8 @@ class HookOptions:
 
 
 #: the options ``hooks.register`` takes for every method (the pacer is no option: a part)
-OPTION_NAMES = tuple(f.name for f in dataclasses.fields(HookOptions) if f.name != "memory_kind")
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(HookOptions)
+                     if f.name not in ("memory_kind", "payload"))
 
 
 class Codecs:
@@ -67,14 +72,15 @@ class Codecs:
     (one per level label; top-k the policy's selector), built once."""
 
     def __init__(self, compressor: compress.Compressor | None, policy: AdaptivePolicy | None,
-                 topk_method: str) -> None:
-        self.fixed = compressor
+                 topk_method: str, payload: bool = False) -> None:
+        wrap = PayloadCodec if payload else (lambda c: c)  # payload mode: netsenseml.payload
+        self.fixed = None if compressor is None else wrap(compressor)
         self.ladder: dict[str, compress.Compressor] = {}
         if policy is not None:
             for info in methods.ladder():
                 made = methods.resolve(info.name if info.arg is None else f"{info.name}:1").build()
-                self.ladder[info.label] = made
-            self.ladder["topk"] = compress.TopKCompressor(0.1, method=policy.topk_method or topk_method)
+                self.ladder[info.label] = wrap(made)
+            self.ladder["topk"] = wrap(compress.TopKCompressor(0.1, method=policy.topk_method or topk_method))
 
     def for_decision(self, decision: Decision) -> compress.Compressor:
         """The ladder's compressor of ``decision``, set to its kept fraction."""
@@ -281,7 +287,7 @@ class NetSenseState:
         port = os.environ.get("MASTER_PORT", "")
         self.tcp = TcpInfoSensor(exclude_port=int(port) if port.isdigit() else None)
         self.calibration: Calibration | None = None
-        self.codecs = Codecs(compressor, policy, opts.topk_method)
+        self.codecs = Codecs(compressor, policy, opts.topk_method, opts.payload)
         self.hook: Callable[[Any, dist.GradBucket], torch.futures.Future] | None = None
         self.hook_state: Any = None
         self.step = 0

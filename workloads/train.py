@@ -134,6 +134,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
 
 from netsenseml import accelerator, clock, convergence, hooks, lifecycle, methods  # noqa: E402
+from workloads import payload as payload_mode  # noqa: E402
 from workloads import recorded, registry  # noqa: E402
 from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
@@ -257,7 +258,7 @@ def _device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", type=float, default=1.0,
                    help="time-dilation factor k >= 1: the worker's clock is real time / k "
                         "(the testbed divides link rates by k; netsenseml.clock)")
-    p.add_argument("--grads", choices=recorded.MODES, default="real",
+    p.add_argument("--grads", choices=(*recorded.MODES, "payload"), default="real",
                    help="real: compute every step's gradient (default); recorded: compute one "
                         "real gradient in set-up and hand DDP that gradient every step, no "
                         "backward on the host (throughput runs; workloads.recorded)")
@@ -329,12 +330,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"accepted for {args.model}: {', '.join(registry.datasets_for(entry))}")
     if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
         bad_args(f"argument --target-accuracy: must be in (0, 1], got {args.target_accuracy}")
-    if args.grads == "recorded":
+    if args.grads != "real":
         given = [flag for flag, v in (("--eval-every", args.eval_every),
                                       ("--target-accuracy", args.target_accuracy),
                                       ("--stop-at-target", args.stop_at_target)) if v]
         if given:
-            bad_args(f"argument --grads: recorded gradients do not train the model, so "
+            bad_args(f"argument --grads: {args.grads} gradients do not train the model, so "
                      f"{', '.join(given)} cannot be measured; drop them")
     if args.stop_at_target and (args.target_accuracy is None or not args.eval_every):
         bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
@@ -348,6 +349,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.timing = pace_timing(args)
     except accelerator.ProfileError as e:
         bad_args(f"argument --accelerator: {e}")
+    if args.grads == "payload" and args.timing is None:
+        bad_args("argument --grads: payload mode computes nothing on the host, so the step's "
+                 "compute and codec times must come from --accelerator PROFILE or --step-ms MS")
     if args.convergence is not None:
         if methods.parse(args.method).name != "netsenseml":
             bad_args("argument --convergence: only the netsenseml method reads a convergence table")
@@ -567,9 +571,9 @@ class Setup:
     rank: int
     world: int
     data: Data
-    ddp: DDP
+    ddp: DDP | None  # None in payload mode
     state: Any
-    opt: torch.optim.Optimizer
+    opt: torch.optim.Optimizer | None
     sampler: DistributedSampler
     loader: DataLoader
     device: torch.device
@@ -581,6 +585,7 @@ class Setup:
     knobs: dict[str, Any]
     phases: dict[str, float] = field(default_factory=dict)
     recorded: recorded.RecordedGrads | None = None
+    payload: payload_mode.PayloadSteps | None = None
 
 
 def setup(args: argparse.Namespace) -> Setup:
@@ -595,6 +600,8 @@ def setup(args: argparse.Namespace) -> Setup:
     rank, world = _rendezvous_env()
     data, sampler, loader = _data(args, rank, world)
     torch.manual_seed(args.seed)
+    if args.grads == "payload":
+        return _payload_setup(args, rank, world, data, sampler, loader, t)
     entry, model = _model(args, data)
     knobs = entry.resolve_knobs(args.knobs)
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)  # after every refusal: none leaves a folder
@@ -628,6 +635,56 @@ def setup(args: argparse.Namespace) -> Setup:
     phases["barrier"] = time.perf_counter() - t
     return Setup(rank, world, data, ddp, state, opt, sampler, loader, device, backend, info,
                  lr, entry, momentum, knobs, {k: round(v, 4) for k, v in phases.items()}, rec)
+
+
+def _payload_setup(args: argparse.Namespace, rank: int, world: int, data: Data,
+                   sampler: DistributedSampler, loader: DataLoader, t: float) -> Setup:
+    """Payload mode's set-up (``workloads.payload``): the model on the meta device, DDP's
+    bucket layout from its shapes, the method's hook without DDP; no gradient, no data."""
+    phases: dict[str, float] = {}
+    with torch.device("meta"):
+        entry, model = _model(args, data)
+    knobs = entry.resolve_knobs(args.knobs)
+    lay = payload_mode.layout(model, lambda m: _meta_loss(m, data, args.batch_size))
+    Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+    info = model_info(model)
+    device, backend = _device(args)
+    phases["data_model"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=clock.real_s(args.pg_timeout)))
+    phases["rendezvous"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    extra: dict[str, Any] = {"convergence": args.convergence} if args.convergence else {}
+    pacer = accelerator.Pacer(args.timing, lay.elements)
+    try:
+        state, hook = hooks.build(args.method, lay.elements, device, payload=True, pacer=pacer,
+                                  seed=args.seed, **extra)
+    except ValueError as e:
+        bad_args(f"argument --method: {e}")
+    steps = payload_mode.PayloadSteps(lay, state, hook, device)
+    phases["ddp"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    dist.barrier()
+    phases["barrier"] = time.perf_counter() - t
+    momentum = sgd_momentum(entry, args.method, not args.no_error_feedback)
+    return Setup(rank, world, data, None, state, None, sampler, loader, device, backend, info,
+                 args.lr or entry.lr, entry, momentum, knobs,
+                 {k: round(v, 4) for k, v in phases.items()}, None, steps)
+
+
+def _meta_loss(model: nn.Module, data: Data, batch: int) -> torch.Tensor:
+    """A scalar loss of one forward of ``model`` on meta tensors of the data's shape."""
+    if data.kind == "lm":
+        x = torch.zeros(batch, *data.input_shape, dtype=torch.long, device="meta")
+    else:
+        x = torch.empty(batch, *data.input_shape, device="meta")
+    out = model(x)
+    out = out if isinstance(out, torch.Tensor) else out[0]
+    return out.float().sum()
 
 
 def _rendezvous_env() -> tuple[int, int]:
@@ -750,10 +807,11 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
           origin: float, out: Outcome) -> None:
     """The step loop, the periodic evaluations and the closing one; fills ``out``."""
     do_eval = _evaluator(args, s, log, watchdog, origin, out)
-    s.ddp.train()
+    if s.ddp is not None:
+        s.ddp.train()
     pacer = s.state.pacer
     between = True  # an evaluation or the stop agreement since the last step (the pacer)
-    batches = _batches(s.loader, s.sampler)
+    batches = _batches(s.loader, s.sampler) if s.payload is None else iter(())
     step = 0
     elapsed_max = torch.zeros(1, device=s.device)
     next_check: int | None = 1
@@ -783,7 +841,8 @@ def train(args: argparse.Namespace, s: Setup, log: RecordLog, watchdog: Watchdog
             if next_check is None:
                 break
     out.train_time_s = clock.now() - origin
-    if s.recorded is None and not (args.eval_every and step % args.eval_every == 0):
+    trains = s.recorded is None and s.payload is None
+    if trains and not (args.eval_every and step % args.eval_every == 0):
         t = clock.now()
         do_eval(step)
         out.final_eval_s = clock.now() - t
@@ -822,6 +881,12 @@ def _step(s: Setup, batches: Iterator[Any], step: int,
     (the hook's collectives), the health check, the optimizer. Returns the loss (None with
     recorded gradients), the count of leading zero-gradient steps and the hook's statistics."""
     pacer = s.state.pacer
+    if s.payload is not None:  # DDP's part only: the hook's buckets (workloads.payload)
+        pacer.forward_done()
+        s.payload.backward()
+        pacer.backward_done()
+        pacer.optimizer_done()
+        return None, zero_steps, dict(s.state.pop_step_stats())
     s.opt.zero_grad(set_to_none=True)
     if s.recorded is None:
         x, y = next(batches)

@@ -26,6 +26,12 @@ Optional attributes the hooks read when present (a compressor without them still
 * ``max_nbytes(numel) -> int`` -- an upper bound of ``payload.nbytes`` that every rank
   computes alike; all-gathers then pad to it instead of exchanging sizes first.
 * ``memory = "momentum"`` -- DGC's momentum correction instead of the plain residual.
+* ``wire(numel, dtype, seed=None) -> (Wire, kept)`` -- the sizes and dtypes of the wire
+  tensors ``compress`` returns for a flat tensor of ``numel`` elements of ``dtype`` (one
+  ``(numel, dtype)`` pair per tensor, in order) and the elements it keeps, computed without
+  compressing. Payload mode (``netsenseml.payload``) sends zeros of exactly these sizes
+  instead of running the codec; a compressor whose sizes depend on the values gives the
+  largest (its all-gathers are padded to ``max_nbytes`` anyway). Every built-in has it.
 * ``arg = "ratio"`` / ``"rank"`` -- how ``pkg.mod:Class:ARG`` is parsed (see
   ``netsenseml.methods.ARG_KINDS``); without it a plug-in receives ``ARG`` as text.
 
@@ -39,6 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+#: The wire tensors of one payload without their values: ``(numel, dtype)`` per tensor.
+Wire = tuple[tuple[int, torch.dtype], ...]
 
 
 @dataclass

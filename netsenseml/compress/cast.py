@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from netsenseml.compress.base import Payload
+from netsenseml.compress.base import Payload, Wire
 
 
 class NoCompression:
@@ -23,6 +23,9 @@ class NoCompression:
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
         return Payload((flat,), tensor.shape, tensor.dtype, kept=flat.numel())
+
+    def wire(self, numel: int, dtype: torch.dtype, seed: int | None = None) -> tuple[Wire, int]:
+        return ((numel, dtype),), numel
 
     def decompress(self, payload: Payload) -> torch.Tensor:
         return payload.tensors[0].to(payload.dtype).view(payload.shape)
@@ -49,6 +52,9 @@ class CastCompressor:
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1).to(self.wire_dtype)
         return Payload((flat,), tensor.shape, tensor.dtype, kept=flat.numel())
+
+    def wire(self, numel: int, dtype: torch.dtype, seed: int | None = None) -> tuple[Wire, int]:
+        return ((numel, self.wire_dtype),), numel
 
     def decompress(self, payload: Payload) -> torch.Tensor:
         return payload.tensors[0].to(payload.dtype).view(payload.shape)

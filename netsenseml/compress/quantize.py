@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from netsenseml.compress.base import Payload
+from netsenseml.compress.base import Payload, Wire
 
 
 class Int8Compressor:
@@ -56,3 +56,6 @@ class Int8Compressor:
     def max_nbytes(self, numel: int) -> int:
         """One int8 code per element and the fp32 scale."""
         return numel + 4
+
+    def wire(self, numel: int, dtype: torch.dtype, seed: int | None = None) -> tuple[Wire, int]:
+        return ((numel, torch.int8), (1, torch.float32)), numel

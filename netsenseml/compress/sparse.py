@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from netsenseml.compress.base import Payload, index_dtype, ratio_to_k
+from netsenseml.compress.base import Payload, Wire, index_dtype, ratio_to_k
 
 
 class _SparseBase:
@@ -134,6 +134,11 @@ class TopKCompressor(_SparseBase):
         """Both variants keep at most k elements: fp32 value + int32/int64 index each."""
         return ratio_to_k(self.ratio, numel) * (4 + index_dtype(numel).itemsize)
 
+    def wire(self, numel: int, dtype: torch.dtype, seed: int | None = None) -> tuple[Wire, int]:
+        """The exact selector keeps k; the sampled one at most k (its all-gather pads to k)."""
+        k = ratio_to_k(self.ratio, numel)
+        return ((k, dtype), (k, index_dtype(numel))), k
+
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
         k = ratio_to_k(self.ratio, flat.numel())
@@ -175,3 +180,12 @@ class RandomKCompressor(_SparseBase):
 
     def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
         out.index_add_(0, payload.meta["indices"], payload.tensors[0].to(out.dtype))
+
+    def wire(self, numel: int, dtype: torch.dtype, seed: int | None = None) -> tuple[Wire, int]:
+        """The positions are drawn (cheap next to the values' gather) for the exact count:
+        duplicates removed, as ``compress`` does."""
+        if seed is None:
+            seed = self.seed * 1_000_003 + self._calls
+            self._calls += 1
+        kept = int(self.indices(numel, seed).numel())
+        return ((kept, dtype),), kept

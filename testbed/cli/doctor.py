@@ -198,19 +198,20 @@ def accelerator_fit(timing: accelerator.Timing, workload: dict, workers: int, co
     """``workers`` pace probes at once, as `dilation: auto` runs them before a run
     (``testbed.orchestration.dilation``), and what follows from them. ``workload``: model,
     dataset, batch_size, knobs. Raises ``DilationError`` (one line) when they fail."""
+    from testbed.config import factor
     from testbed.emulation import faithful
     from testbed.orchestration import dilation
 
     real = dilation.measure_workload(workload["model"], workload["dataset"],
                                      workload["batch_size"], workload["knobs"], codecs,
                                      workers, threads)
-    need = dilation.host_need(timing, real, margin)
-    k_host = dilation.least_factor(timing, real, margin)
-    k_net = dilation.rate_factor(rate_mbit) if rate_mbit else 1.0
+    need = factor.host_need(timing, real, margin)
+    k_host = factor.least_factor(timing, real, margin)
+    k_net = factor.rate_factor(rate_mbit) if rate_mbit else 1.0
     k = max(k_host, k_net)
     cores = os.cpu_count() or 1
     return AcceleratorFit(k, k_host, k_net, need, faithful.faithful_mbit() * k,
-                          dilation.workers_within(need, k, workers, threads, cores),
+                          factor.workers_within(need, k, workers, threads, cores),
                           workers, threads, cores, real)
 
 

@@ -35,11 +35,11 @@ the pending estimates by how the finished runs compared with theirs.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 from netsenseml import accelerator, methods
+from testbed.config import factor
 from testbed.emulation import faithful
 from workloads import registry
 
@@ -160,16 +160,22 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     probe = 0.0
     if acc.dilation != "auto":
         k = float(acc.dilation)
+    elif wl.grads == "payload":  # nothing real is timed: no probe, no recording
+        record = 0.0
+        k = max(factor.rate_factor(max(rates, default=0.0)), factor.round_up(
+            factor.payload_need(timing, elements, n, cores(), acc.margin, wl.threads)))
     else:
-        k_net = max(1.0, max(rates, default=0.0) / faithful.faithful_mbit())
         part = _host_parts(wl.grads, fwd, bwd, opt, elements, level)
-        # the optimizer shares its slot with the next forward (netsenseml.accelerator)
-        k_host = acc.margin * shared * max(
-            (part["between"] + part["forward"]) / timing.forward_s,
-            (part["backward"] + part["codec"]) / (timing.backward_s + codec_v),
-            (part["optimizer"] + part["between"] + part["forward"])
-            / (timing.optimizer_s + timing.forward_s))
-        k = _round_up(max(k_net, k_host))
+        # the parts as the probe would time them, for the rule auto applies to its probe's
+        real = {"forward_s": part["forward"] * shared, "backward_s": part["backward"] * shared,
+                "optimizer_s": part["optimizer"] * shared, "between_s": part["between"] * shared,
+                "codec_s": {level: part["codec"] * shared} if level else {},
+                "elements": elements, "processes": n, "threads": wl.threads, "cores": cores(),
+                # CPU seconds of a whole step and of the codec, one copy (lockstep_need)
+                "step_cpu_s": part["forward"] + part["backward"] + part["optimizer"]
+                + part["between"]}
+        k = max(factor.rate_factor(max(rates, default=0.0)),
+                factor.least_factor(timing, real, acc.margin))
         probe = probe_s(part, record, n, shared)
     return {"seconds": virtual * k + PER_RUN_OVERHEAD_S + record + probe, "k": k,
             "virtual_s": virtual, "step_s": step_v, "probe_s": probe}
@@ -204,14 +210,6 @@ def _host_real(model: str, dataset: str, timing: accelerator.Timing,
     opt = (elements or 0) * OPTIMIZER_NS * 1e-9
     return (timing.forward_s * HOST_REAL_PER_PROFILE, timing.backward_s * HOST_REAL_PER_PROFILE,
             opt)
-
-
-def _round_up(k: float) -> float:
-    """Two significant digits, up (as testbed.orchestration.dilation rounds ``auto``)."""
-    if k <= 1:
-        return 1.0
-    digits = 10 ** (math.floor(math.log10(k)) - 1)
-    return math.ceil(k / digits - 1e-9) * digits
 
 
 def estimate_run_s(scenario: Any, method: str | None = None) -> float:

@@ -203,8 +203,8 @@ class Workload(StrictModel):
     """torch.distributed backend: auto (NCCL when every worker can have its own GPU, else gloo), gloo or nccl."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the model runs: auto (CUDA when every worker can have a GPU), cpu or cuda."""
-    grads: Literal["real", "recorded"] = "real"
-    """real: every step computes its gradient (default). recorded: one real gradient is computed before training and handed to DDP every step through the normal hook path, with no backward on the host (throughput runs under an accelerator profile; the model does not train, so no eval_every or target_accuracy; workloads/recorded.py)."""
+    grads: Literal["real", "recorded", "payload"] = "real"
+    """real: every step computes its gradient (default). recorded: one real gradient is computed before training and handed to DDP every step through the normal hook path, with no backward on the host (workloads/recorded.py). payload: no model, gradient or codec on the host; DDP's bucket layout from the model's shapes, every collective carries the bytes the method would send, compute and codec times from the accelerator profile (needs an accelerator: block; workloads/payload.py). recorded and payload are for throughput runs: the model does not train, so no eval_every or target_accuracy."""
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
     """More worker options by name (e.g. width: 256, stop_at_target: true): any option of `python -m workloads.train -h` that the scenario does not set already."""
 
@@ -259,8 +259,8 @@ class Workload(StrictModel):
             return self  # the job decides its length; time_limit_s only bounds the run
         if (self.steps is None) == (self.time_limit_s is None):
             raise ValueError("give exactly one of steps or time_limit_s")
-        if self.grads == "recorded" and (self.eval_every or self.target_accuracy):
-            raise ValueError("grads: recorded gradients do not train the model; drop "
+        if self.grads != "real" and (self.eval_every or self.target_accuracy):
+            raise ValueError(f"grads: {self.grads} gradients do not train the model; drop "
                              "eval_every and target_accuracy (accuracy cannot be measured)")
         if not registry.is_plugin(self.model):
             entry = registry.model_entry(self.model)
@@ -491,6 +491,10 @@ class Scenario(StrictModel):
                 f"workload.batch_size: {self.workload.batch_size} exceeds each rank's shard of "
                 f"{train // self.world_size} {self.workload.dataset} samples "
                 f"({self.world_size} workers)")
+        if self.workload.grads == "payload" and self.accelerator is None:
+            raise ValueError("workload.grads: payload mode computes nothing on the host, so "
+                             "the compute and codec times come from an accelerator: block "
+                             "(profile or step_ms)")
         if self.accelerator is not None and self.workload.own_job:
             if self.accelerator.profile is not None:
                 raise ValueError("accelerator.profile: a profile's entries are per built-in "

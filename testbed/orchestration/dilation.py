@@ -28,16 +28,17 @@ next runs a larger factor.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 import time
 from typing import Any
 
-from netsenseml import accelerator, methods
+from netsenseml import methods
+from testbed.config import factor  # the rule, shared with the estimate
 from testbed.emulation import faithful
 from testbed.orchestration.hostload import cpu_times
+from workloads import registry
 
 #: Linux's TCP minimum retransmission timeout (TCP_RTO_MIN), and its maximum.
 RTO_MIN_MS = 200.0
@@ -101,63 +102,6 @@ def codec_specs(method: str) -> list[str]:
     if spec.kind == "compressor" and spec.name != "allreduce":
         return [method]
     return []  # dense, or a hook whose codec the pacer does not hold (PowerSGD, plug-ins)
-
-
-def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
-    """The least ``k`` at which each real part x ``margin`` fits its profiled slot
-    (:func:`host_need`), rounded up to two significant digits."""
-    return _round_up(host_need(timing, real, margin))
-
-
-def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
-    """``margin`` x the largest ratio of a real part to its profiled slot (unrounded).
-
-    Parts: the optimizer step with what the worker does between steps (the next batch, its
-    records) and the next forward pass (one slot: the pacer lets the device run them back
-    to back); the same without the optimizer (a step after an evaluation starts its own
-    slot); the backward pass with the costliest codec the method uses (released bucket by
-    bucket, so the two share one slot); and the whole step's CPU work with the ranks in
-    lockstep (:func:`lockstep_need`).
-    """
-    codec_real = real.get("codec_s", {}) or {}
-    mb = 4 * int(real.get("elements", 0)) / 1e6
-    backward = [(real["backward_s"], timing.backward_s)]
-    for level, seconds in codec_real.items():
-        backward.append((real["backward_s"] + seconds,
-                         timing.backward_s + timing.codec_s_per_mb.get(level, 0.0) * mb))
-    between = real.get("between_s", 0.0) + PER_STEP_BOOKKEEPING_S
-    ratios = [(real["optimizer_s"] + between + real["forward_s"])
-              / (timing.optimizer_s + timing.forward_s),
-              (between + real["forward_s"]) / timing.forward_s,
-              max(r / p for r, p in backward), lockstep_need(timing, real, mb)]
-    return margin * max(ratios)
-
-
-def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -> float:
-    """The ratio at which the ranks' CPU work of a whole step fits its slots when they all
-    want the cores at once, as they do after each collective: the step's CPU seconds (with
-    the costliest codec) x the workers per core, against the step's slots.
-
-    The parts' wall medians miss this when the parts are short: a part of a few ms often
-    runs within one time slice, so its median shows an idle core while, in the run, every
-    rank starts its forward pass together. 0 where the probe gave no CPU seconds."""
-    cpu = real.get("step_cpu_s")
-    if cpu is None:
-        return 0.0
-    per_core = max(1.0, int(real.get("processes", 1)) * int(real.get("threads", 1))
-                   / max(int(real.get("cores", 1)), 1))
-    slot = timing.optimizer_s + timing.forward_s + timing.backward_s
-    need = [(cpu + PER_STEP_BOOKKEEPING_S) / slot]
-    for level, seconds in (real.get("codec_cpu_s") or {}).items():
-        need.append((cpu + PER_STEP_BOOKKEEPING_S + seconds)
-                    / (slot + timing.codec_s_per_mb.get(level, 0.0) * mb))
-    return per_core * max(need)
-
-
-#: The worker's own work per step that no probe times (its records, the hook's statistics
-#: and TCP_INFO reads, the watchdog), measured in paced runs of the crossover workload on
-#: the 2-core build machine as what remained of a step's lateness after the probe's parts.
-PER_STEP_BOOKKEEPING_S = 0.002
 
 
 def measure(scn: Any, method: str) -> dict[str, Any]:
@@ -244,6 +188,15 @@ def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
                              "profile": acc.profile, "step_ms": acc.step_ms}
     if acc.dilation != "auto":
         return float(acc.dilation), {**facts, "dilation_source": "given"}
+    if wl.grads == "payload":  # nothing real is timed: no probe (testbed.config.factor)
+        elements = registry.param_count(wl.model, wl.knobs(), wl.dataset) or 0
+        cores = len(os.sched_getaffinity(0))
+        k_host = factor.round_up(factor.payload_need(timing, elements, scn.world_size, cores,
+                                                     acc.margin, wl.threads))
+        k_net = network_factor(scn)
+        return max(k_host, k_net), {**facts, "dilation_source": "auto", "probe_s": 0.0,
+                                    "margin": acc.margin, "k_host": k_host, "k_network": k_net,
+                                    "host_rule": "payload", "host_busy_pct": round(host_busy_pct(), 1)}
     key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
            tuple(codec_specs(method)), scn.world_size, acc.profile, acc.step_ms, acc.margin)
     busy = host_busy_pct()
@@ -253,7 +206,7 @@ def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
         t = time.monotonic()
         real = measure(scn, method)
         probe_s = round(time.monotonic() - t, 1)
-        cached = _cache[key] = (least_factor(timing, real, acc.margin), real, busy)
+        cached = _cache[key] = (factor.least_factor(timing, real, acc.margin), real, busy)
     k_host, real, busy_then = cached
     k_net = network_factor(scn)
     return max(k_host, k_net), {**facts, "dilation_source": "auto", "host_real_s": real,
@@ -282,31 +235,4 @@ def network_factor(scn: Any) -> float:
     range (``testbed.emulation.faithful``): a virtual 40 Gbit/s link at k = 40 is a real
     1 Gbit/s one."""
     rates = faithful.training_rates(scn.model_dump(mode="json"))
-    return rate_factor(max(rates, default=0.0))
-
-
-def rate_factor(mbit: float) -> float:
-    """The least ``k`` that brings a virtual rate of ``mbit`` into the faithful range."""
-    return max(1.0, _round_up(mbit / faithful.faithful_mbit()))
-
-
-def workers_within(need: float, k: float, workers: int, threads: int, cores: int) -> int:
-    """The most workers whose real work still fits its slots at factor ``k``, from
-    ``need`` (:func:`host_need`) measured with ``workers`` copies at once.
-
-    The rule (DESIGN.md's, for compute on the emulating machine): a worker's real compute
-    time grows with ``max(1, n x threads / cores)``, the cores shared evenly once they are
-    all busy; below that it stays as measured (memory bandwidth and the shaping's softirq
-    are not in it: the margin covers them)."""
-    cores, threads = max(int(cores), 1), max(int(threads), 1)
-    measured_share = max(1.0, workers * threads / cores)
-    growth = k * measured_share / need  # how much slower a worker may get and still fit
-    return max(int(math.floor(growth * cores / threads + 1e-9)), 0)
-
-
-def _round_up(k: float) -> float:
-    """Up to two significant digits (a factor that reads well in a record)."""
-    if k <= 1:
-        return 1.0
-    digits = 10 ** (math.floor(math.log10(k)) - 1)
-    return math.ceil(k / digits - 1e-9) * digits
+    return factor.rate_factor(max(rates, default=0.0))

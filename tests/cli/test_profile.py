@@ -171,7 +171,7 @@ def test_doctor_refuses_a_profile_without_the_entry_in_one_line(tmp_path: Path,
 
 
 def test_workers_within_follows_the_stated_rule() -> None:
-    from testbed.orchestration.dilation import workers_within
+    from testbed.config.factor import workers_within
 
     # 2 cores, 1 thread each, measured with 2 at once needing k = 4: at k = 4 nothing more
     # fits than the cores (a third worker would be 1.5x slower), at k = 8 twice as many.

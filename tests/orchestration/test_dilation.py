@@ -13,6 +13,7 @@ import pytest
 
 from netsenseml import accelerator
 from testbed.common import metrics
+from testbed.config import factor
 from testbed.config.events import Action
 from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.emulation import faithful
@@ -101,21 +102,21 @@ def test_network_factor_brings_the_training_path_into_the_faithful_range() -> No
 
 
 def test_least_factor_fits_every_part_with_margin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dilation, "PER_STEP_BOOKKEEPING_S", 0.0)
+    monkeypatch.setattr(factor, "PER_STEP_BOOKKEEPING_S", 0.0)
     timing = accelerator.Timing(0.001, 0.002, 0.0005, {"topk": 0.0001})
     real = {"forward_s": 0.01, "backward_s": 0.01, "optimizer_s": 0.001, "between_s": 0.002,
             "elements": 250_000, "codec_s": {"topk": 0.01}}  # 1 MB of gradient
     # between steps + forward 12 ms in a 1 ms slot: 12x; optimizer + between + forward
     # 13 / 1.5 ms = 8.7x; backward + codec 20 / 2.1 ms = 9.5x
-    assert dilation.least_factor(timing, real, margin=1.5) == 18
-    assert dilation.least_factor(timing, real, margin=1.0) == 12
+    assert factor.least_factor(timing, real, margin=1.5) == 18
+    assert factor.least_factor(timing, real, margin=1.0) == 12
     # a slow optimizer shares its slot with the forward: (100 + 2 + 10) / 1.5 ms = 74.7x,
     # not the 200x it would need alone
     slow = dict(real, optimizer_s=0.1)
-    assert dilation.least_factor(timing, slow, margin=1.0) == 75
+    assert factor.least_factor(timing, slow, margin=1.0) == 75
     # no optimizer slot: its real work is the forward's slot's to absorb
     free = accelerator.Timing(0.001, 0.002, 0.0)
-    assert dilation.least_factor(free, real, margin=1.0) == 13
+    assert factor.least_factor(free, real, margin=1.0) == 13
 
 
 def test_a_native_run_is_k_1_and_a_given_factor_is_kept() -> None:
@@ -176,16 +177,16 @@ def test_ranks_in_lockstep_need_the_cores_for_their_whole_steps_cpu(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """8 ranks on 2 cores whose parts each look fast alone (short parts run within a time
     slice) still need 4x their step's CPU seconds, since all start each step together."""
-    monkeypatch.setattr(dilation, "PER_STEP_BOOKKEEPING_S", 0.0)
+    monkeypatch.setattr(factor, "PER_STEP_BOOKKEEPING_S", 0.0)
     timing = accelerator.Timing(0.005, 0.010, 0.0, {"topk": 0.001})
     real = {"forward_s": 0.01, "backward_s": 0.02, "optimizer_s": 0.0, "between_s": 0.005,
             "elements": 250_000, "codec_s": {}}
-    assert dilation.least_factor(timing, real, margin=1.0) == 3  # the parts' walls: 15/5 ms
+    assert factor.least_factor(timing, real, margin=1.0) == 3  # the parts' walls: 15/5 ms
     lockstep = dict(real, step_cpu_s=0.03, processes=8, threads=1, cores=2)
-    assert dilation.lockstep_need(timing, lockstep, mb=1.0) == pytest.approx(8.0)  # 4 x 30/15
-    assert dilation.least_factor(timing, lockstep, margin=1.0) == 8
+    assert factor.lockstep_need(timing, lockstep, mb=1.0) == pytest.approx(8.0)  # 4 x 30/15
+    assert factor.least_factor(timing, lockstep, margin=1.0) == 8
     # a codec's CPU joins the step's, against the step's slots with the codec's (1 MB)
     coded = dict(lockstep, codec_cpu_s={"topk": 0.018})
-    assert dilation.lockstep_need(timing, coded, mb=1.0) == pytest.approx(4 * 0.048 / 0.016)
+    assert factor.lockstep_need(timing, coded, mb=1.0) == pytest.approx(4 * 0.048 / 0.016)
     alone = dict(lockstep, processes=2)  # a core each: no sharing beyond the step's own
-    assert dilation.lockstep_need(timing, alone, mb=1.0) == pytest.approx(2.0)
+    assert factor.lockstep_need(timing, alone, mb=1.0) == pytest.approx(2.0)

@@ -1,0 +1,136 @@
+"""The rule that sets a run's time-dilation factor ``k``: one place for ``dilation: auto``
+(``testbed.orchestration.dilation``, which measures the host's parts) and for the estimate
+before a run (``testbed.config.estimate``, which models them from stated figures).
+
+``k`` is the larger of two needs:
+
+* **the host's**: ``margin`` x the largest ratio of the host's real work for a part of the
+  step to that part's profiled slot (:func:`host_need`, with the ranks' whole-step CPU in
+  lockstep, :func:`lockstep_need`); in payload mode, where the host computes nothing, the
+  hook's bookkeeping per step and bucket against the step (:func:`payload_need`);
+* **the network's**: the least ``k`` that brings the fastest rate training crosses into
+  the emulation's faithful range (:func:`rate_factor`, ``testbed.emulation.faithful``).
+
+Both are rounded up to two significant digits (:func:`round_up`). Torch-free: the
+orchestrator and the estimate import it without paying for torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from netsenseml import accelerator
+from testbed.emulation import faithful
+
+
+def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
+    """The least ``k`` at which each real part x ``margin`` fits its profiled slot
+    (:func:`host_need`), rounded up to two significant digits."""
+    return round_up(host_need(timing, real, margin))
+
+
+def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
+    """``margin`` x the largest ratio of a real part to its profiled slot (unrounded).
+
+    Parts: the optimizer step with what the worker does between steps (the next batch, its
+    records) and the next forward pass (one slot: the pacer lets the device run them back
+    to back); the same without the optimizer (a step after an evaluation starts its own
+    slot); the backward pass with the costliest codec the method uses (released bucket by
+    bucket, so the two share one slot); and the whole step's CPU work with the ranks in
+    lockstep (:func:`lockstep_need`).
+    """
+    codec_real = real.get("codec_s", {}) or {}
+    mb = 4 * int(real.get("elements", 0)) / 1e6
+    backward = [(real["backward_s"], timing.backward_s)]
+    for level, seconds in codec_real.items():
+        backward.append((real["backward_s"] + seconds,
+                         timing.backward_s + timing.codec_s_per_mb.get(level, 0.0) * mb))
+    between = real.get("between_s", 0.0) + PER_STEP_BOOKKEEPING_S
+    ratios = [(real["optimizer_s"] + between + real["forward_s"])
+              / (timing.optimizer_s + timing.forward_s),
+              (between + real["forward_s"]) / timing.forward_s,
+              max(r / p for r, p in backward), lockstep_need(timing, real, mb)]
+    return margin * max(ratios)
+
+
+def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -> float:
+    """The ratio at which the ranks' CPU work of a whole step fits its slots when they all
+    want the cores at once, as they do after each collective: the step's CPU seconds (with
+    the costliest codec) x the workers per core, against the step's slots.
+
+    The parts' wall medians miss this when the parts are short: a part of a few ms often
+    runs within one time slice, so its median shows an idle core while, in the run, every
+    rank starts its forward pass together. 0 where the probe gave no CPU seconds."""
+    cpu = real.get("step_cpu_s")
+    if cpu is None:
+        return 0.0
+    per_core = max(1.0, int(real.get("processes", 1)) * int(real.get("threads", 1))
+                   / max(int(real.get("cores", 1)), 1))
+    slot = timing.optimizer_s + timing.forward_s + timing.backward_s
+    need = [(cpu + PER_STEP_BOOKKEEPING_S) / slot]
+    for level, seconds in (real.get("codec_cpu_s") or {}).items():
+        need.append((cpu + PER_STEP_BOOKKEEPING_S + seconds)
+                    / (slot + timing.codec_s_per_mb.get(level, 0.0) * mb))
+    return per_core * max(need)
+
+
+#: The worker's own work per step that no probe times (its records, the hook's statistics
+#: and TCP_INFO reads, the watchdog), measured in paced runs of the crossover workload on
+#: the 2-core build machine as what remained of a step's lateness after the probe's parts.
+PER_STEP_BOOKKEEPING_S = 0.002
+
+
+def rate_factor(mbit: float) -> float:
+    """The least ``k`` that brings a virtual rate of ``mbit`` into the faithful range."""
+    return max(1.0, round_up(mbit / faithful.faithful_mbit()))
+
+
+def workers_within(need: float, k: float, workers: int, threads: int, cores: int) -> int:
+    """The most workers whose real work still fits its slots at factor ``k``, from
+    ``need`` (:func:`host_need`) measured with ``workers`` copies at once.
+
+    The rule (DESIGN.md's, for compute on the emulating machine): a worker's real compute
+    time grows with ``max(1, n x threads / cores)``, the cores shared evenly once they are
+    all busy; below that it stays as measured (memory bandwidth and the shaping's softirq
+    are not in it: the margin covers them)."""
+    cores, threads = max(int(cores), 1), max(int(threads), 1)
+    measured_share = max(1.0, workers * threads / cores)
+    growth = k * measured_share / need  # how much slower a worker may get and still fit
+    return max(int(math.floor(growth * cores / threads + 1e-9)), 0)
+
+
+def round_up(k: float) -> float:
+    """Up to two significant digits (a factor that reads well in a record)."""
+    if k <= 1:
+        return 1.0
+    digits = 10 ** (math.floor(math.log10(k)) - 1)
+    return math.ceil(k / digits - 1e-9) * digits
+
+
+#: Payload mode's host work (``workloads.payload``): per step the worker's loop, records
+#: and the hook's statistics, per bucket the hook's bookkeeping and the collective's launch
+#: and completion (gloo's threads copying the bytes compete for the same cores). Measured
+#: with 8 ranks of ResNet-18 on this 2-core host: at k = 1 a step of its 20 ms profile
+#: ran late on ~half the steps (loopback, where gloo's copying is densest), at 2 rarely.
+PAYLOAD_STEP_S = 0.003
+PAYLOAD_BUCKET_S = 0.001
+#: DDP's bucket cap (bytes): the payload layout's buckets, counted without building it.
+BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def payload_buckets(elements: int) -> int:
+    """About how many buckets DDP makes of ``elements`` fp32 gradients: the first of 1 MiB,
+    then 25 MiB each (a parameter larger than the cap is a bucket of its own, so a model
+    with such a layer has fewer)."""
+    return 1 + math.ceil(4 * max(int(elements), 0) / BUCKET_BYTES)
+
+
+def payload_need(timing: accelerator.Timing, elements: int, workers: int, cores: int,
+                 margin: float, threads: int = 1) -> float:
+    """Payload mode's host need (unrounded): ``margin`` x the hook's real work per step
+    (:data:`PAYLOAD_STEP_S` + :data:`PAYLOAD_BUCKET_S` a bucket) x the workers per core,
+    against the profiled step: nothing else real happens in a slot."""
+    per_core = max(1.0, workers * max(threads, 1) / max(cores, 1))
+    work = PAYLOAD_STEP_S + PAYLOAD_BUCKET_S * payload_buckets(elements)
+    return margin * per_core * work / timing.step_s
