@@ -40,6 +40,8 @@ class GradNorms:
         self.steps = 0  # steps ended
         self._sums: dict[int, torch.Tensor] = {}  # id(parameter) -> summed local gradient
         self._layout: dict[int, list[int]] = {}  # bucket index -> ids of its parameters
+        #: the layout the last closed window's norms were taken over (bucket index -> ids)
+        self.last_layout: dict[int, list[int]] = {}
 
     def add(self, bucket: dist.GradBucket) -> None:
         """Adds one bucket's local gradient (read before the hook changes the buffer)."""
@@ -61,6 +63,7 @@ class GradNorms:
         if self.steps % self.every:
             return ()
         norms = []
+        self.last_layout = layout
         for index in sorted(layout):
             sq = sum(float(torch.linalg.vector_norm(self._sums[k], dtype=torch.float64)) ** 2
                      for k in layout[index] if k in self._sums)
