@@ -16,8 +16,8 @@ step's measurements.
 A policy is anything with the :class:`AdaptivePolicy` interface: NetSenseML
 (``netsenseml.policy.NetSensePolicy``), the prototype's rule
 (``netsenseml.paper_rule.PaperRule``) and the adaptive peers StellaTrain
-(``netsenseml.stellatrain``) and Accordion (``netsenseml.accordion``). What tells them apart to the loop and the hook are
-the traits they declare, never their class.
+(``netsenseml.stellatrain``) and Accordion (``netsenseml.accordion``). What tells them
+apart to the loop and the hook are the traits they declare, never their class.
 
 Pure Python (no torch).
 """
