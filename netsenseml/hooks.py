@@ -177,7 +177,8 @@ def _reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: co
         payload = compressor.compress(source, seed=seed)
     feedback.keep(source, payload)
     if state.pacer is not None:
-        state.pacer.codec(state.decision.level, 4 * n, t0)  # the level's label (dgc, topk, ...)
+        # the level's label (dgc, topk, ...); per bucket where the policy decides per bucket
+        state.pacer.codec(state.decision.for_bucket(bucket.index()).level, 4 * n, t0)
     state.count(payload.kept, n, n * 4, clock.now() - t0)
     if compressor.reduction == "allreduce":  # 3. send, 4. decode into the bucket
         return _allreduce_bucket(state, bucket.buffer(), source, compressor, payload, extras)
@@ -293,7 +294,8 @@ def netsenseml_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futu
         # second thread), so it neither delays the payload nor times its start.
         probe = allreduce(torch.zeros(1, device=bucket.buffer().device), state.process_group,
                           state.recorder)
-    compressor = state.codecs.for_decision(state.decision)
+    # one decision per step; a per-bucket policy (Accordion) may give each bucket its own
+    compressor = state.codecs.for_decision(state.decision.for_bucket(bucket.index()))
     fut = _reduce_bucket(state, bucket, compressor, state.extras_for(first))
     if probe is None:
         return fut

@@ -14,9 +14,10 @@ step's observation and returns this step's decision, :meth:`StepLoop.end_step` t
 step's measurements.
 
 A policy is anything with the :class:`AdaptivePolicy` interface: NetSenseML
-(``netsenseml.policy.NetSensePolicy``) and the prototype's rule
-(``netsenseml.paper_rule.PaperRule``). What tells them apart to the loop and the hook are
-the traits they declare, never their class.
+(``netsenseml.policy.NetSensePolicy``), the prototype's rule
+(``netsenseml.paper_rule.PaperRule``) and the adaptive peers StellaTrain
+(``netsenseml.stellatrain``) and Accordion (``netsenseml.accordion``). What tells them
+apart to the loop and the hook are the traits they declare, never their class.
 
 Pure Python (no torch).
 """
@@ -46,7 +47,12 @@ class AdaptivePolicy(Protocol):
     ``(bytes, seconds)`` goes to the policy's ``add``, not to the monitor: the prototype's
     per-collective rule), ``drains_residual`` (dense levels drain an error-feedback residual
     at a bounded rate), ``topk_method`` (the top-k selector its levels use; None: the
-    hook's option), ``half_level`` (fp16 or bf16).
+    hook's option), ``half_level`` (fp16 or bf16). Optional: ``grad_norm_every`` (N > 0:
+    the hook accumulates each parameter's local gradient over windows of N steps and the
+    observation of a window's last step carries each bucket's norm of it, mean over ranks,
+    in ``Observation.grad_norms``; :func:`grad_norm_every` reads it, 0 when absent) and
+    ``needs_values`` (its decisions read gradient values, so a run that sends bytes without
+    them cannot host it).
     """
 
     decision: Decision
@@ -78,6 +84,21 @@ class Measured:
     bytes_sent: float
     collectives: float
     overlap_s: float = 0.0
+    # per DDP bucket, the local gradient's norm accumulated over the window this step
+    # closed (``grad_norm_every``); () on every other step and for other policies
+    grad_norms: tuple[float, ...] = ()
+
+
+#: Steps from the observed step to the one its decision applies to (module docstring:
+#: observed in step ``s``, delivered during ``s + 1``, applied from ``s + 2``).
+DECISION_LAG = 2
+
+
+def grad_norm_every(policy: object) -> int:
+    """Steps per window of accumulated gradient whose per-bucket norms the policy reads
+    (the trait ``grad_norm_every`` of :class:`AdaptivePolicy`; 0: none)."""
+    every = getattr(policy, "grad_norm_every", 0)
+    return int(every) if every else 0
 
 
 class StepLoop:
@@ -137,7 +158,7 @@ class StepLoop:
             rate_Bps=est.max_rate if est is not None and est.max_rate is not None else 0.0,
             min_rtt_s=est.min_rtt if est is not None else 0.0,
             queue_s=est.queue_delay if est is not None else 0.0,
-            congested=congested, samples=samples)
+            congested=congested, samples=samples, grad_norms=m.grad_norms)
 
     def deliver(self, obs: Observation) -> None:
         """The (mean over ranks) observation of step ``s`` reached this rank during step
@@ -166,17 +187,20 @@ class StepLoop:
 
 # --------------------------------------------------------------------------- the wire
 def to_wire(obs: Observation) -> list[float]:
-    """One rank's observation as the :data:`EXTRAS` values (ms, MB: fp16 carries them)."""
+    """One rank's observation as the :data:`EXTRAS` values (ms, MB: fp16 carries them),
+    followed by its ``grad_norms`` (none but on a window's last step; every rank closes a
+    window at the same step, so the lengths agree)."""
     rate = obs.rate_Bps
     return [1.0, obs.comm_s * 1e3, obs.exposed_s * 1e3, obs.compute_s * 1e3, obs.codec_s * 1e3,
             obs.bytes_sent / 1e6, obs.collectives, obs.overlap_s * 1e3, obs.congested,
-            obs.samples, float(rate > 0), rate / 1e6, obs.min_rtt_s * 1e3, obs.queue_s * 1e3]
+            obs.samples, float(rate > 0), rate / 1e6, obs.min_rtt_s * 1e3, obs.queue_s * 1e3,
+            *obs.grad_norms]
 
 
 def from_wire(mean: list[float], decision: Decision) -> Observation | None:
     """The mean over ranks of :func:`to_wire`'s values; None where some rank had no
     complete step yet (its values were zeros)."""
-    v = dict(zip(EXTRAS, mean, strict=True))
+    v = dict(zip(EXTRAS, mean[:N_EXTRAS], strict=True))
     if v["valid"] < 0.999:
         return None
     return Observation(
@@ -186,4 +210,5 @@ def from_wire(mean: list[float], decision: Decision) -> Observation | None:
         overlap_s=v["overlap_ms"] * 1e-3, congested=v["congested"], samples=v["samples"],
         # a rate only where every rank sensed one (the mean of a rate and a 0 is none)
         rate_Bps=v["rate_MBps"] * 1e6 if v["has_rate"] >= 0.999 else 0.0,
-        min_rtt_s=v["rtt_ms"] * 1e-3, queue_s=v["queue_ms"] * 1e-3)
+        min_rtt_s=v["rtt_ms"] * 1e-3, queue_s=v["queue_ms"] * 1e-3,
+        grad_norms=tuple(float(x) for x in mean[N_EXTRAS:]))

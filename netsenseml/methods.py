@@ -21,7 +21,9 @@ Kinds (``MethodInfo.kind``):
   collectives are counted by the process group it is given (``netsenseml.counted_group``);
   ``state`` is that group unless the entry names a ``state`` factory (PowerSGD).
 * ``adaptive`` -- the NetSenseML step loop (``hooks.netsenseml_hook``) driven by the policy
-  class named by ``target``, constructed with ``options`` plus the user's keywords.
+  class named by ``target``, constructed with ``options`` plus the user's keywords
+  (``netsenseml``, the prototype's rule ``netsenseml-paper`` and the published peers
+  ``stellatrain`` and ``accordion``).
 
 Adding a built-in compressor: one module under ``netsenseml/compress/`` and one
 ``register(MethodInfo(...))`` line below, at the place it should appear in listings and
@@ -76,7 +78,9 @@ class MethodInfo:
     when it depends on more than that). ``level``: the label of the ``level`` column in the
     step records (default: the name). ``options``: keywords for ``target``'s constructor.
     ``state``: for hooks, ``"module:function"`` building the hook's state from
-    ``(process_group, spec, error_feedback, options)``.
+    ``(process_group, spec, error_feedback, options)``. ``needs_values``: the method's
+    decisions read gradient values (Accordion's gradient norms), so a run that sends bytes
+    without real gradient values cannot host it.
     """
 
     name: str
@@ -93,6 +97,7 @@ class MethodInfo:
     aliases: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     state: str | None = None
+    needs_values: bool = False
 
     @property
     def label(self) -> str:
@@ -166,6 +171,14 @@ register(MethodInfo("netsenseml", "adaptive", "netsenseml.policy:NetSensePolicy"
 register(MethodInfo("netsenseml-paper", "adaptive", "netsenseml.paper_rule:PaperRule",
                     "the NetSenseML prototype's BDP rule on one top-k fraction", lossy=True,
                     level="topk"))
+# The adaptive peers (issue 49): published rules, each in its own module's docstring.
+register(MethodInfo("stellatrain", "adaptive", "netsenseml.stellatrain:StellaTrainPolicy",
+                    "StellaTrain's rule: the top-k fraction whose traffic fits a smoothed, "
+                    "wait-backed-off goodput target", lossy=True, level="topk"))
+register(MethodInfo("accordion", "adaptive", "netsenseml.accordion:AccordionPolicy",
+                    "Accordion's rule: per bucket light (none) or heavy (top-k 0.1) from the "
+                    "change of the accumulated gradient norm", lossy=True, level="none",
+                    needs_values=True))
 
 
 # ----------------------------------------------------------------------------- accessors

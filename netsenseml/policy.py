@@ -172,6 +172,12 @@ class Decision:
     ratio: float = 1.0  # kept fraction for top-k; 1.0 for dense levels
     probe: bool = False  # a one-step measurement (see Prober)
 
+    def for_bucket(self, index: int) -> Decision:
+        """What DDP bucket ``index`` sends: the step's decision. A policy that decides per
+        bucket (``netsenseml.accordion``) returns a subclass that overrides this."""
+        del index
+        return self
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -204,7 +210,9 @@ class Observation:
     delivery rate (fp32-allreduce-equivalent payload bytes per second; 0: none sensed since
     its window restarted); ``min_rtt_s``: the monitor's min RTT (0: none); ``queue_s``: its
 queueing delay (what tiny collectives take beyond the min RTT);
-    ``congested`` / ``samples``: the prototype rule's verdict counts (unused here).
+    ``congested`` / ``samples``: the prototype rule's verdict counts (unused here);
+    ``grad_norms``: per bucket, a window's accumulated gradient norm (``netsenseml.loop``,
+    for a policy with ``grad_norm_every``; unused here).
     """
 
     decision: Decision
@@ -220,6 +228,9 @@ queueing delay (what tiny collectives take beyond the min RTT);
     queue_s: float = 0.0
     congested: float = 0.0
     samples: float = 0.0
+    # per DDP bucket, the norm of the local gradient accumulated over the policy's window
+    # (mean over ranks), on the step that closed a window; () otherwise (``grad_norm_every``)
+    grad_norms: tuple[float, ...] = ()
 
 
 def bytes_ratio(level: str, ratio: float = 1.0, bytes_per_element: float = 8.0) -> float:

@@ -1,7 +1,9 @@
 """Replays a link through an adaptive policy, as the DDP hook would drive it.
 
-No torch, no network: a what-if tool for the policies of ``netsenseml.policy`` and
-``netsenseml.paper_rule`` (the tests and ``benchmarks/policy_response.py`` use it).
+No torch, no network: a what-if tool for the policies of ``netsenseml.policy``,
+``netsenseml.paper_rule`` and the peers ``netsenseml.stellatrain`` and
+``netsenseml.accordion`` (Accordion's gradient norms given as a trace, ``replay``'s
+``grad_norms``); the tests and ``benchmarks/policy_response.py`` use it.
 
 The link model of one collective of ``b`` fp32-allreduce-equivalent bytes (an all-gather's
 payload x W/2, as ``netsenseml.policy`` counts them)::
@@ -45,15 +47,16 @@ replay what the emulated link does without emulating it.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netsenseml.loop import AdaptivePolicy, Measured, StepLoop
+from netsenseml.loop import AdaptivePolicy, Measured, StepLoop, grad_norm_every
 from netsenseml.policy import (
     GATHERED,
     Calibration,
@@ -232,6 +235,7 @@ def _run_step(loop: StepLoop | None, job: Job, link: Link, decision: Decision, n
 
 def replay(policy: AdaptivePolicy, job: Job, links: Iterable[Link], *, seed: int = 0,
            monitor: NetworkMonitor | None = None, refill: bool = True,
+           grad_norms: Callable[[int], Sequence[float]] | None = None,
            **noise: float) -> list[Step]:
     """Runs one step per entry of ``links`` through the step loop (``netsenseml.loop``, as
     the hook drives it); calibrates a policy that needs it on the first link.
@@ -241,6 +245,12 @@ def replay(policy: AdaptivePolicy, job: Job, links: Iterable[Link], *, seed: int
 
     ``noise``: ``jitter``, ``spike_prob``, ``spike_s``, ``compute_jitter`` (module doc) and
     ``delay_s`` (U(0, delay_s) more on every collective: a busy host's scheduling).
+
+    ``grad_norms``: for a policy that reads accumulated gradient norms (its
+    ``grad_norm_every``, Accordion), ``grad_norms(step)`` gives the per-bucket norms of the
+    window that step ``step`` closes (a replay has no gradients; without it such a policy
+    sees none and keeps its decision). A per-bucket decision is replayed as its step's
+    summary level on every bucket.
     """
     unknown = set(noise) - {"jitter", "spike_prob", "spike_s", "compute_jitter", "delay_s"}
     if unknown:
@@ -253,9 +263,12 @@ def replay(policy: AdaptivePolicy, job: Job, links: Iterable[Link], *, seed: int
     clock = 0.0
     out = []
     bucket = TokenBucket() if refill else None
+    every = grad_norm_every(policy)
     for link in links:
         decision = loop.next_step()
         measured, period = _run_step(loop, job, link, decision, noisy, clock, bucket)
+        if grad_norms is not None and every and loop.step % every == 0:
+            measured = dataclasses.replace(measured, grad_norms=tuple(grad_norms(loop.step)))
         obs = loop.end_step(measured)
         clock += period
         out.append(Step(loop.step, decision, link, measured.comm_s, period, measured.bytes_sent,

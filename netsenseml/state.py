@@ -24,7 +24,16 @@ import torch.distributed as dist
 
 from netsenseml import accelerator, clock, compress, methods
 from netsenseml.comm import CommRecorder, CommTotals
-from netsenseml.loop import N_EXTRAS, AdaptivePolicy, Measured, StepLoop, from_wire, to_wire
+from netsenseml.gradnorms import GradNorms
+from netsenseml.loop import (
+    N_EXTRAS,
+    AdaptivePolicy,
+    Measured,
+    StepLoop,
+    from_wire,
+    grad_norm_every,
+    to_wire,
+)
 from netsenseml.memory import BucketResiduals, MomentumCorrectionMemory, ResidualMemory
 from netsenseml.methods import MethodSpec
 from netsenseml.payload import PayloadCodec
@@ -229,7 +238,8 @@ class NetSenseState:
     ``recorder`` (bytes and busy time of this rank's collectives) feeding ``monitor`` (the
     network monitor; ``netsenseml-paper``: its rule takes the samples instead); ``pacer``
     (the emulated accelerator's, or None); ``job`` (the own job's recorder under the
-    testbed, or None); ``hook``, ``hook_state`` (a ``hook`` method's function and the state
+    testbed, or None); ``norms`` (:class:`~netsenseml.gradnorms.GradNorms`: the accumulated
+    local gradient, for a policy with ``grad_norm_every``, or None); ``hook``, ``hook_state`` (a ``hook`` method's function and the state
     it is called with: a :class:`~netsenseml.counted_group.CountedGroup`, or an object
     holding one); ``step`` (bucket-0 calls).
 
@@ -282,6 +292,9 @@ class NetSenseState:
         self.monitor = NetworkMonitor(opts.monitor_rate_window, min_rate_bytes=opts.monitor_min_rate_bytes,
                                       rate_filter=opts.monitor_rate_filter)
         self.loop = None if policy is None else StepLoop(policy, self.monitor, opts.rtt_probe_every)
+        #: the accumulated local gradient, for a policy that reads its norms (Accordion)
+        every = grad_norm_every(policy)
+        self.norms: GradNorms | None = GradNorms(every) if every else None
         sink = self.monitor if self.loop is None else self.loop.sample_sink
         self.recorder = CommRecorder(sink, service_time=sink is self.monitor)  # type: ignore[arg-type]
         port = os.environ.get("MASTER_PORT", "")
@@ -393,6 +406,8 @@ class NetSenseState:
         if bucket.index() == 1:  # bucket 0's collective was launched inside its hook call
             self.timer.first_launch = self.recorder.totals().last_launch
         if bucket.index() != 0:
+            if self.norms is not None:
+                self.norms.add(bucket)
             return False
         if self.job is not None:  # an own job: bucket 0 is its step boundary
             self.job.boundary(now)
@@ -402,8 +417,12 @@ class NetSenseState:
         measured = self.timer.open(now, self.recorder.totals(), self.stats.codec_total())
         if self.loop is not None:
             if measured is not None:
+                if self.norms is not None:  # the step that ended may close a window
+                    measured = dataclasses.replace(measured, grad_norms=self.norms.end_step())
                 self._wire = to_wire(self.loop.observation(measured))
             self.loop.begin_step()
+        if self.norms is not None:
+            self.norms.add(bucket)
         self.step += 1
         return True
 

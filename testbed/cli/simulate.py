@@ -265,11 +265,11 @@ def parse_workers(text: str) -> list[int]:
 
 
 def parse_methods(text: str) -> list[str]:
-    from testbed.simulation.sim import level_of
+    from testbed.simulation.sim import SIMULATED_ADAPTIVE, level_of
 
     out = []
     for m in (p.strip() for p in text.split(",")):
-        if m == "netsenseml":
+        if m in SIMULATED_ADAPTIVE:
             out.append(m)
             continue
         try:

@@ -454,6 +454,20 @@ class Scenario(StrictModel):
         return v
 
     @model_validator(mode="after")
+    def _values_needed(self) -> Scenario:
+        """A method that decides from gradient values (the registry's ``needs_values``:
+        Accordion's norms) learns nothing from recorded gradients, the same every step."""
+        if self.workload.grads != "recorded":
+            return self
+        for i, m in enumerate(self.methods):
+            info = methods.parse(m).info
+            if info is not None and info.needs_values:
+                raise ValueError(f"methods[{i}]: {m} decides from gradient values, and "
+                                 "grads: recorded hands DDP the same gradient every step; "
+                                 "use grads: real or drop the method")
+        return self
+
+    @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> Scenario:
         topo = self.topology
         names = Names(topo.link_names(), topo.hosts())

@@ -90,6 +90,11 @@ DENSE_LEVELS = ("none", "fp16", "bf16")
 GATHERED_LEVELS = ("int8", "topk")
 PROBE_BYTES = 1 << 20
 PROBE_REPEATS = 3
+#: The adaptive methods the simulation runs, each its real policy in the hook's step loop:
+#: their decisions read times and bytes. Not Accordion (it reads gradient norms: a
+#: simulation has no gradient) nor the prototype's rule (it times every collective on the
+#: real clock, ``netsenseml.paper_rule``).
+SIMULATED_ADAPTIVE = ("netsenseml", "stellatrain")
 
 
 @dataclass(frozen=True)
@@ -280,11 +285,11 @@ def level_of(method: str) -> tuple[str, float]:
     """A fixed method's level and ratio (``topk:0.01`` -> ``("topk", 0.01)``)."""
     spec = methods.parse(method)
     level = spec.level
+    if spec.kind == "adaptive" or level not in DENSE_LEVELS + GATHERED_LEVELS:
+        raise ValueError(f"method {method!r}: the simulation knows allreduce, fp16, bf16, "
+                         f"int8, topk:R and {' and '.join(SIMULATED_ADAPTIVE)}")
     if level == "topk":
         return "topk", float(spec.arg)
-    if level not in DENSE_LEVELS + GATHERED_LEVELS:
-        raise ValueError(f"method {method!r}: the simulation knows allreduce, fp16, bf16, "
-                         "int8, topk:R and netsenseml")
     return level, 1.0
 
 
@@ -497,7 +502,8 @@ class _Simulation:
         """The job's steps until its step count or time limit; then every bulk flow ends."""
         job = self.job
         self.start_background()
-        loop = _start_loop(job, self.probe, self.timed) if job.method == "netsenseml" else None
+        loop = (_start_loop(job, self.probe, self.timed) if job.method in SIMULATED_ADAPTIVE
+                else None)
         if loop is None:
             level, ratio = level_of(job.method)
         origin: float | None = None
@@ -570,8 +576,9 @@ class _Simulation:
 
 
 def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
-    """The registration probe, simulated as the hook runs it, and the step loop of a
-    NetSenseML policy calibrated on it (its first decision)."""
+    """The registration probe, simulated as the hook runs it, and the step loop of the
+    job's adaptive policy (NetSenseML with the job's convergence prior, or StellaTrain)
+    calibrated on it (its first decision)."""
     lat = min(timed("allreduce", 4.0) for _ in range(PROBE_REPEATS))
     glat = min(timed("allgather", 1.0) for _ in range(PROBE_REPEATS))
     n = max(1, min(int(job.dense_bytes // 4), PROBE_BYTES // 4))
@@ -584,7 +591,9 @@ def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
     codec = {"none": 0.0, "fp16": job.compute.at("fp16")[1], "int8": job.compute.at("int8")[1],
              "topk": job.compute.at("topk", 0.01)[1]}
     probe.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
-    loop = StepLoop(NetSensePolicy(prior=convergence.load(job.convergence)), NetworkMonitor())
+    policy = (NetSensePolicy(prior=convergence.load(job.convergence)) if job.method == "netsenseml"
+              else methods.resolve(job.method).build())
+    loop = StepLoop(policy, NetworkMonitor())
     loop.calibrate(Calibration(
         dense_bytes=job.dense_bytes, world_size=job.fabric.workers, latency_s=lat,
         s_per_byte=s_per_byte, codec_s=codec,

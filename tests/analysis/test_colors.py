@@ -21,7 +21,7 @@ from testbed.analysis.figures import style
 ROOT = Path(__file__).resolve().parents[2]
 #: the methods the shipped sweeps compare side by side (one figure holds them all)
 EVALUATED = ("allreduce", "fp16", "int8", "topk:0.1", "topk:0.01", "dgc:0.01", "powersgd:4",
-             "netsenseml", "netsenseml-paper")
+             "netsenseml", "netsenseml-paper", "stellatrain", "accordion")
 #: every built-in method, with the arguments the shipped sweeps use
 SHIPPED = EVALUATED + ("bf16", "randomk:0.01", "topk:0.005", "topk:0.001", "dgc:0.001")
 SIGHT = {

@@ -91,6 +91,9 @@ def test_bundled_scenarios_load_and_name_their_links():
                                 "start_streams": 10, "max_streams": 5}]}, "max_streams (5)"),
         ({**BASE, "timeline": [{"at_s": -1, "kind": "set_rate", "link": "w0", "rate_mbit": 5}]},
          "timeline[0].at_s"),
+        ({**BASE, "workload": {**BASE["workload"], "grads": "recorded"},
+          "methods": ["stellatrain", "accordion"]},
+         "methods[1]: accordion decides from gradient values"),
     ],
 )
 def test_bad_scenarios_give_one_line_naming_the_field(tmp_path, data, needle):

@@ -198,3 +198,30 @@ def test_the_standing_queue_is_a_share_of_the_measured_backlog() -> None:
     assert standing_queue_bytes(NetCalibration(queue_fraction=0.5, queue_fill=2.0),
                                 100) == full
     assert standing_queue_bytes(NetCalibration(queue_bytes=9e4, queue_fill=2.0), 100) == 9e4
+
+
+def test_stellatrain_fits_its_fraction_to_the_simulated_link() -> None:
+    """The StellaTrain peer runs its real policy in the simulated step loop. Its first
+    decision (step 4 + 3) comes from the goodput of its start's 1 % top-k, a transfer so
+    short that latency, not the link, sets it; then a 20 Mbit/s star makes the accelerator
+    wait and the target backs off by a quarter per decision (every 8 steps), while on a
+    100 Gbit/s star nobody waits and everything fits: fp32 allreduce."""
+    comp = Compute({"none": 0.004, "fp16": 0.004, "int8": 0.005, "topk:0.01": 0.005,
+                    "topk:0.1": 0.005})
+    slow, fast = simulate_isolated([
+        _job("stellatrain", 2, compute=comp, steps=40, htb=True),
+        _job("stellatrain", 2, compute=comp, steps=40, htb=True,
+             fabric=Fabric("star", 2, 100_000.0, cross=1))], workers=2)
+    assert [(s.level, s.ratio) for s in slow.steps[:6]] == [("topk", pytest.approx(0.01))] * 6
+    kept = [s.ratio for s in slow.steps[6:]]
+    assert all(s.level == "topk" for s in slow.steps) and kept == sorted(kept, reverse=True)
+    assert kept[-1] < 0.5 * kept[0]
+    assert fast.steps[-1].level == "none"
+
+
+@pytest.mark.parametrize("method", ["accordion", "netsenseml-paper"])
+def test_the_simulation_refuses_adaptive_methods_it_cannot_run(method: str) -> None:
+    from testbed.simulation.sim import level_of
+
+    with pytest.raises(ValueError, match="stellatrain"):
+        level_of(method)

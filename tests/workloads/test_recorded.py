@@ -155,7 +155,8 @@ def test_worker_recorded_mode_matches_a_real_run(tmp_path):
     assert rec[-1]["kind"] == "summary" and rec[-1]["status"] == "ok"
 
 
-@pytest.mark.parametrize("flag", [["--eval-every", "2"], ["--target-accuracy", "0.5"]])
+@pytest.mark.parametrize("flag", [["--eval-every", "2"], ["--target-accuracy", "0.5"],
+                                  ["--method", "accordion"]])
 def test_worker_refuses_evaluation_with_recorded_gradients(flag):
     from workloads.train import parse_args
 

@@ -51,7 +51,8 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: The one place a method's colour is set (hex, so a test and a reader can see them). A
 #: method with an argument is looked up as ``name-arg`` (``topk:0.01`` -> ``topk-0.01``, the
 #: run folders' spelling too). The nine methods the evaluations compare take the Okabe-Ito
-#: palette and Paul Tol's muted one, chosen so that every two stay apart also for a reader
+#: palette and Paul Tol's muted one (the adaptive peers StellaTrain and Accordion a violet
+#: and a magenta found by the same measure), chosen so that every two stay apart also for a reader
 #: with red-green or blue-yellow colour blindness (tests/analysis/test_colors.py measures
 #: it: CIELAB distance, with the colour-vision deficiencies simulated); the rarer ones
 #: (bf16, random-k, top-k 0.5 % and 0.1 %, DGC 0.1 %) differ from all of them in ordinary vision.
@@ -71,6 +72,8 @@ METHOD_COLORS: dict[str, str] = {
     "powersgd": "#882255",          # wine
     "bf16": "#777777",              # grey
     "randomk": "#BBBBBB",           # light grey
+    "stellatrain": "#6600EE",       # violet (adaptive peer: bandwidth-driven top-k)
+    "accordion": "#EE44EE",         # magenta (adaptive peer: gradient-norm-driven levels)
 }
 
 #: The interval of every figure and table, as captions say it.

@@ -2,8 +2,9 @@
 
 Panels, each with one y axis and its unit: the rate (configured, and the monitor's estimate
 when logged), competing iperf3 streams (when there were any), the bottleneck queue in
-packets (when sampled), the adaptive method's kept ratio and level (only the levels it
-used), and every method's step time. All on one time axis: seconds since the run's first
+packets (when sampled), the adaptive methods' kept ratio and level (NetSenseML's, the
+prototype rule's and the adaptive peers' StellaTrain and Accordion, each in its colour; only
+the levels they used), and every method's step time. All on one time axis: seconds since the run's first
 training step (rank 0), so events of the ``timeline_origin: first_step`` scenarios line up
 with their ``at_s`` times in every run.
 
@@ -14,7 +15,7 @@ run's, are true of every step-time series under them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -77,6 +78,32 @@ class _Reference:
     streams: pd.DataFrame
     queue: pd.DataFrame
     t0: float
+    #: the runs whose kept ratio and levels are drawn (:func:`_adaptive`)
+    adaptive: list[_Series] = field(default_factory=list)
+
+
+@dataclass
+class _Series:
+    """One run's rank-0 training steps, t in seconds since its own first step."""
+
+    method: str
+    steps: pd.DataFrame
+    t0: float
+    color: Any
+
+
+def _adaptive(inp: Inputs, sel: pd.DataFrame) -> list[_Series]:
+    """Every selected run of an adaptive method (the registry's kind: NetSenseML, the
+    prototype's rule, the peers), the reference first; the reference alone when none is
+    adaptive. Each on its own clock (seconds since its first training step)."""
+    rows = [r for _, r in sel.iterrows() if tables.is_adaptive(r["method"])] or [sel.iloc[0]]
+    out = []
+    for r in rows:
+        s_all = inp.steps[inp.steps["run"] == r["run"]]
+        steps = _rank0(s_all)
+        if not steps.empty:
+            out.append(_Series(str(r["method"]), steps, _first_step_t(s_all), inp.color(r["method"])))
+    return out
 
 
 def _reference(inp: Inputs, sel: pd.DataFrame) -> _Reference:
@@ -98,22 +125,27 @@ def _reference(inp: Inputs, sel: pd.DataFrame) -> _Reference:
     rate["t"] = rate["t"].clip(lower=0)
     streams["t"] = streams["t"].clip(lower=0)
     return _Reference(ref, ref_steps, events, rate, streams,
-                      network.read_bottleneck(inp.root / ref["run"]), t0)
+                      network.read_bottleneck(inp.root / ref["run"]), t0, _adaptive(inp, sel))
 
 
-def _levels(ref: _Reference) -> pd.Series:
-    """The reference run's level per step; empty when it logged none (or numbers)."""
-    lv = ref.steps["level"] if "level" in ref.steps.columns else pd.Series(dtype=object)
+def _levels(steps: pd.DataFrame) -> pd.Series:
+    """A run's level per step; empty when it logged none (or numbers)."""
+    lv = steps["level"] if "level" in steps.columns else pd.Series(dtype=object)
     return lv if lv.notna().any() and not pd.api.types.is_numeric_dtype(lv) \
         else pd.Series(dtype=object)
 
 
+def _has_kept(steps: pd.DataFrame) -> bool:
+    return "kept_ratio" in steps.columns and bool(steps["kept_ratio"].notna().any())
+
+
 def _panels(ref: _Reference) -> dict[str, Any]:
-    """{panel: its axis}, top to bottom: only the panels the reference run has data for."""
-    has_kept = "kept_ratio" in ref.steps.columns and ref.steps["kept_ratio"].notna().any()
+    """{panel: its axis}, top to bottom: only the panels the runs have data for."""
+    has_kept = any(_has_kept(x.steps) for x in ref.adaptive)
+    has_level = any(not _levels(x.steps).empty for x in ref.adaptive)
     panels = ["network"] + (["streams"] if ref.streams["streams"].max() > 0 else []) \
         + (["queue"] if not ref.queue.empty else []) + (["kept"] if has_kept else []) \
-        + (["level"] if not _levels(ref).empty else []) + ["step"]
+        + (["level"] if has_level else []) + ["step"]
     heights = {"network": 1.2, "streams": 0.7, "queue": 0.8, "kept": 1.0, "level": 0.8,
                "step": 1.4}
     _, axes = plt.subplots(len(panels), 1, figsize=(8.5, 1.2 + 1.7 * sum(
@@ -157,21 +189,29 @@ def _queue_panel(a: Any, ref: _Reference, _color: Any) -> None:
     style.plain(a)
 
 
-def _kept_panel(a: Any, ref: _Reference, color: Any) -> None:
-    a.plot(ref.steps["t"] - ref.t0, ref.steps["kept_ratio"], drawstyle="steps-post", lw=1,
-           color=color)
+def _kept_panel(a: Any, ref: _Reference, _color: Any) -> None:
+    for x in ref.adaptive:
+        if _has_kept(x.steps):
+            a.plot(x.steps["t"] - x.t0, x.steps["kept_ratio"], drawstyle="steps-post", lw=1,
+                   color=x.color, label=x.method)
     a.set_yscale("log")
     style.log_ticks(a)
     a.set_ylabel(style.KEPT_AXIS)
+    if len(ref.adaptive) > 1:
+        style.legend(a, loc="lower right", fontsize=7)
 
 
-def _level_panel(a: Any, ref: _Reference, color: Any) -> None:
-    """Only the levels the run used, in the ladder's order."""
-    lv = _levels(ref)
-    seen = list(dict.fromkeys(lv.dropna()))
+def _level_panel(a: Any, ref: _Reference, _color: Any) -> None:
+    """Only the levels the runs used, in the ladder's order; a run drawn over another is
+    offset a little, so that equal levels stay visible."""
+    series = [(x, _levels(x.steps)) for x in ref.adaptive]
+    seen = list(dict.fromkeys(v for _, lv in series for v in lv.dropna()))
     cats = [c for c in LEVEL_ORDER if c in seen] + [c for c in seen if c not in LEVEL_ORDER]
-    a.plot(ref.steps["t"] - ref.t0, lv.map({c: i for i, c in enumerate(cats)}),
-           drawstyle="steps-post", color=color, lw=1)
+    drawn = [(x, lv) for x, lv in series if not lv.empty]
+    for n, (x, lv) in enumerate(drawn):
+        offset = 0.0 if len(drawn) == 1 else 0.15 * (n - (len(drawn) - 1) / 2) / max(1, len(drawn) - 1)
+        a.plot(x.steps["t"] - x.t0, lv.map({c: i for i, c in enumerate(cats)}) + offset,
+               drawstyle="steps-post", color=x.color, lw=1, label=x.method)
     a.set_yticks(range(len(cats)), cats, fontsize=7)
     a.set_ylim(-0.5, len(cats) - 0.5)
     a.set_ylabel(style.LEVEL_AXIS)
@@ -230,8 +270,9 @@ FIGURE = Figure(
     name="adaptation_timeline",
     title="Adaptation timeline",
     caption="One run's network as applied (configured rate and the monitor's estimate, "
-    "competing iperf3 streams, the bottleneck queue when sampled), the adaptive method's "
-    "kept ratio and the levels it used, and the step time of every method run with the same "
+    "competing iperf3 streams, the bottleneck queue when sampled), the adaptive methods' "
+    "kept ratio and the levels they used (NetSenseML's and, where run, the prototype rule's "
+    "and the peers'), and the step time of every method run with the same "
     "seed at the same rate; grey lines: applied events.",
     needs="finished runs (kind timeline, else runs with applied events)",
     runs=select,
