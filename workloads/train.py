@@ -340,7 +340,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         spec = methods.parse(args.method)
         if spec.info is not None and spec.info.needs_values:  # Accordion: gradient norms
             bad_args(f"argument --grads: method {args.method} decides from gradient values, "
-                     "and recorded gradients are the same one every step; use --grads real")
+                     f"which {args.grads} mode does not give it; use --grads real")
     if args.stop_at_target and (args.target_accuracy is None or not args.eval_every):
         bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
     if args.eval_samples is None:

@@ -456,15 +456,17 @@ class Scenario(StrictModel):
     @model_validator(mode="after")
     def _values_needed(self) -> Scenario:
         """A method that decides from gradient values (the registry's ``needs_values``:
-        Accordion's norms) learns nothing from recorded gradients, the same every step."""
-        if self.workload.grads != "recorded":
+        Accordion's norms) learns nothing from recorded gradients, the same every step, and
+        payload mode has no values at all."""
+        if self.workload.grads == "real":
             return self
+        why = {"recorded": "grads: recorded hands DDP the same gradient every step",
+               "payload": "grads: payload sends no gradient values"}[self.workload.grads]
         for i, m in enumerate(self.methods):
             info = methods.parse(m).info
             if info is not None and info.needs_values:
                 raise ValueError(f"methods[{i}]: {m} decides from gradient values, and "
-                                 "grads: recorded hands DDP the same gradient every step; "
-                                 "use grads: real or drop the method")
+                                 f"{why}; use grads: real or drop the method")
         return self
 
     @model_validator(mode="after")

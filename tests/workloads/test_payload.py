@@ -151,9 +151,9 @@ def test_a_method_payload_mode_cannot_stand_in_for_is_refused() -> None:
         assert word in str(exc.value) and "\n" not in str(exc.value)
 
 
-def _train(log_dir: Path, extra: list[str]) -> tuple[int, str]:
+def _train(log_dir: Path, extra: list[str], method: str = "topk:0.01") -> tuple[int, str]:
     argv = [sys.executable, "-m", "workloads.train", "--model", "resnet18-imagenet",
-            "--dataset", "cifar100-224-synth", "--method", "topk:0.01", "--steps", "3",
+            "--dataset", "cifar100-224-synth", "--method", method, "--steps", "3",
             "--batch-size", "32", "--log-dir", str(log_dir), "--grads", "payload", *extra]
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -174,3 +174,10 @@ def test_worker_refuses_payload_mode_without_a_profile(tmp_path: Path) -> None:
     code, out = _train(tmp_path / "none", [])
     assert code == 2 and "--accelerator" in out and "Traceback" not in out
     assert not (tmp_path / "none").exists()
+
+
+def test_a_method_that_reads_gradient_values_is_refused_in_payload_mode(tmp_path: Path) -> None:
+    code, out = _train(tmp_path / "acc", ["--accelerator", "a100-estimated"], "accordion")
+    assert code == 2 and "accordion" in out and "Traceback" not in out
+    with pytest.raises(ValueError, match="gradient's values"):
+        hooks.build("accordion", 10, torch.device("cpu"), payload=True)
