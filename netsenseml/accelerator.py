@@ -89,6 +89,11 @@ class Timing:
     def codec_s(self, level: str, nbytes: int) -> float:
         return self.codec_s_per_mb.get(level, 0.0) * nbytes / 1e6
 
+    @classmethod
+    def from_json(cls, data: Any, where: str = "timing") -> Timing:
+        """The inverse of :meth:`to_json` (a run's recorded timing); ProfileError (one line)."""
+        return _timing(data, where)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"forward_s": self.forward_s, "backward_s": self.backward_s,
                                "optimizer_s": self.optimizer_s,

@@ -317,9 +317,12 @@ def raw_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Fut
     # which gloo cannot match; so a bucket starts after the previous one finished.
     if state.options.serialize_buckets and state.previous_future is not None and bucket.index() != 0:
         state.previous_future.wait()
-    if state.pacer is not None:  # released at its profiled time; the hook's codec is not paced
-        state.pacer.bucket(bucket.buffer().numel())
     n = bucket.buffer().numel()
+    if state.pacer is not None:  # released at its profiled time
+        state.pacer.bucket(n)
+        if state.options.payload and state.hook_state.compressing:  # the device's products
+            state.pacer.codec(state.decision.level, 4 * n, clock.now())  # (profile), then sends
+        # otherwise the hook computes on the host, inside its call: not paced
     state.count(0, n, n * 4, 0.0)
     assert state.hook is not None
     if state.method.plugin:

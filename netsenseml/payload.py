@@ -125,6 +125,11 @@ class PowerSGDPayload:
     iter: int = 0
     buffers: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
 
+    @property
+    def compressing(self) -> bool:
+        """Past the dense start: this step computes P and Q (the profile's codec time)."""
+        return self.iter >= self.start_powerSGD_iter
+
     def sizes(self, shapes: list[torch.Size]) -> tuple[int, int, int]:
         """Elements of the uncompressed tensors, of the Ps and of the Qs of one bucket:
         torch's ``_should_compress`` on each gradient viewed as ``shape[0] x rest``."""
@@ -168,7 +173,7 @@ def powersgd_hook(state: PowerSGDPayload, bucket: Any) -> torch.futures.Future[t
     group = state.process_group
     buffer = bucket.buffer()
     index = bucket.index()
-    compressing = state.iter >= state.start_powerSGD_iter
+    compressing = state.compressing
     if bucket.is_last():
         state.iter += 1
     if not compressing:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from netsenseml import accelerator
 from testbed.config import estimate
+from testbed.config.accelerator import Accelerator
 from testbed.config.scenario import validate_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +56,9 @@ def _estimate_and_real(run: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict
     summ = json.loads((run / "summary.json").read_text())
     acc = cfg["accelerator"]
     monkeypatch.setattr(estimate, "cores", lambda: int(acc["host_real_s"]["cores"]))
+    # the profile as the run had it (a shipped profile's figures may have moved since)
+    ran = accelerator.Timing.from_json(acc["timing"])
+    monkeypatch.setattr(Accelerator, "timing", lambda self, *_a: ran)
     scn = validate_scenario(cfg["scenario"], base_dir=ROOT, skip_kernel_checks=True,
                             label=str(run.name))
     return estimate.estimate(scn, cfg["method"]), summ["wall_s"] + acc["probe_s"], acc
