@@ -14,6 +14,10 @@ import shutil
 
 import pytest
 
+# ``dilation: auto``'s measurements persist on disk between processes; the tests measure
+# afresh (a test of the cache names its own folder).
+os.environ.setdefault("NETSENSE_CACHE", "")
+
 
 @functools.cache
 def emulation_unavailable() -> str | None:

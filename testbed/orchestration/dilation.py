@@ -18,23 +18,32 @@ the HTB shaper's burst (computed at the real rate), and software costs per messa
 (the cores shared as in the run) and times the step's parts and the codecs the method can
 use; ``k`` is the least factor at which each real part, times the scenario's ``margin``,
 fits its profiled slot, and the ranks' CPU work of a whole step fits the cores while they
-all compute at once (:func:`least_factor`), rounded up to two significant digits. One
-measurement per (workload, method, world size, accelerator) and process, taken again when
-the host's load moved by more than ``RECALIBRATE_PCT`` since: a sweep measures each
-configuration once on a steady host, and a busy process that starts beside it gets the
-next runs a larger factor.
+all compute at once (:func:`least_factor`, the rule ``testbed.config.factor`` shares with
+the estimate), rounded up to two significant digits. One measurement per (workload,
+codecs, world size, threads), kept in the process and on disk (:func:`cache_dir`) for as
+long as the host (:func:`host_id`) and the code the probe runs (:func:`code_id`) stay the
+same, and taken again when the host's load moved by more than ``RECALIBRATE_PCT`` since: a
+sweep measures each configuration once on a steady host, the next sweep not at all, and a
+busy process that starts beside it gets the next runs a larger factor. In payload mode
+(``workload.grads: payload``) nothing real is timed, so no probe runs: the host's need is
+the rule's model of the hook's bookkeeping (``factor.payload_need``).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from netsenseml import methods
+from testbed.common import files
 from testbed.config import factor  # the rule, shared with the estimate
 from testbed.emulation import faithful
 from testbed.orchestration.hostload import cpu_times
@@ -45,7 +54,7 @@ RTO_MIN_MS = 200.0
 RTO_MAX_MS = 120_000.0
 PROBE_TIMEOUT_S = 180.0
 
-_cache: dict[tuple, tuple[float, dict[str, Any]]] = {}
+_cache: dict[tuple, tuple[dict[str, Any], float, str | None]] = {}
 
 
 class DilationError(RuntimeError):
@@ -177,8 +186,10 @@ def _worst(results: list[dict[str, Any]], threads: int) -> dict[str, Any]:
 
 
 def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
-    """``(k, facts)`` for this run: 1 for a native run, the scenario's number, or ``auto``
-    measured on this host (cached per configuration for the life of the process)."""
+    """``(k, facts)`` for this run: 1 for a native run, the scenario's number, or ``auto``:
+    in payload mode the rule alone (nothing real is timed), otherwise measured on this host,
+    once per configuration while the host, the code and the host's load stay (cached in
+    this process and on disk: :func:`cache_dir`; ``probe_cached`` says when it was taken)."""
     acc = scn.accelerator
     if acc is None:
         return 1.0, {"mode": "native"}
@@ -197,23 +208,106 @@ def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
         return max(k_host, k_net), {**facts, "dilation_source": "auto", "probe_s": 0.0,
                                     "margin": acc.margin, "k_host": k_host, "k_network": k_net,
                                     "host_rule": "payload", "host_busy_pct": round(host_busy_pct(), 1)}
+    # what the probe measures depends on these, not on the profile or the margin
     key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
-           tuple(codec_specs(method)), scn.world_size, acc.profile, acc.step_ms, acc.margin)
+           tuple(codec_specs(method)), scn.world_size, wl.threads)
     busy = host_busy_pct()
-    cached = _cache.get(key)
+    cached = _cache.get(key) or _load_cached(key)
     probe_s = 0.0
-    if cached is None or abs(cached[2] - busy) > RECALIBRATE_PCT:
+    if cached is None or abs(cached[1] - busy) > RECALIBRATE_PCT:
         t = time.monotonic()
         real = measure(scn, method)
         probe_s = round(time.monotonic() - t, 1)
-        cached = _cache[key] = (factor.least_factor(timing, real, acc.margin), real, busy)
-    k_host, real, busy_then = cached
+        cached = (real, busy, None)
+        _store(key, real, busy)
+    _cache[key] = cached
+    real, busy_then, cached_at = cached
+    k_host = factor.least_factor(timing, real, acc.margin)
     k_net = network_factor(scn)
     return max(k_host, k_net), {**facts, "dilation_source": "auto", "host_real_s": real,
-                                "probe_s": probe_s,
+                                "probe_s": probe_s, "probe_cached": cached_at,
                                 "margin": acc.margin, "k_host": k_host, "k_network": k_net,
                                 "host_busy_pct": round(busy, 1),
                                 "host_busy_pct_at_measure": round(busy_then, 1)}
+
+
+#: Where ``auto``'s measurements persist between processes, one file per configuration;
+#: ``NETSENSE_CACHE`` names another folder (an empty value: no cache on disk).
+CACHE_ENV = "NETSENSE_CACHE"
+
+
+def cache_dir() -> Path | None:
+    raw = os.environ.get(CACHE_ENV)
+    if raw is not None:
+        return Path(raw) if raw.strip() else None
+    return Path.home() / ".cache" / "netsense" / "dilation"
+
+
+def host_id() -> dict[str, Any]:
+    """What makes a measurement this host's: a change of any invalidates it."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"node": platform.node(), "cpu": model, "cores": len(os.sched_getaffinity(0)),
+            "memory_kb": _mem_total_kb()}
+
+
+def _mem_total_kb() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+@functools.cache
+def code_id() -> str:
+    """A digest of the code a probe runs (the library and the worker): a change of any of
+    it invalidates every measurement taken before."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[2]
+    for package in ("netsenseml", "workloads"):
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_file(key: tuple) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    return folder / (hashlib.sha256(repr(key).encode()).hexdigest()[:20] + ".json")
+
+
+def _load_cached(key: tuple) -> tuple[dict[str, Any], float, str] | None:
+    """A measurement of ``key`` on this host with this code, taken by an earlier process."""
+    path = _cache_file(key)
+    data = None if path is None else files.read_json(path)
+    if not data or data.get("key") != repr(key) or data.get("host") != host_id() \
+            or data.get("code") != code_id() or not isinstance(data.get("real"), dict):
+        return None
+    return data["real"], float(data.get("busy_pct", 0.0)), str(data.get("measured_at"))
+
+
+def _store(key: tuple, real: dict[str, Any], busy: float) -> None:
+    path = _cache_file(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_json(path, {"key": repr(key), "host": host_id(), "code": code_id(),
+                                "real": real, "busy_pct": busy,
+                                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    except OSError:  # a read-only home: the measurement still serves this process
+        pass
 
 
 #: ``auto`` measures the host again when its load (busy % of all cores, outside any run)

@@ -128,6 +128,33 @@ def test_a_native_run_is_k_1_and_a_given_factor_is_kept() -> None:
     assert facts["timing"]["forward_s"] == pytest.approx(0.006)
 
 
+def test_auto_measures_a_configuration_once_per_host_and_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's measurement is reused by a later process (the in-process cache emptied
+    stands for one) while host and code stay, and taken again when the code changes."""
+    monkeypatch.setenv(dilation.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(dilation, "_cache", {})
+    scn = load_scenario("accel-static")  # dilation: auto, 2 workers of the small MLP
+    k1, first = dilation.choose(scn, "fp16")
+    assert first["probe_s"] > 0 and first["probe_cached"] is None
+    assert len(list(tmp_path.glob("*.json"))) == 1
+    monkeypatch.setattr(dilation, "_cache", {})  # a new process
+    k2, again = dilation.choose(scn, "fp16")
+    assert again["probe_s"] == 0 and again["probe_cached"] and k2 == k1
+    assert again["host_real_s"] == first["host_real_s"]
+    monkeypatch.setattr(dilation, "_cache", {})
+    monkeypatch.setattr(dilation, "code_id", lambda: "other code")
+    _, changed = dilation.choose(scn, "fp16")
+    assert changed["probe_s"] > 0 and changed["probe_cached"] is None
+
+
+def test_payload_mode_needs_no_probe() -> None:
+    scn = apply_overrides(load_scenario("paper-resnet18-star"), {"workload.grads": "payload"})
+    k, facts = dilation.choose(scn, "topk:0.01")
+    assert facts["probe_s"] == 0 and facts["host_rule"] == "payload" and "host_real_s" not in facts
+    assert 1 <= k < 10  # not the host's codec work (recorded: 150-230)
+
+
 def test_codecs_timed_for_auto_follow_the_method() -> None:
     assert dilation.codec_specs("allreduce") == []
     assert dilation.codec_specs("topk:0.01") == ["topk:0.01"]
