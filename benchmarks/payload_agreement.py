@@ -4,6 +4,7 @@
         [--scenario paper-resnet18-star] [--rates 1000,300] [--seeds 0,1]
         [--methods allreduce,fp16,int8,topk:0.01,dgc:0.01,powersgd:4,netsenseml]
         [--arms recorded,payload-k,payload] [--k-methods M,...] [--out DIR] [--set key=value ...]
+    python benchmarks/payload_agreement.py --summarize DIR/agreement-runs.json   # the table again
 
 Per rate, seed and method, three arms run one after another (their order alternating
 seed by seed): ``recorded`` (real DDP, real codecs on a recorded gradient, ``dilation:
@@ -54,7 +55,7 @@ def run_arm(base: Any, arm: str, method: str, seed: int, k: float | None, folder
     out = run_scenario(scn, method, seed, folder, progress=False)
     s = out.summary
     cfg = json.loads((out.run_dir / "config.json").read_text())
-    samples = s.get("samples") or 0
+    samples = s.get("samples_total") or 0
     sent = s.get("bytes_sent_total") or 0
     return {"status": out.status, "reason": s.get("reason"),
             "throughput": s.get("throughput_samples_per_s"),
@@ -128,7 +129,13 @@ def main() -> None:
     p.add_argument("--rate-field", default="topology.rate_mbit")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--summarize", type=Path, default=None, metavar="RUNS_JSON",
+                   help="run nothing: the table of an earlier agreement-runs.json")
     args = p.parse_args()
+    if args.summarize is not None:
+        rows = reread(args.summarize)
+        write_table(rows, list(dict.fromkeys(r["arm"] for r in rows)), args.summarize.parent)
+        return
     arms = [a for a in args.arms.split(",") if a]
     bad = sorted(set(arms) - set(ARMS))
     if bad:
@@ -161,6 +168,24 @@ def main() -> None:
                           f" B/sample, k {row['k']:g}, late {_fmt(row['late_share'], '.4f')}, "
                           f"{row['real_s']:.0f} s", flush=True)
                 files.write_json(out / "agreement-runs.json", {"runs": rows})
+    write_table(rows, arms, out)
+
+
+def reread(path: Path) -> list[dict[str, Any]]:
+    """The runs of an earlier agreement-runs.json, their figures read again from their
+    folders (summary.json): the table follows the runs, not the numbers typed then."""
+    rows = (files.read_json(path) or {}).get("runs") or []
+    for r in rows:
+        s = files.read_json(Path(r["run_dir"]) / "summary.json") or {}
+        samples = s.get("samples_total") or 0
+        r["throughput"] = s.get("throughput_samples_per_s")
+        r["bytes_per_sample"] = (s.get("bytes_sent_total") or 0) / samples if samples else None
+        r["degraded"] = bool(s.get("degraded"))
+        r["status"] = s.get("status", r["status"])
+    return rows
+
+
+def write_table(rows: list[dict[str, Any]], arms: list[str], out: Path) -> None:
     table = summarize(rows, arms)
     files.write_csv(out / "agreement.csv", list(table[0]), table)
     md = markdown(table, arms)
