@@ -11,7 +11,8 @@ seed by seed): ``recorded`` (real DDP, real codecs on a recorded gradient, ``dil
 auto``: the factor its host work needs), ``payload-k`` (payload mode at the recorded run's
 own factor ``k``: the same dilation, so the two differ only in where the bytes come from)
 and ``payload`` (payload mode at its own ``auto`` factor, a small one: the run whose cost
-follows the network; against ``payload-k`` it is a dilation-invariance check).
+follows the network; against ``payload-k`` it is a dilation-invariance check). Finished runs in ``--out`` are read, not
+run again: an interrupted comparison resumes.
 ``--k-methods`` limits the ``payload-k`` arm (as costly as ``recorded``) to those methods.
 
 Printed and written (``agreement.csv``, ``agreement.md`` in ``--out``): each arm's virtual
@@ -38,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from testbed.cli.common import parse_overrides  # noqa: E402
 from testbed.common import files, stats  # noqa: E402
+from testbed.common.names import slug  # noqa: E402
 from testbed.config.scenario import apply_overrides, load_scenario  # noqa: E402
 from testbed.orchestration.run import run_scenario  # noqa: E402
 
@@ -52,18 +54,23 @@ def run_arm(base: Any, arm: str, method: str, seed: int, k: float | None, folder
         over["accelerator.dilation"] = k
     scn = apply_overrides(base, over)
     t = time.monotonic()
-    out = run_scenario(scn, method, seed, folder, progress=False)
-    s = out.summary
-    cfg = json.loads((out.run_dir / "config.json").read_text())
+    run_dir = folder / f"{slug(method)}-s{seed}"
+    s = files.read_json(run_dir / "summary.json") or {}
+    if s.get("status") == "ok":  # resumed: a finished run is read, not run again
+        status = "ok"
+    else:
+        out = run_scenario(scn, method, seed, run_dir, progress=False)
+        s, status, run_dir = out.summary, out.status, out.run_dir
+    cfg = json.loads((run_dir / "config.json").read_text())
     samples = s.get("samples_total") or 0
     sent = s.get("bytes_sent_total") or 0
-    return {"status": out.status, "reason": s.get("reason"),
+    return {"status": status, "reason": s.get("reason"),
             "throughput": s.get("throughput_samples_per_s"),
             "bytes_per_sample": sent / samples if samples else None,
             "k": float(cfg.get("accelerator", {}).get("dilation", 1.0)),
             "late_share": (s.get("overruns") or {}).get("late_share"),
             "degraded": bool(s.get("degraded")), "real_s": round(time.monotonic() - t, 1),
-            "run_dir": str(out.run_dir)}
+            "run_dir": str(run_dir)}
 
 
 def _fmt(v: Any, spec: str = ".1f") -> str:
@@ -104,7 +111,7 @@ def markdown(table: list[dict[str, Any]], arms: list[str]) -> str:
     for t in table:
         cells = [f"{t['rate_mbit']:g}", t["method"]]
         cells += [f"{_fmt(t[f'{a}_samples_s'])} +- {_fmt(t[f'{a}_ci'])} (n {t[f'{a}_n']}) "
-                  f"[{t[f'{a}_k']}]" for a in arms]
+                  f"[k {t[f'{a}_k']}]" for a in arms]
         cells += [f"{_fmt(t.get(f'{a}_ratio'), '.3f')} [{_fmt(t.get(f'{a}_lo'), '.3f')}, "
                   f"{_fmt(t.get(f'{a}_hi'), '.3f')}]" for a in arms if a != "recorded"]
         bps = {t[f"{a}_bytes_per_sample"] for a in arms}
