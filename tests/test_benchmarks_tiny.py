@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads.ranks import free_port
+from testbed.common.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCEL = "results/runs/accel-policy"  # committed run folders: the analysers read these

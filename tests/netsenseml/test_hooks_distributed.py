@@ -15,6 +15,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
+from testbed.common.ports import free_port
 from tests.netsenseml.ddp_harness import (
     STEPS,
     CollectiveSpy,
@@ -22,7 +23,6 @@ from tests.netsenseml.ddp_harness import (
     grads,
     two_bucket_model,
 )
-from tests.workloads.ranks import free_port
 
 
 # ------------------------------------------------------------------ scenarios

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from testbed.common.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,12 +26,6 @@ TINY = {
     "gpt": ["--model", "gpt", "--layers", "1", "--d-model", "32", "--context", "32",
             "--dataset", "text", "--eval-samples", "64"],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_ranks(tmp: Path, args: list[str], world: int = 2) -> list[subprocess.Popen]:
