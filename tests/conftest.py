@@ -1,9 +1,11 @@
-"""Shared test configuration: the ``emulation`` marker and the one place that decides
-whether this machine can run emulation tests.
+"""Shared test configuration: the ``emulation`` and ``root`` markers and the one place that
+decides whether this machine can run such tests.
 
 A test that builds real namespaces and shaped links says ``pytestmark = pytest.mark.emulation``
 (or decorates itself); it is skipped, with the reason below, where the machine cannot
-emulate. Nothing else in the suite decides that.
+emulate. A test that needs root for something else (a private mount, a packet socket) says
+``pytest.mark.root("to <what root is for>", *tools)``; it is skipped where this process is
+not root or a tool is missing. Nothing else in the suite decides either.
 """
 
 from __future__ import annotations
@@ -26,11 +28,25 @@ def emulation_unavailable() -> str | None:
     return None
 
 
+def root_unavailable(why: str, tools: tuple[str, ...]) -> str | None:
+    """Why a ``root`` test (root ``why``, with ``tools``) cannot run here, or None."""
+    if os.geteuid() != 0:
+        return f"needs root {why}"
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        return f"needs {', '.join(missing)}"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reason = emulation_unavailable()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=reason)
+    emulation = emulation_unavailable()
     for item in items:
-        if item.get_closest_marker("emulation") is not None:
-            item.add_marker(skip)
+        reasons = []
+        if emulation is not None and item.get_closest_marker("emulation") is not None:
+            reasons.append(emulation)
+        for mark in item.iter_markers("root"):
+            why = root_unavailable(mark.args[0], tuple(mark.args[1:]))
+            if why is not None:
+                reasons.append(why)
+        if reasons:
+            item.add_marker(pytest.mark.skip(reason="; ".join(dict.fromkeys(reasons))))

@@ -7,8 +7,6 @@ A small tmpfs is mounted in a private mount namespace of the test's own (``unsha
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,9 +15,7 @@ import pytest
 from testbed.orchestration.rundir import RESERVE_NAME
 from tests.reliability.helpers import NETSENSE, env_for, in_private_mount, state_empty
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None,
-    reason="needs root to mount a small tmpfs in a private mount namespace")
+pytestmark = pytest.mark.root("to mount a small tmpfs in a private mount namespace", "unshare")
 
 
 def _in_small_tmpfs(tmp_path: Path, size: str, commands: list[str], fill: bool = False
