@@ -13,7 +13,8 @@ import pytest
 
 from testbed.emulation import capture
 
-pytestmark = pytest.mark.root("for a packet socket")
+# serial: every frame sent must be captured (a busy core beside it must not decide that)
+pytestmark = [pytest.mark.root("for a packet socket"), pytest.mark.serial]
 MARK = b"netsense-capture-test"
 
 

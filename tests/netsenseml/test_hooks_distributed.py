@@ -24,6 +24,9 @@ from tests.netsenseml.ddp_harness import (
     two_bucket_model,
 )
 
+# serial: 4 ranks on the 2 cores, and two collectives' order in time is asserted
+pytestmark = pytest.mark.serial
+
 
 # ------------------------------------------------------------------ scenarios
 def _assert_same_gradients(ref, hooked, rank, message):

@@ -88,6 +88,7 @@ def _fill_mid_run(tmp_path: Path, runs: int) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.emulation  # the runs build their network before the disk fills
 def test_disk_filling_mid_run_ends_in_a_final_record(tmp_path):
     """The disk fills while the workers train: each run fails with the cause in its
     record, which is final (never ``running``, its registration gone), without a
