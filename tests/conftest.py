@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reasons.append(why)
         if reasons:
             item.add_marker(pytest.mark.skip(reason="; ".join(dict.fromkeys(reasons))))
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """testbed/sweeps/tiny.yaml run for real once per session (2 rates x allreduce / top-k
+    0.01 / netsenseml, a Mininet dumbbell: 6 runs) for the tests that read such a sweep.
+    They share it, so none may change it: a test that does works on a copy."""
+    from typer.testing import CliRunner
+
+    from tests.cli.apps import analysis_app
+
+    root = tmp_path_factory.mktemp("tiny-sweep")
+    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(root)])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("ok ") >= 6, res.output
+    return root
+
