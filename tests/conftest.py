@@ -68,3 +68,28 @@ def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert res.output.count("ok ") >= 6, res.output
     return root
 
+
+@pytest.fixture(scope="session")
+def zygote():
+    """A real pre-imported ``workloads.zygote`` for the session (each xdist worker's own),
+    closed after it: the tests fork workers and own jobs from it as the testbed does, and
+    it is ``launcher.shared()``'s, so every run a test starts in this process forks its
+    workers from it, as every run of one ``netsense sweep`` does (a run with none imports
+    torch into a zygote of its own: seconds of both cores per run)."""
+    from testbed.orchestration import launcher
+
+    with launcher.shared() as shared:
+        z = shared if shared is not None else launcher.Zygote()  # NETSENSE_ZYGOTE=0: own
+        try:
+            z.wait_ready()
+            yield z
+        finally:
+            if z is not shared:
+                z.close()
+
+
+@pytest.fixture(autouse=True)
+def _emulated_runs_share_the_zygote(request: pytest.FixtureRequest) -> None:
+    """An emulation test's in-process runs fork from the session's zygote (``zygote``)."""
+    if request.node.get_closest_marker("emulation") is not None:
+        request.getfixturevalue("zygote")
