@@ -216,6 +216,7 @@ EMULATED: dict[str, Tiny] = {
 
 
 @pytest.mark.emulation
+@pytest.mark.slow  # ~1 min of emulations together: make test-all and .ci/run
 @pytest.mark.parametrize("key", list(EMULATED))
 def test_emulated_benchmark_runs_at_a_tiny_size(key: str, tmp_path: Path) -> None:
     proc = _start(EMULATED[key], tmp_path)

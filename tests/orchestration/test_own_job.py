@@ -107,7 +107,8 @@ FAILURES = {
 }
 
 
-@pytest.mark.parametrize("fail", list(FAILURES))
+@pytest.mark.parametrize("fail", [  # a hang is waited out to the deadline: slow
+    pytest.param(f, marks=pytest.mark.slow) if f.startswith("hang") else f for f in FAILURES])
 def test_each_failure_of_an_own_job_ends_with_its_cause_and_nothing_left(
         tmp_path: Path, fail: str) -> None:
     # the job is forked from the pre-imported zygote: it starts in < 1 s, and hang-late's
