@@ -326,6 +326,7 @@ def test_hooks_world2_all_scenarios():
     _run(2, list(SCENARIOS))
 
 
+@pytest.mark.slow  # 4 ranks on the 2 cores; world 2 runs every scenario in make test
 def test_hooks_world4_core_scenarios():
     _run(4, ["allreduce", "fp16", "ef", "bytes", "variable_k"])
 
