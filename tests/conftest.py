@@ -76,8 +76,14 @@ def zygote():
     it is ``launcher.shared()``'s, so every run a test starts in this process forks its
     workers from it, as every run of one ``netsense sweep`` does (a run with none imports
     torch into a zygote of its own: seconds of both cores per run)."""
+    import torch._dynamo  # noqa: F401 - see below
+
     from testbed.orchestration import launcher
 
+    # Importing torch._dynamo (as DDP's constructor does) sets TORCHINDUCTOR_CACHE_DIR in this
+    # process; an own job forked later with this process's environment would then differ
+    # from the zygote's and start as a fresh interpreter. So it is set before the zygote
+    # copies the environment, as it would be in an orchestrator that had built a DDP model.
     with launcher.shared() as shared:
         z = shared if shared is not None else launcher.Zygote()  # NETSENSE_ZYGOTE=0: own
         try:
