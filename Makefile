@@ -12,6 +12,13 @@ SCENARIO ?= smoke
 SWEEP    ?= paper-quick
 RESULTS  ?= results
 PYTEST_ARGS ?=
+# The suite's two tiers (DESIGN.md, "The tests' layout"): tests marked neither emulation
+# nor serial share nothing and run on XDIST workers at once (one module per worker: its
+# module fixtures are made once); then the emulation and serial ones, one at a time.
+# `make test` leaves out the tests marked slow; `make test-all` (and .ci/run) runs every test.
+XDIST    ?= 2
+PARALLEL := not emulation and not serial
+SERIAL   := emulation or serial
 # EXTRAS=dev,ray also installs Ray (`netsense sweep --executor ray` and its tests)
 EXTRAS   ?= dev
 APT_PACKAGES := mininet iperf3 bridge-utils tcpdump python3-simgrid openssh-server
@@ -19,7 +26,7 @@ APT_PACKAGES := mininet iperf3 bridge-utils tcpdump python3-simgrid openssh-serv
 APT_TEST_PACKAGES := chromium
 STAMP    := $(VENV)/.netsense-setup
 
-.PHONY: setup test experiment sweep figures report clean distclean lint bench doctor schemas \
+.PHONY: setup test test-all experiment sweep figures report clean distclean lint bench doctor schemas \
         container-smoke container-clean
 
 setup: $(STAMP)
@@ -51,8 +58,14 @@ schemas: setup
 	$(VENV)/bin/netsense schema scenario --write
 	$(VENV)/bin/netsense schema sweep --write
 
+# Exit status 5 (no test selected, e.g. PYTEST_ARGS naming a file of the other tier) is no failure.
 test: setup
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -n $(XDIST) --dist loadfile -m "($(PARALLEL)) and not slow" $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(PY) -m pytest -q -ra -m "($(SERIAL)) and not slow" $(PYTEST_ARGS) || [ $$? = 5 ]
+
+test-all: setup
+	$(PY) -m pytest -q -ra -n $(XDIST) --dist loadfile -m "$(PARALLEL)" $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(PY) -m pytest -q -ra -m "$(SERIAL)" $(PYTEST_ARGS) || [ $$? = 5 ]
 
 lint: setup
 	$(VENV)/bin/ruff check .

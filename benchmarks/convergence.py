@@ -37,7 +37,6 @@ import argparse
 import csv
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.common.ports import free_port
 from testbed.orchestration.convergence_table import read_run  # the one reader of such runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,16 +85,10 @@ METHODS = ("allreduce", "fp16", "int8", "topk:0.1", "topk:0.01", "topk:0.001", "
            "dgc:0.001", "randomk:0.01", "powersgd:4")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_one(wl: Workload, method: str, seed: int, folder: Path, timeout: float) -> None:
     """Two ranks on loopback; their logs go to ``folder``. Kills (by PID) what overruns."""
     folder.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "workloads.train", "--model", wl.model, "--dataset",
             wl.dataset, "--method", method, "--steps", str(wl.max_steps), "--batch-size",
             str(wl.batch_size), "--seed", str(seed), "--log-dir", str(folder),

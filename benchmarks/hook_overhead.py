@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import time
 
@@ -32,6 +31,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import hooks, lifecycle
+from testbed.common.ports import free_port
 from workloads import registry
 from workloads.datasets import load_dataset
 from workloads.models import build_model
@@ -40,12 +40,6 @@ from workloads.train import _loss_and_correct, make_optimizer
 PAIRS = [("fp16", {"levels": ("fp16",)}),
          ("int8", {"levels": ("int8",)}),
          ("topk:0.01", {"levels": ("topk",), "max_ratio": 0.01, "floor": 0.01})]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, port: int, method: str, options: dict, steps: int, world: int, out: dict) -> None:
@@ -89,7 +83,7 @@ def _worker(rank: int, port: int, method: str, options: dict, steps: int, world:
 def run_one(method: str, options: dict, steps: int, world: int) -> tuple[list[float], list[float]]:
     with mp.Manager() as m:
         out = m.dict()
-        mp.spawn(_worker, args=(_free_port(), method, options, steps, world, out), nprocs=world)
+        mp.spawn(_worker, args=(free_port(), method, options, steps, world, out), nprocs=world)
         return next(iter(out.values()))
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads.ranks import free_port
+from testbed.common.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCEL = "results/runs/accel-policy"  # committed run folders: the analysers read these
@@ -216,6 +216,7 @@ EMULATED: dict[str, Tiny] = {
 
 
 @pytest.mark.emulation
+@pytest.mark.slow  # ~1 min of emulations together: make test-all and .ci/run
 @pytest.mark.parametrize("key", list(EMULATED))
 def test_emulated_benchmark_runs_at_a_tiny_size(key: str, tmp_path: Path) -> None:
     proc = _start(EMULATED[key], tmp_path)

@@ -42,7 +42,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
 import pandas as pd
 
 from netsenseml import methods  # the torch-free registry
@@ -96,15 +95,6 @@ def find_key(obj: Any, key: str) -> Any:
             if r is not None:
                 return r
     return None
-
-
-def read_steps(run_dir: Path) -> pd.DataFrame:
-    p = Path(run_dir) / "steps.csv"
-    try:
-        df = pd.read_csv(p)
-    except (OSError, pd.errors.EmptyDataError):
-        return pd.DataFrame()
-    return df
 
 
 _METRIC_COLUMNS = ("rank", "t", "t_worker", "samples", "accuracy", "loss", "kind")
@@ -659,11 +649,6 @@ def _batch_of(g: pd.DataFrame) -> float:
         if col in g.columns and g[col].notna().any():
             return float(g[col].dropna().iloc[0])
     return math.nan
-
-
-def speedup_range(sp: pd.DataFrame, col: str = "throughput_speedup") -> tuple[float, float]:
-    v = sp[col].replace([np.inf, -np.inf], np.nan).dropna() if not sp.empty else sp
-    return (float(v.min()), float(v.max())) if len(v) else (math.nan, math.nan)
 
 
 def _ci_text(v: float, lo: float, hi: float, fmt: str = ".2f") -> str:

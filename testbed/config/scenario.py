@@ -134,11 +134,6 @@ def n_workers(topo: TopologyParams) -> int:
     return len(topo.worker_hosts())
 
 
-def host_names(topo: TopologyParams) -> list[str]:
-    """Worker hosts w0..w(N-1) then cross hosts x0..; same names the emulation builds."""
-    return topo.hosts()
-
-
 def link_names(topo: TopologyParams) -> list[str]:
     """Logical names of the links events may target, computed from the config without
     building; ``run.py`` checks them against ``Emulation.links()`` after the build."""

@@ -42,7 +42,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -366,19 +365,6 @@ def _near(ref: str, base_dir: Path | None) -> str:
 def _with_scenario(r: RunSpec, scenario: Any) -> RunSpec:
     return RunSpec(r.sweep, r.experiment, r.kind, r.scenario_ref, r.params, r.overrides,
                    r.method, r.seed, r.run_dir, scenario)
-
-
-def _find(obj: Any, names: Iterable[str]) -> float | None:
-    """First positive number found under any of ``names`` (dotted), searching the scenario."""
-    for name in names:
-        cur = obj
-        for part in name.split("."):
-            cur = cur.get(part) if isinstance(cur, dict) else getattr(cur, part, None)
-            if cur is None:
-                break
-        if isinstance(cur, int | float) and not isinstance(cur, bool) and cur > 0:
-            return float(cur)
-    return None
 
 
 def with_overrides(runs: list[RunSpec], overrides: dict[str, Any]) -> list[RunSpec]:

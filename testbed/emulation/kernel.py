@@ -110,14 +110,6 @@ def has_netem() -> bool:
     return probe_qdisc("netem", "delay 1ms")[0]
 
 
-def has_htb() -> bool:
-    return probe_qdisc("htb", "default 1")[0]
-
-
-def has_tbf() -> bool:
-    return probe_qdisc("tbf", "rate 10mbit burst 32kbit latency 50ms")[0]
-
-
 def require_netem() -> None:
     """Raise NetemUnavailable with NETEM_MISSING_MSG unless the kernel has netem."""
     if not has_netem():

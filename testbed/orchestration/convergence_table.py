@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 
 from netsenseml import convergence
 from testbed.common.files import write_json
+from testbed.common.ports import free_port
 from testbed.config.scenario import Scenario, ScenarioError, apply_overrides
 from testbed.orchestration.workers import REPO_ROOT, worker_argv
 from workloads import records
@@ -42,12 +42,6 @@ class CalibrateError(ValueError):
 
 class RunFailed(RuntimeError):
     """A calibration run that did not finish; ``str()`` is one line naming its log."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def training_scenario(scn: Scenario, max_steps: int) -> Scenario:
@@ -72,7 +66,7 @@ def run_one(scn: Scenario, method: str, seed: int, folder: Path, timeout_s: floa
     folder.mkdir(parents=True, exist_ok=True)
     world = scn.world_size
     argv = worker_argv(scn, method, seed, folder, device="cpu", backend="gloo")
-    port = _free_port()
+    port = free_port()
     procs = []
     try:
         for rank in range(world):

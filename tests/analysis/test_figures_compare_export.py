@@ -1,5 +1,6 @@
 """Figures fit for a paper, ``netsense compare`` and ``netsense export``, on a tiny REAL sweep
-(testbed/sweeps/tiny.yaml: 2 rates x allreduce / top-k 0.01 / netsenseml, Mininet dumbbell).
+(testbed/sweeps/tiny.yaml: 2 rates x allreduce / top-k 0.01 / netsenseml, Mininet dumbbell;
+once per session: ``tiny_sweep``, tests/conftest.py, which the sweep's own tests read too).
 
 Figures, every registered one, drawn from the runs: legend entries unique, every y axis and
 the bottom x axis labelled with a unit in parentheses, one colour per method across
@@ -29,12 +30,10 @@ pytestmark = pytest.mark.emulation
 UNIT = re.compile(r"\([^)]+\)")
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("results")
-    res = CliRunner().invoke(app, ["sweep", "tiny", "--results", str(root), "-q"])
-    assert res.exit_code == 0, res.output
-    return root
+@pytest.fixture
+def swept(tiny_sweep: Path) -> Path:
+    """The session's tiny sweep (tests/conftest.py), shared with the sweep's own tests."""
+    return tiny_sweep
 
 
 def _drawn(root: Path) -> dict[str, plt.Figure]:

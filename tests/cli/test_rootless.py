@@ -36,6 +36,10 @@ import pytest
 
 from testbed.emulation import leftovers
 
+# serial: a rootless run builds an emulated network (in user namespaces, so no emulation
+# marker: it needs no root) and the leftover checks look at every namespace of one uid
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("netsenseml", "workloads", "topologies", "testbed")
 NOBODY = 65534

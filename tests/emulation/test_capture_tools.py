@@ -5,7 +5,6 @@ missing. Root (a packet socket), no emulation: nothing is built."""
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 from pathlib import Path
@@ -14,7 +13,8 @@ import pytest
 
 from testbed.emulation import capture
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a packet socket needs root")
+# serial: every frame sent must be captured (a busy core beside it must not decide that)
+pytestmark = [pytest.mark.root("for a packet socket"), pytest.mark.serial]
 MARK = b"netsense-capture-test"
 
 

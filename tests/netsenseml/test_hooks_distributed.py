@@ -15,6 +15,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
+from testbed.common.ports import free_port
 from tests.netsenseml.ddp_harness import (
     STEPS,
     CollectiveSpy,
@@ -22,7 +23,9 @@ from tests.netsenseml.ddp_harness import (
     grads,
     two_bucket_model,
 )
-from tests.workloads.ranks import free_port
+
+# serial: 4 ranks on the 2 cores, and two collectives' order in time is asserted
+pytestmark = pytest.mark.serial
 
 
 # ------------------------------------------------------------------ scenarios
@@ -323,6 +326,7 @@ def test_hooks_world2_all_scenarios():
     _run(2, list(SCENARIOS))
 
 
+@pytest.mark.slow  # 4 ranks on the 2 cores; world 2 runs every scenario in make test
 def test_hooks_world4_core_scenarios():
     _run(4, ["allreduce", "fp16", "ef", "bytes", "variable_k"])
 

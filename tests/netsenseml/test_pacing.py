@@ -21,7 +21,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import accelerator, clock, hooks, lifecycle
 from netsenseml.compress.cast import NoCompression
-from tests.workloads.ranks import free_port
+from testbed.common.ports import free_port
+
+# serial: the pacer's steps are held to their profiled times within milliseconds of the wall clock
+pytestmark = pytest.mark.serial
 
 #: A step a 2-core host does with room to spare: 30 ms forward, 60 ms backward, 10 ms optimizer.
 TIMING = accelerator.Timing(0.03, 0.06, 0.01)

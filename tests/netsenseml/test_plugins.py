@@ -21,6 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
+from testbed.common.ports import free_port
 from tests.netsenseml.ddp_harness import (
     STEPS,
     CollectiveSpy,
@@ -28,7 +29,7 @@ from tests.netsenseml.ddp_harness import (
     grads,
     two_bucket_model,
 )
-from tests.workloads.ranks import REPO, TINY, free_port, outputs, read_log, run_ranks
+from tests.workloads.ranks import REPO, TINY, outputs, read_log, run_ranks
 
 USER_MODULE = "nst_user_codecs"
 USER_CODE = '''

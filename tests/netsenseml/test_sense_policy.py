@@ -28,6 +28,7 @@ from netsenseml.policy import (
 from netsenseml.replay import (
     Job,
     Link,
+    Step,
     calibration,
     changes,
     level_changes,
@@ -489,8 +490,16 @@ def test_prior_of_the_job_changes_the_choice():
 
 
 def test_changes_counts_every_decision_change():
-    steps = replay(NetSensePolicy(prior=PRIOR), MLP, [link()] * 5)
-    assert changes(steps) >= level_changes(steps) >= 0
+    """``changes`` counts every change of the decision (a top-k ratio move too),
+    ``level_changes`` only those of the level; a probe step is neither (the steps on
+    either side of it are compared)."""
+    seq = [Decision("int8"), Decision("int8"), Decision("topk", 0.01), Decision("topk", 0.1),
+           Decision("none", probe=True), Decision("topk", 0.1), Decision("fp16"),
+           Decision("topk", 0.1, probe=True), Decision("fp16")]
+    steps = [Step(i, d, link(), 0.01, 0.02, 1e6) for i, d in enumerate(seq)]
+    assert changes(steps) == 3  # int8 -> topk 0.01 -> topk 0.1 -> fp16
+    assert level_changes(steps) == 2  # int8 -> topk -> fp16
+    assert changes(steps[:2]) == level_changes(steps[:2]) == 0
     assert bytes_ratio("topk", 0.01) == pytest.approx(0.02)
     c = Calibration(1e6, 2, 1e-3, 1e-8)
     assert NetSensePolicy().calibrate(c) in NetSensePolicy().candidates()

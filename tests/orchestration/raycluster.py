@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed.common.ports import free_port
 from tests.orchestration.procs import kill_pids, terminate
-from tests.workloads.ranks import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 

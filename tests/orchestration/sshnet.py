@@ -30,14 +30,9 @@ PRIVSEP = Path("/run/sshd")
 SUBNET = "10.251.7"
 
 
-def unavailable() -> str | None:
-    """Why these machines cannot be made here, or None."""
-    if os.geteuid() != 0:
-        return "needs root (network namespaces)"
-    for tool in (SSHD, "ssh", "ssh-keygen", "scp", "ip", "tc"):
-        if shutil.which(tool) is None:
-            return f"needs {tool} (apt-get install openssh-server openssh-client iproute2)"
-    return None
+#: What these machines need besides root (openssh-server, openssh-client, iproute2); the
+#: tests that make them say so with ``pytest.mark.root`` (tests/conftest.py decides the skip).
+TOOLS = (SSHD, "ssh", "ssh-keygen", "scp", "ip", "tc")
 
 
 def _run(*argv: str, ns: str | None = None) -> str:

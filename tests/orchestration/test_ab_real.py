@@ -17,7 +17,7 @@ from testbed.analysis import tables
 from testbed.orchestration import ab as run_ab
 from tests.cli.invoke import netsense_proc
 
-pytestmark = pytest.mark.emulation
+pytestmark = [pytest.mark.emulation, pytest.mark.slow]  # slow: two real arms' runs
 
 
 def test_ab_smoke_with_a_revision_arm(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ import signal
 import sys
 from pathlib import Path
 
+from testbed.common.ports import free_port
 from testbed.config.scenario import validate_scenario
 from testbed.orchestration import launcher, workers
-from tests.workloads.ranks import free_port
 from workloads import jobrun
 
 REPO = Path(__file__).resolve().parents[2]

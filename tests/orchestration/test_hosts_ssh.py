@@ -24,7 +24,8 @@ import yaml
 
 from tests.orchestration import sshnet
 
-pytestmark = [pytest.mark.emulation, pytest.mark.slow]
+pytestmark = [pytest.mark.emulation, pytest.mark.slow,
+              pytest.mark.root("for network namespaces that each run their own sshd", *sshnet.TOOLS)]
 
 ROOT = Path(__file__).resolve().parents[2]
 RATE_MBIT = 10
@@ -33,9 +34,6 @@ LATE_RATE_MBIT = 4
 
 @pytest.fixture
 def machines(tmp_path: Path):
-    why = sshnet.unavailable()
-    if why:
-        pytest.skip(why)
     (tmp_path / "ssh").mkdir()
     net = sshnet.SshHosts(3, tmp_path / "ssh").start()
     try:

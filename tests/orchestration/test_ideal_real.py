@@ -25,7 +25,7 @@ from testbed.analysis import ideal, report, tables
 from testbed.emulation import faithful
 from tests.cli.apps import analysis_app
 
-pytestmark = pytest.mark.emulation
+pytestmark = [pytest.mark.emulation, pytest.mark.slow]  # slow: a real sweep of its own
 LADDER = {"allreduce": "none", "topk:0.01": "topk:0.01"}
 
 

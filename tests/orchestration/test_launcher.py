@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.common.ports import free_port
 from testbed.orchestration import launcher
-from tests.workloads.ranks import TINY, free_port, read_log, run_ranks
+from tests.workloads.ranks import TINY, read_log, run_ranks
 
 ARGS = [*TINY["mlp"], "--steps", "6", "--batch-size", "8", "--seed", "3", "--eval-every", "4",
         "--method", "topk:0.05"]

@@ -15,7 +15,7 @@ import pytest
 from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.orchestration.run import run_scenario
 
-pytestmark = pytest.mark.emulation
+pytestmark = [pytest.mark.emulation, pytest.mark.slow]  # slow: three paper-scale runs
 
 SMALL = {
     "resnet18": {"workload.args": {"model-args": "width=4"}},

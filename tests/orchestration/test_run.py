@@ -114,11 +114,15 @@ COMM_FACTOR = 2.0  # measured 5-7x on this machine (50 Mbit/s, 8 competing strea
 
 @pytest.fixture(scope="module")
 def cross(tmp_path_factory):
-    """star-crosstraffic (8 iperf3 streams x0 -> w1 for 8 s) once per method, on 500 Mbit/s
+    """star-crosstraffic (8 iperf3 streams x0 -> w1) once per method, on 500 Mbit/s
     access links: before the streams the link does not limit NetSenseML's step, so the
     test sees its graded response (at the scenario's 50 Mbit/s it already sits at the
-    top-k floor before congestion, with nothing left to give)."""
-    scn = apply_overrides(load_scenario("star-crosstraffic"), {"topology.rate_mbit": 500})
+    top-k floor before congestion, with nothing left to give). Only as long as the checks
+    need: 3 s before the streams (NetSenseML's first 20 steps and ten more), 5 s of them
+    and 2 s after (the stop is applied), 10 s a run instead of the scenario's 18."""
+    scn = apply_overrides(load_scenario("star-crosstraffic"), {
+        "topology.rate_mbit": 500, "timeline.0.at_s": 3, "timeline.1.at_s": 8,
+        "workload.time_limit_s": 10})
     root = tmp_path_factory.mktemp("cross")
     return {m: run_scenario(scn, m, 0, root / m, progress=False)
             for m in ("allreduce", "netsenseml")}

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from testbed.analysis import ideal, report, tables
 from tests.cli.apps import analysis_app
 
-pytestmark = pytest.mark.emulation
+pytestmark = [pytest.mark.emulation, pytest.mark.slow]  # slow: a real sweep of its own
 
 TARGET = 0.9
 WORKERS, BATCH = 2, 32

@@ -1,8 +1,9 @@
 """A tiny REAL sweep (testbed/sweeps/tiny.yaml: 2 bottleneck rates x allreduce/top-k 0.01/
 netsenseml, 1+1 dumbbell in Mininet, ~5 s of MLP training per run) through the real
-orchestrator, then:
+orchestrator (once per session: ``tiny_sweep``, tests/conftest.py, which the figures' tests
+read too), then:
 
-- resume: a second sweep skips all 6 finished runs; removing one summary re-runs only that one;
+- resume, on a copy: a second sweep skips all 6 finished runs; removing one summary re-runs only that one;
 - tables: throughput / time-to-accuracy / final accuracy / speedup equal values recomputed
   here from the raw steps.csv with the csv module (independently of pandas and tables.py);
 - the oracle row is the best fixed method recomputed here from the raw steps.csv;
@@ -36,16 +37,15 @@ def _summaries(root: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime_ns for p in sorted(root.rglob("summary.json"))}
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("results")
-    res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(root)])
-    assert res.exit_code == 0, res.output
-    assert res.output.count("ok ") >= 6, res.output
-    return root
+@pytest.fixture
+def swept(tiny_sweep: Path) -> Path:
+    """The session's tiny sweep (tests/conftest.py), shared with the figures' tests."""
+    return tiny_sweep
 
 
-def test_resume_skips_finished_and_reruns_only_missing(swept: Path) -> None:
+def test_resume_skips_finished_and_reruns_only_missing(tiny_sweep: Path, tmp_path: Path) -> None:
+    swept = tmp_path / "results"  # a copy: this test re-runs one run
+    shutil.copytree(tiny_sweep, swept)
     before = _summaries(swept)
     assert len(before) == 6
     res = CliRunner().invoke(analysis_app(), ["sweep", "tiny", "--results", str(swept)])

@@ -7,8 +7,6 @@ A small tmpfs is mounted in a private mount namespace of the test's own (``unsha
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,9 +15,7 @@ import pytest
 from testbed.orchestration.rundir import RESERVE_NAME
 from tests.reliability.helpers import NETSENSE, env_for, in_private_mount, state_empty
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None,
-    reason="needs root to mount a small tmpfs in a private mount namespace")
+pytestmark = pytest.mark.root("to mount a small tmpfs in a private mount namespace", "unshare")
 
 
 def _in_small_tmpfs(tmp_path: Path, size: str, commands: list[str], fill: bool = False
@@ -92,6 +88,7 @@ def _fill_mid_run(tmp_path: Path, runs: int) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.emulation  # the runs build their network before the disk fills
 def test_disk_filling_mid_run_ends_in_a_final_record(tmp_path):
     """The disk fills while the workers train: each run fails with the cause in its
     record, which is final (never ``running``, its registration gone), without a

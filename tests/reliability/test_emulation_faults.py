@@ -194,6 +194,7 @@ def test_a_stopped_rank_is_named_within_seconds(tmp_path):
     run.assert_clean()
 
 
+@pytest.mark.slow  # the time limit and its grace are waited out
 def test_a_dead_link_ends_the_run_seconds_after_its_time_limit(tmp_path):
     scn = dict(SCENARIO, timeline_origin="first_step",
                timeline=[{"at_s": 1.5, "kind": "set_rate", "link": "w1", "rate_mbit": 0.01}])

@@ -5,7 +5,6 @@ exit 2, before anything is built."""
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
@@ -46,8 +45,7 @@ def test_report_out_must_be_a_file(tmp_path, monkeypatch):
     one_line_error(res.stderr, "--html", "is a folder")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="needs root to mount a read-only tmpfs in a private mount namespace")
+@pytest.mark.root("to mount a read-only tmpfs in a private mount namespace", "unshare")
 def test_read_only_folder_refused_even_for_root(tmp_path):
     """Root ignores permission bits but not a read-only mount: writability is tried."""
     ro = tmp_path / "ro"

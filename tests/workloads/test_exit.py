@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads.ranks import REPO, TINY, free_port, outputs, read_log, run_ranks
+from testbed.common.ports import free_port
+from tests.workloads.ranks import REPO, TINY, outputs, read_log, run_ranks
 
 ARGS = [*TINY["mlp"], "--steps", "3", "--batch-size", "8", "--seed", "0", "--eval-every", "2"]
 

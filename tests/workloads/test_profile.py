@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from netsenseml import accelerator
+from testbed.common.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--model", "mlp", "--dataset", "mixture", "--batch-size", "16",
@@ -96,10 +96,7 @@ def test_the_buckets_are_the_ones_ddp_builds() -> None:
     """After its first step DDP rebuilds its buckets in the gradients' ready order; the
     profile's bucket list must be those buckets (the width makes the gradient cross DDP's
     1 MiB first-bucket cap, so there are two or more)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(REPO), PORT=str(port))
+    env = dict(os.environ, PYTHONPATH=str(REPO), PORT=str(free_port()))
     proc = subprocess.run([sys.executable, "-c", DDP_CHECK], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=240)
     assert proc.returncode == 0, proc.stderr

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
+from testbed.common.ports import free_port
 from workloads import recorded
 from workloads.models import build_model
 
@@ -40,12 +40,6 @@ MODELS = [
     ("vgg16", (3, 32, 32), 100, {"width": 8, "hidden": 64}),
     ("gpt2-small", (16,), 500, {"layers": 2, "d_model": 64, "heads": 2, "positions": 32}),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _batch(shape: tuple[int, ...], classes: int, rank: int, step: int):
@@ -100,7 +94,7 @@ def _worker(rank: int, world: int, port: int) -> None:
 
 
 def test_recorded_step_sends_the_bytes_of_a_real_step_two_ranks():
-    mp.spawn(_worker, args=(2, _free_port()), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port()), nprocs=2, join=True)
 
 
 def test_surrogate_gradient_is_the_recorded_one_in_the_real_order():
@@ -126,7 +120,7 @@ def test_surrogate_gradient_is_the_recorded_one_in_the_real_order():
 
 
 def _train(log_dir: Path, grads: str) -> list[dict]:
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "workloads.train", "--model", "resnet18-imagenet",
             "--model-args", "width=4", "--dataset", "cifar100-224-synth", "--method",
             "topk:0.01", "--steps", "3", "--batch-size", "2", "--log-dir", str(log_dir),

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from tests.workloads.ranks import free_port
+from testbed.common.ports import free_port
 
 
 def _rank(rank: int, port: int, seeds: tuple[int, int], out: str) -> None:

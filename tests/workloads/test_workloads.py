@@ -1,7 +1,10 @@
 """The training worker, run for real: 2 processes per run, torch.distributed gloo on loopback.
 
-Every launch costs ~3-5 s of interpreter + torch import per rank, so runs are short and the
-models tiny (the knobs that make them tiny are the same ones the testbed uses).
+The runs whose records and learning are checked fork their ranks from the session's zygote
+(as the testbed does; ``test_launcher`` holds a forked worker to a fresh one), the others
+start fresh processes (a bad argument's exit, a killed peer): a fresh launch costs ~3-5 s
+of interpreter + torch import per rank, so runs are short and the models tiny (the knobs
+that make them tiny are the same ones the testbed uses).
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ SUMMARY_KEYS = {"kind", "t", "wall", "steps", "samples", "status", "final_accura
 
 @pytest.mark.parametrize("method", ["allreduce", "topk:0.01", "netsenseml"])
 @pytest.mark.parametrize("model", ["mlp", "resnet18", "gpt"])
-def test_two_workers_log_every_step(tmp_path: Path, model: str, method: str) -> None:
+def test_two_workers_log_every_step(tmp_path: Path, model: str, method: str, zygote) -> None:
     # mlp x netsenseml also covers --time-limit: ranks must still agree on the step count.
     limit = ["--time-limit", "1.5"] if (model, method) == ("mlp", "netsenseml") else ["--steps", "3"]
     codes = run_ranks(tmp_path, [*TINY[model], "--method", method, *limit, "--batch-size", "8",
-                                 "--seed", "1", "--eval-every", "2"])
+                                 "--seed", "1", "--eval-every", "2"], zygote=zygote)
     assert codes == [0, 0], outputs(tmp_path)
     logs = [read_log(tmp_path, r) for r in range(2)]
     for rank, recs in enumerate(logs):
@@ -69,24 +72,25 @@ def test_two_workers_log_every_step(tmp_path: Path, model: str, method: str) -> 
     assert f"params={logs[0][0]['params']}" in outputs(tmp_path)
 
 
-def _digits(tmp: Path, method: str, steps: int) -> list[dict]:
+def _digits(tmp: Path, method: str, steps: int, zygote) -> list[dict]:
     codes = run_ranks(tmp, ["--model", "mlp", "--width", "256", "--dataset", "digits",
                             "--method", method, "--steps", str(steps), "--batch-size", "32",
-                            "--seed", "0", "--eval-every", "25", "--target-accuracy", "0.9"])
+                            "--seed", "0", "--eval-every", "25", "--target-accuracy", "0.9"],
+                      zygote=zygote)
     assert codes == [0, 0], outputs(tmp)
     return [r for r in read_log(tmp, 0) if r["kind"] == "eval"]
 
 
-def test_digits_allreduce_reaches_90_percent(tmp_path: Path) -> None:
-    evals = _digits(tmp_path, "allreduce", 100)
+def test_digits_allreduce_reaches_90_percent(tmp_path: Path, zygote) -> None:
+    evals = _digits(tmp_path, "allreduce", 100, zygote)
     reached = [r for r in evals if r["reached_target"]]
     assert reached, [r["accuracy"] for r in evals]
     assert all(r["accuracy"] >= 0.9 for r in reached)
     assert read_log(tmp_path, 0)[-1]["target_reached_t"] == pytest.approx(reached[0]["t"], abs=1)
 
 
-def test_digits_topk_with_error_feedback_learns(tmp_path: Path) -> None:
-    evals = _digits(tmp_path, "topk:0.01", 100)
+def test_digits_topk_with_error_feedback_learns(tmp_path: Path, zygote) -> None:
+    evals = _digits(tmp_path, "topk:0.01", 100, zygote)
     assert max(r["accuracy"] for r in evals) >= 0.85, [r["accuracy"] for r in evals]
 
 
