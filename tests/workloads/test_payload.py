@@ -23,8 +23,8 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import accelerator, hooks, lifecycle
-from tests.workloads.ranks import free_port
-from tests.workloads.test_recorded import MODELS, _batch, _loss
+from testbed.common.ports import free_port
+from tests.workloads.paper_models import MODELS, batch, loss
 from workloads import payload, recorded
 from workloads.models import build_model
 
@@ -64,7 +64,7 @@ def _ddp_buckets(name, shape, classes, knobs) -> list[list[int]]:
     out = []
     for step in range(2):
         seen.clear()
-        _loss(ddp, *_batch(shape, classes, 0, step)).backward()
+        loss(ddp, *batch(shape, classes, 0, step)).backward()
         out.append(list(seen))
     return out
 
@@ -93,9 +93,9 @@ def _recorded_steps(name, shape, classes, knobs, method, rank):
     torch.manual_seed(0)
     ddp = DDP(build_model(name, input_shape=shape, num_classes=classes, **knobs))
     state = hooks.register(ddp, method, seed=0)
-    x, y = _batch(shape, classes, rank, 0)
+    x, y = batch(shape, classes, rank, 0)
     with ddp.no_sync():
-        rec = recorded.record(ddp, lambda: _loss(ddp, x, y))
+        rec = recorded.record(ddp, lambda: loss(ddp, x, y))
     recorded.install(ddp.module, rec)
     out = []
     for _ in range(STEPS):

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
 from testbed.common.ports import free_port
+from tests.workloads.paper_models import MODELS, batch, loss
 from workloads import recorded
 from workloads.models import build_model
 
@@ -34,29 +35,6 @@ STEPS = 3
 # low rank, the prototype's adaptive rule)
 METHODS = ["allreduce", "fp16", "int8", "topk:0.01", "dgc:0.01", "powersgd:4",
            "netsenseml-paper"]
-# (model, input shape, classes, knobs): the paper's models at reduced sizes
-MODELS = [
-    ("resnet18-imagenet", (3, 32, 32), 100, {"width": 8}),
-    ("vgg16", (3, 32, 32), 100, {"width": 8, "hidden": 64}),
-    ("gpt2-small", (16,), 500, {"layers": 2, "d_model": 64, "heads": 2, "positions": 32}),
-]
-
-
-def _batch(shape: tuple[int, ...], classes: int, rank: int, step: int):
-    g = torch.Generator().manual_seed(100 * step + rank)
-    if len(shape) == 1:  # tokens
-        x = torch.randint(classes, (4, *shape), generator=g)
-        return x, torch.randint(classes, (4, *shape), generator=g)
-    return torch.randn(4, *shape, generator=g), torch.randint(classes, (4,), generator=g)
-
-
-def _loss(model, x, y):
-    out = model(x)
-    if out.dim() == 3:
-        out, y = out.reshape(-1, out.shape[-1]), y.reshape(-1)
-    return torch.nn.functional.cross_entropy(out, y)
-
-
 def _bytes_per_step(name, shape, classes, knobs, method, rank, mode):
     from netsenseml import hooks
 
@@ -64,15 +42,15 @@ def _bytes_per_step(name, shape, classes, knobs, method, rank, mode):
     ddp = DDP(build_model(name, input_shape=shape, num_classes=classes, **knobs))
     state = hooks.register(ddp, method, seed=0)
     if mode == "recorded":
-        x, y = _batch(shape, classes, rank, 0)
+        x, y = batch(shape, classes, rank, 0)
         with ddp.no_sync():
-            rec = recorded.record(ddp, lambda: _loss(ddp, x, y))
+            rec = recorded.record(ddp, lambda: loss(ddp, x, y))
         recorded.install(ddp.module, rec)
     out = []
     for step in range(STEPS):
         ddp.zero_grad(set_to_none=True)
-        loss = _loss(ddp, *_batch(shape, classes, rank, step)) if mode == "real" else ddp()
-        loss.backward()
+        out_loss = loss(ddp, *batch(shape, classes, rank, step)) if mode == "real" else ddp()
+        out_loss.backward()
         out.append(state.pop_step_stats()["bytes_sent"])
     return out
 
@@ -101,7 +79,7 @@ def test_surrogate_gradient_is_the_recorded_one_in_the_real_order():
     torch.manual_seed(0)
     model = build_model("resnet18-imagenet", input_shape=(3, 32, 32), num_classes=10, width=4)
     x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
-    rec = recorded.record(model, lambda: _loss(model, x, y))
+    rec = recorded.record(model, lambda: loss(model, x, y))
     assert sorted(rec.order) == list(range(len(rec.params)))
     assert rec.order[0] == len(rec.params) - 1  # the head's bias is ready first
     recorded.install(model, rec)
