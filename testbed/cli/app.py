@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from testbed.cli import ab, profile, simulate
+from testbed.cli import ab, advise, profile, simulate
 from testbed.cli.common import (
     DEFAULT_RESULTS,
     BatchOption,
@@ -626,6 +626,7 @@ _register_analysis()
 ab.register(app)
 simulate.register(app)
 profile.register(app)
+advise.register(app)
 
 def _sigint_interrupts() -> None:
     """SIGINT interrupts netsense wherever it lands, even where it was started ignoring it.

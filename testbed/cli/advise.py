@@ -1,0 +1,198 @@
+"""``netsense advise MODEL --workers N --rate MBIT``: will compression pay for my job?
+
+Predicts throughput per method for a model (a built-in with an entry in the accelerator
+profile), a worker count, a topology and a network, names the best method with its margin
+over the runner-up and the uncertainty, finds the rates at which the best method changes,
+and lists every input it assumed. The prediction is ``testbed.simulation.advise`` (the
+closed form, fed by the profile, DDP's bucket layout and the method registry; its module
+docstring says why not SimGrid: the 10 s answer). Every refusal is one line naming the
+option and what is allowed, exit 2, before anything is computed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any
+
+import typer
+
+from testbed.cli.common import fail
+
+MAX_WORKERS = 4096
+TOPOLOGIES = ("star", "dumbbell", "fattree")
+
+ModelArg = Annotated[str, typer.Argument(
+    metavar="MODEL", help="a model with an entry in the profile (resnet18-imagenet, vgg16, "
+    "gpt2-small in a100-estimated)")]
+WorkersOption = Annotated[int, typer.Option("--workers", "-w", help="data-parallel workers")]
+RateOption = Annotated[float, typer.Option(
+    "--rate", metavar="MBIT", help="the ring's bottleneck rate, Mbit/s (star: each access "
+    "link; dumbbell: the bottleneck; fattree: every link)")]
+TopologyOption = Annotated[str, typer.Option(
+    "--topology", "-t", help="star, dumbbell or fattree (over-subscribed 4:1 leaf uplinks, "
+    "16 hosts and 8 workers a leaf)")]
+StreamsOption = Annotated[int, typer.Option(
+    "--streams", metavar="K", help="competing bulk TCP streams on the ring's bottleneck "
+    "(fattree: another job's flows per leaf through the uplinks)")]
+MethodsOption = Annotated[str | None, typer.Option(
+    "--methods", "-m", metavar="M,M,...", help="methods to compare (default: every fixed "
+    "level of the paper grid, PowerSGD 4, NetSenseML, StellaTrain)")]
+ProfileOption = Annotated[str, typer.Option(
+    "--profile", metavar="NAME|FILE", help="accelerator profile: compute and codec times")]
+BatchOption = Annotated[int | None, typer.Option(
+    "--batch-size", "-b", help="per-worker batch (default: the profile entry's)")]
+DatasetOption = Annotated[str | None, typer.Option(
+    "--dataset", help="the model's dataset (default: the one its profile entry was made for)")]
+CrossoverOption = Annotated[bool, typer.Option(
+    "--crossover/--no-crossover", help="search rates 1 Mbit/s - 400 Gbit/s for where the "
+    "best method changes")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print the answer as JSON")]
+
+
+def advise(
+    model: ModelArg,
+    workers: WorkersOption = 8,
+    rate: RateOption = 1000.0,
+    topology: TopologyOption = "star",
+    streams: StreamsOption = 0,
+    methods: MethodsOption = None,
+    profile: ProfileOption = "a100-estimated",
+    batch_size: BatchOption = None,
+    dataset: DatasetOption = None,
+    crossover: CrossoverOption = True,
+    as_json: JsonOption = False,
+) -> None:
+    """Predict throughput per method for MODEL on N workers at a rate; name the best, its
+    margin and uncertainty, the crossover rates, and what is assumed."""
+    if topology not in TOPOLOGIES:
+        fail(f"--topology: {topology!r} unknown; allowed: {', '.join(TOPOLOGIES)}")
+    if not 1 <= workers <= MAX_WORKERS:
+        fail(f"--workers: {workers} out of range; allowed: 1..{MAX_WORKERS}")
+    if not (math.isfinite(rate) and 0 < rate <= 10_000_000):
+        fail(f"--rate: {rate:g} Mbit/s out of range; allowed: > 0 and <= 10000000")
+    if not 0 <= streams <= 1000:
+        fail(f"--streams: {streams} out of range; allowed: 0..1000")
+    from testbed.simulation import advise as adv
+
+    try:
+        method_list = adv.check_methods(methods) if methods else list(adv.DEFAULT_METHODS)
+        work = adv.load_workload(model, profile=profile, dataset=dataset,
+                                 batch_size=batch_size)
+    except adv.AdviseError as exc:
+        fail(str(exc))
+    if "powersgd" in ",".join(method_list) and not all(b.shapes for b in work.buckets):
+        method_list = [m for m in method_list if not m.startswith("powersgd")]
+    weight = adv.stream_weight()
+    net = adv.Network(topology, workers, rate, streams, stream_weight=weight)
+    rows = adv.predict(work, net, method_list)
+    best = adv.best_of(rows, method_list)
+    runner = next(r for r in rows if r.method != best.method)
+    xs = adv.crossovers(work, net, method_list) if crossover else []
+    answer = _answer(adv, work, net, rows, best, runner, xs, crossover)
+    if as_json:
+        typer.echo(json.dumps(answer, indent=2))
+        return
+    typer.echo(_text(answer))
+
+
+def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: Any,
+            xs: list[Any], searched: bool) -> dict[str, Any]:
+    """Everything printed, as one JSON-able dict."""
+    margin = best.throughput / runner.throughput - 1
+    # the call holds if the best's pessimistic throughput still beats the runner-up's
+    # optimistic one
+    firm = (best.throughput * (1 - best.uncertainty_pct / 100)
+            > runner.throughput * (1 + runner.uncertainty_pct / 100))
+    base = next((r.throughput for r in rows if r.method == "allreduce"), None)
+    t = work.timing
+    return {
+        "model": work.model, "dataset": work.dataset, "batch_size": work.batch_size,
+        "workers": net.workers, "topology": net.topology, "rate_mbit": net.rate_mbit,
+        "streams": net.streams,
+        "rows": [{"method": r.method, "throughput": round(r.throughput, 1),
+                  "step_ms": round(r.step_s * 1e3, 3),
+                  "exposed_comm_ms": None if math.isnan(r.exposed_s)
+                  else round(r.exposed_s * 1e3, 3),
+                  "x_allreduce": round(r.throughput / base, 3) if base else None,
+                  "uncertainty_pct": r.uncertainty_pct, "uncertainty_from": r.uncertainty_from,
+                  "levels": r.levels} for r in rows],
+        "best": best.method, "runner_up": runner.method, "margin_pct": round(100 * margin, 1),
+        "firm": firm,
+        "crossovers": [{"rate_mbit": round(x.rate_mbit, 1), "below": x.below, "above": x.above}
+                       for x in xs] if searched else None,
+        "assumed": [
+            f"compute and codec: profile {work.profile!r}, entry {work.model} batch "
+            f"{work.batch_size} (origin: {t.origin}): forward {t.forward_s * 1e3:g} ms, "
+            f"backward {t.backward_s * 1e3:g} ms, optimizer {t.optimizer_s * 1e3:g} ms",
+            f"buckets: {len(work.buckets)}, {work.layout_origin}; {work.params / 1e6:.1f} M "
+            "parameters (workloads.registry.param_count)",
+            "bytes: the method registry's wire factor x each bucket's fp32 bytes (top-k, DGC: "
+            "value + int32 index per kept element; PowerSGD: torch's P, Q and uncompressed "
+            "tensors); steady state (PowerSGD's and DDP's first steps left out)",
+            f"network: ring collectives, per-message latency {net.alpha_s * 1e6:g} us "
+            f"(assumed), goodput {net.eta:g} of the rate (fitted on the paper-scale "
+            f"allreduce runs); {net.streams} competing stream(s) weighted {net.stream_weight:g} "
+            "of a ring flow each (simcal.json's cross_weight); the ring's share of its "
+            f"bottleneck {net.share():.3g}",
+            "one machine per worker (no CPU sharing); communication overlaps the backward "
+            "as DDP's buckets are released (the pacer's schedule)",
+            "uncertainty: the SimGrid model's worst held-out throughput error per method "
+            "(results/simulation/validation-summary.csv, thr_worst_pct; MLP at 20 Mbit/s, "
+            "2-8 workers): the only validation table; not a validation of this closed "
+            "form at this scale",
+            "engine: the closed form (testbed.simulation.advise), not SimGrid: one SimGrid "
+            "point at 1024 workers takes 12-21 s; not simulated: "
+            + "; ".join(f"{k} ({v})" for k, v in adv.NOT_SIMULATED.items()),
+        ],
+    }
+
+
+def _text(a: dict[str, Any]) -> str:
+    """The answer as a table and lines."""
+    head = (f"{a['model']} (batch {a['batch_size']}/worker) on {a['workers']} workers, "
+            f"{a['topology']} at {a['rate_mbit']:g} Mbit/s"
+            + (f", {a['streams']} competing stream(s)" if a["streams"] else ""))
+    lines = [head, "",
+             "| method | samples/s | step ms | exposed comm ms | x allreduce | uncertainty |",
+             "|---|---|---|---|---|---|"]
+    for r in a["rows"]:
+        lvl = _levels(r["levels"])
+        exp = "" if r["exposed_comm_ms"] is None else f"{r['exposed_comm_ms']:.1f}"
+        xa = "" if r["x_allreduce"] is None else f"{r['x_allreduce']:.2f}"
+        unc = "" if math.isnan(r["uncertainty_pct"]) else f"+-{r['uncertainty_pct']:g} %"
+        lines.append(f"| {r['method']}{lvl} | {r['throughput']:.0f} | {r['step_ms']:.1f} | "
+                     f"{exp} | {xa} | {unc} |")
+    lines += ["", f"best: {a['best']}, {a['margin_pct']:g} % over {a['runner_up']} "
+              + ("(beyond both uncertainties)" if a["firm"] else
+                 "(within the uncertainty: the two are not told apart)")]
+    if a["crossovers"] is not None:
+        if a["crossovers"]:
+            lines.append("crossovers (1 Mbit/s - 400 Gbit/s): " + "; ".join(
+                f"{x['below']} -> {x['above']} at {x['rate_mbit']:g} Mbit/s"
+                for x in a["crossovers"]))
+        else:
+            lines.append("crossovers (1 Mbit/s - 400 Gbit/s): none; "
+                         f"{a['best']} is best at every rate searched")
+    lines += ["", "assumed:"] + [f"  - {s}" for s in a["assumed"]]
+    return "\n".join(lines)
+
+
+def _levels(levels: dict[str, int], most: int = 3) -> str:
+    """An adaptive method's levels, the most sent first: `` (topk:0.005 39)``."""
+    if not levels:
+        return ""
+    ranked = sorted(levels.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{_short(k)} {v}" for k, v in ranked[:most])
+    more = len(ranked) - most
+    return f" ({text}{f', {more} more' if more > 0 else ''})"
+
+
+def _short(level: str) -> str:
+    name, _, r = level.partition(":")
+    return f"{name}:{float(r):.3g}" if r else level
+
+
+def register(parent: typer.Typer) -> None:
+    """Add ``advise`` to the ``netsense`` command."""
+    parent.command("advise")(advise)
