@@ -21,10 +21,11 @@ from typing import Any
 import torch
 
 from workloads import payload, registry
+from workloads.datasets import DatasetError, load_dataset
 from workloads.models import build_model
 
-#: Per-sample input shapes of the datasets a built-in model trains on, without loading one
-#: (a synthetic dataset's loader generates its samples); ``lm``: the context.
+#: Per-sample input shapes of datasets with a fixed class count, without loading one (a
+#: synthetic dataset's loader generates its samples); others are loaded; ``lm``: the context.
 IMAGE_SHAPES = {"cifar100-224-synth": (3, 224, 224), "cifar100-224": (3, 224, 224),
                 "cifar100-synth": (3, 32, 32), "cifar100": (3, 32, 32), "cifar10": (3, 32, 32),
                 "synthetic": (3, 32, 32), "digits": (1, 8, 8), "mixture": (256,)}
@@ -33,17 +34,17 @@ IMAGE_SHAPES = {"cifar100-224-synth": (3, 224, 224), "cifar100-224": (3, 224, 22
 def probe(model: str, dataset: str, knobs: dict[str, Any], context: int) -> dict[str, Any]:
     """The layout of ``model`` on ``dataset`` (module docstring)."""
     entry = registry.dataset_entry(dataset)
+    classes = entry.classes
     if entry.kind == "lm":
         shape: tuple[int, ...] = (context,)
-    elif dataset in IMAGE_SHAPES:
+    elif dataset in IMAGE_SHAPES and classes is not None:
         shape = IMAGE_SHAPES[dataset]
-    else:
-        raise registry.RegistryError(f"dataset {dataset!r}: no known input shape; known: "
-                                     f"{', '.join(sorted(IMAGE_SHAPES))} and language models")
-    if entry.classes is None:
-        raise registry.RegistryError(f"dataset {dataset!r}: its class count is not fixed")
+    else:  # the loader says (a file-backed dataset needs its files)
+        data = load_dataset(dataset, context=context)
+        shape, classes = tuple(data.input_shape), data.num_classes
+    assert classes is not None
     with torch.device("meta"):
-        net = build_model(model, input_shape=shape, num_classes=entry.classes, **knobs)
+        net = build_model(model, input_shape=shape, num_classes=classes, **knobs)
 
     def loss(m: torch.nn.Module) -> torch.Tensor:
         if entry.kind == "lm":
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         knobs = json.loads(args.knobs)
         print(json.dumps(probe(args.model, args.dataset, knobs, args.context)))
-    except (registry.RegistryError, TypeError, ValueError) as e:
+    except (registry.RegistryError, DatasetError, TypeError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"error: layout of {args.model!r}: {first}", file=sys.stderr)
         raise SystemExit(2) from None

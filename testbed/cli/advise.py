@@ -38,6 +38,9 @@ StreamsOption = Annotated[int, typer.Option(
 MethodsOption = Annotated[str | None, typer.Option(
     "--methods", "-m", metavar="M,M,...", help="methods to compare (default: every fixed "
     "level of the paper grid, PowerSGD 4, NetSenseML, StellaTrain)")]
+LatencyOption = Annotated[float, typer.Option(
+    "--latency-us", metavar="US", help="per-message latency of one ring step, microseconds "
+    "(assumed: a cluster's TCP with gloo)")]
 ProfileOption = Annotated[str, typer.Option(
     "--profile", metavar="NAME|FILE", help="accelerator profile: compute and codec times")]
 BatchOption = Annotated[int | None, typer.Option(
@@ -57,6 +60,7 @@ def advise(
     topology: TopologyOption = "star",
     streams: StreamsOption = 0,
     methods: MethodsOption = None,
+    latency_us: LatencyOption = 50.0,
     profile: ProfileOption = "a100-estimated",
     batch_size: BatchOption = None,
     dataset: DatasetOption = None,
@@ -69,8 +73,10 @@ def advise(
         fail(f"--topology: {topology!r} unknown; allowed: {', '.join(TOPOLOGIES)}")
     if not 1 <= workers <= MAX_WORKERS:
         fail(f"--workers: {workers} out of range; allowed: 1..{MAX_WORKERS}")
-    if not (math.isfinite(rate) and 0 < rate <= 10_000_000):
-        fail(f"--rate: {rate:g} Mbit/s out of range; allowed: > 0 and <= 10000000")
+    if not (math.isfinite(rate) and 0 < rate <= 1e9):
+        fail(f"--rate: {rate:g} Mbit/s out of range; allowed: > 0 and <= 1e9")
+    if not (math.isfinite(latency_us) and 0 <= latency_us <= 1e6):
+        fail(f"--latency-us: {latency_us:g} out of range; allowed: 0..1000000")
     if not 0 <= streams <= 1000:
         fail(f"--streams: {streams} out of range; allowed: 0..1000")
     from testbed.simulation import advise as adv
@@ -84,7 +90,8 @@ def advise(
     if "powersgd" in ",".join(method_list) and not all(b.shapes for b in work.buckets):
         method_list = [m for m in method_list if not m.startswith("powersgd")]
     weight = adv.stream_weight()
-    net = adv.Network(topology, workers, rate, streams, stream_weight=weight)
+    net = adv.Network(topology, workers, rate, streams, alpha_s=latency_us * 1e-6,
+                      stream_weight=weight)
     rows = adv.predict(work, net, method_list)
     best = adv.best_of(rows, method_list)
     runner = next(r for r in rows if r.method != best.method)
@@ -106,6 +113,9 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
             > runner.throughput * (1 + runner.uncertainty_pct / 100))
     base = next((r.throughput for r in rows if r.method == "allreduce"), None)
     t = work.timing
+    free = [r.method for r in rows if r.method not in adv.ADAPTIVE
+            and adv.codec_label(r.method) != "none"
+            and adv.codec_label(r.method) not in t.codec_s_per_mb]
     return {
         "model": work.model, "dataset": work.dataset, "batch_size": work.batch_size,
         "workers": net.workers, "topology": net.topology, "rate_mbit": net.rate_mbit,
@@ -131,10 +141,12 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
             "value + int32 index per kept element; PowerSGD: torch's P, Q and uncompressed "
             "tensors); steady state (PowerSGD's and DDP's first steps left out)",
             f"network: ring collectives, per-message latency {net.alpha_s * 1e6:g} us "
-            f"(assumed), goodput {net.eta:g} of the rate (fitted on the paper-scale "
+            f"({'assumed' if math.isclose(net.alpha_s, adv.ALPHA_S) else 'given'}), goodput {net.eta:g} of the rate (fitted on the paper-scale "
             f"allreduce runs); {net.streams} competing stream(s) weighted {net.stream_weight:g} "
             "of a ring flow each (simcal.json's cross_weight); the ring's share of its "
             f"bottleneck {net.share():.3g}",
+            "codec time a profile does not name is free on the device: "
+            + (", ".join(free) if free else "none here"),
             "one machine per worker (no CPU sharing); communication overlaps the backward "
             "as DDP's buckets are released (the pacer's schedule)",
             "uncertainty: the SimGrid model's worst held-out throughput error per method "

@@ -65,6 +65,7 @@ from netsenseml.loop import Measured, StepLoop
 from netsenseml.policy import Calibration as PolicyCalibration
 from netsenseml.policy import NetSensePolicy
 from netsenseml.sense import NetworkMonitor
+from workloads import registry
 
 TOPOLOGIES = ("star", "dumbbell", "fattree")
 DEFAULT_PROFILE = "a100-estimated"
@@ -77,7 +78,7 @@ NOT_SIMULATED = {"netsenseml-paper": "it times every collective on the real cloc
                  "accordion": "it decides from gradient values, which a prediction has none of"}
 ADAPTIVE_STEPS = 40  # as the paper-grid's adaptive runs
 #: A built-in model's dataset when none is given: the one its profile entry was made for.
-DEFAULT_DATASET = {"resnet18-imagenet": "cifar100-224-synth", "vgg16": "cifar100-224-synth",
+DEFAULT_DATASET = {"mlp": "mixture", "resnet18-imagenet": "cifar100-224-synth", "vgg16": "cifar100-224-synth",
                    "gpt2-small": "gpt2-synth"}
 LAYOUTS = Path(__file__).with_name("layouts.json")
 VALIDATION = Path(__file__).resolve().parents[2] / "results" / "simulation" / \
@@ -201,8 +202,6 @@ def load_workload(model: str, *, profile: str = DEFAULT_PROFILE, dataset: str | 
                               f"{', '.join(str(e.batch_size) for e in prof.entries if e.model == model)}"
                               f" only; got {batch_size}")
     entry = entries[0]
-    from workloads import registry  # torch-free; read only once a model is asked for
-
     if model not in registry.model_names():
         raise AdviseError(f"--model: {model!r} is not a registered model; allowed: "
                           f"{', '.join(registry.model_names())}")
