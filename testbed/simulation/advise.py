@@ -65,6 +65,7 @@ from netsenseml.loop import Measured, StepLoop
 from netsenseml.policy import Calibration as PolicyCalibration
 from netsenseml.policy import NetSensePolicy
 from netsenseml.sense import NetworkMonitor
+from testbed.simulation.model import volume_and_messages
 from workloads import registry
 
 TOPOLOGIES = ("star", "dumbbell", "fattree")
@@ -173,13 +174,7 @@ class Network:
 
     def collective_s(self, kind: str, nbytes: float) -> float:
         """One ring collective of ``nbytes`` (allreduce: the buffer; allgather: per rank)."""
-        n = self.workers
-        if n <= 1:
-            return 0.0
-        if kind == "allreduce":
-            msgs, vol = 2 * (n - 1), 2.0 * (n - 1) / n * nbytes
-        else:
-            msgs, vol = n - 1, float(n - 1) * nbytes
+        vol, msgs = volume_and_messages(kind, self.workers, nbytes)  # the closed form's V, L
         return msgs * self.alpha_s + vol * 8.0 / (self.rate_mbit * 1e6 * self.eta * self.share())
 
 
