@@ -1,6 +1,6 @@
 """The ``netsense`` command: run, show, list, schema, doctor, clean, calibrate (+ sweep,
 plot, report, compare, pack, export, sensing from analysis.py; ab from ab.py; simulate
-from simulate.py; profile from profile.py).
+from simulate.py; profile from profile.py; advise from advise.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
