@@ -11,8 +11,14 @@ option and what is allowed, exit 2, before anything is computed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -51,6 +57,21 @@ CrossoverOption = Annotated[bool, typer.Option(
     "--crossover/--no-crossover", help="search rates 1 Mbit/s - 400 Gbit/s for where the "
     "best method changes")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print the answer as JSON")]
+CheckOption = Annotated[bool, typer.Option(
+    "--check", help="verify the best method and the runner-up with short emulated runs "
+    "(payload mode, the model's paper-*-star scenario; star, <= 8 workers, no streams; "
+    "minutes, under the heavy lock) and print both")]
+ResultsOption = Annotated[Path | None, typer.Option(
+    "--results", "-r", metavar="DIR", help="--check: keep its run folders here (default: "
+    "a temporary folder, removed)")]
+
+#: The emulated scenario of each model ``--check`` can run (testbed/scenarios/).
+CHECK_SCENARIOS = {"resnet18-imagenet": "paper-resnet18-star", "vgg16": "paper-vgg16-star",
+                   "gpt2-small": "paper-gpt2-star"}
+CHECK_MAX_WORKERS = 8
+#: The lock every command that builds emulated networks on this machine takes (one at a
+#: time: two emulations on 2 cores would each measure the other's load).
+HEAVY_LOCK = Path(os.environ.get("NETSENSE_HEAVY_LOCK", "/tmp/netsense-heavy.lock"))
 
 
 def advise(
@@ -66,6 +87,8 @@ def advise(
     dataset: DatasetOption = None,
     crossover: CrossoverOption = True,
     as_json: JsonOption = False,
+    check: CheckOption = False,
+    results: ResultsOption = None,
 ) -> None:
     """Predict throughput per method for MODEL on N workers at a rate; name the best, its
     margin and uncertainty, the crossover rates, and what is assumed."""
@@ -79,6 +102,8 @@ def advise(
         fail(f"--latency-us: {latency_us:g} out of range; allowed: 0..1000000")
     if not 0 <= streams <= 1000:
         fail(f"--streams: {streams} out of range; allowed: 0..1000")
+    if check:
+        _check_checkable(model, topology, workers, streams, profile, batch_size, dataset)
     from testbed.simulation import advise as adv
 
     try:
@@ -97,6 +122,8 @@ def advise(
     runner = next(r for r in rows if r.method != best.method)
     xs = adv.crossovers(work, net, method_list) if crossover else []
     answer = _answer(adv, work, net, rows, best, runner, xs, crossover)
+    if check:
+        answer["check"] = _emulate(model, workers, rate, [best, runner], adv, results)
     if as_json:
         typer.echo(json.dumps(answer, indent=2))
         return
@@ -162,6 +189,95 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
     }
 
 
+def _check_checkable(model: str, topology: str, workers: int, streams: int, profile: str,
+                     batch_size: int | None, dataset: str | None) -> None:
+    """--check runs only what a paper-*-star scenario on this machine can emulate."""
+    if model not in CHECK_SCENARIOS:
+        fail(f"--check: no emulated scenario for {model!r}; allowed models: "
+             f"{', '.join(CHECK_SCENARIOS)}")
+    if topology != "star":
+        fail(f"--check: emulates the star only; allowed: --topology star, got {topology!r}")
+    if not 2 <= workers <= CHECK_MAX_WORKERS:
+        fail(f"--check: emulates 2..{CHECK_MAX_WORKERS} workers on this machine; got {workers}")
+    if streams:
+        fail("--check: emulates an idle network only; allowed: --streams 0")
+    if profile != "a100-estimated" or batch_size not in (None, 32) or dataset is not None:
+        fail("--check: the scenarios' workload only; allowed: --profile a100-estimated, "
+             "--batch-size 32, no --dataset")
+
+
+def _emulate(model: str, workers: int, rate: float, rows: list[Any], adv: Any,
+             results: Path | None) -> list[dict[str, Any]]:
+    """Each row's method run emulated (payload mode: DDP's buckets, each method's real
+    bytes, the profile's compute; 6 steps fixed, 40 adaptive, as the paper grid), under
+    the heavy lock; measured throughput beside the prediction."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="netsense-advise-") as tmp:
+        where = results if results is not None else Path(tmp)
+        with HEAVY_LOCK.open("a") as lock:
+            if not _held_by_ancestor(HEAVY_LOCK):  # `flock LOCK netsense advise --check`
+                typer.echo(f"--check: waiting for {HEAVY_LOCK} ...", err=True)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            for r in rows:
+                steps = 40 if r.method in adv.ADAPTIVE else 6
+                typer.echo(f"--check: emulating {r.method} ({steps} steps) ...", err=True)
+                cmd = [sys.executable, "-m", "testbed.cli", "run", CHECK_SCENARIOS[model],
+                       "-m", r.method, "-s", "0", "-r", str(where), "-q",
+                       "--set", f"topology.n_workers={workers}",
+                       "--set", f"topology.rate_mbit={rate:g}",
+                       "--set", "workload.grads=payload", "--set", f"workload.steps={steps}"]
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                measured = _measured(where / CHECK_SCENARIOS[model], r.method)
+                if measured is None:
+                    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                    fail(f"--check: the emulated run of {r.method} did not finish ok: {last}",
+                         code=1)
+                err = 100 * (r.throughput / measured - 1)
+                out.append({"method": r.method, "predicted": round(r.throughput, 1),
+                            "measured": round(measured, 1), "error_pct": round(err, 1),
+                            "within": abs(err) <= r.uncertainty_pct})
+    return out
+
+
+def _held_by_ancestor(path: Path) -> bool:
+    """Whether a process this one descends from holds the flock on ``path`` (run as
+    ``flock /tmp/netsense-heavy.lock netsense advise --check``, taking it again would wait
+    for ever). Read from /proc/locks: a holder's line names its PID and the file's inode."""
+    try:
+        inode = os.stat(path).st_ino
+        holders = set()
+        for line in Path("/proc/locks").read_text().splitlines():
+            f = line.split()
+            if len(f) >= 6 and f[1] == "FLOCK" and f[5].rsplit(":", 1)[-1] == str(inode):
+                holders.add(int(f[4]))
+        pid = os.getpid()
+        while pid > 1:
+            if pid in holders:
+                return True
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def _measured(folder: Path, method: str) -> float | None:
+    """The throughput of the newest ok run of ``method`` under ``folder``."""
+    best: tuple[float, float] | None = None
+    for summary in folder.glob("*/summary.json"):
+        try:
+            s = json.loads(summary.read_text())
+            cfg = json.loads((summary.parent / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if cfg.get("method") != method or s.get("status") != "ok":
+            continue
+        thr = s.get("throughput_samples_per_s")
+        if isinstance(thr, int | float) and (best is None or summary.stat().st_mtime > best[0]):
+            best = (summary.stat().st_mtime, float(thr))
+    return None if best is None else best[1]
+
+
 def _runs_line(adv: Any) -> str:
     """The closed form against the committed paper-scale emulated runs, computed now."""
     import statistics
@@ -204,6 +320,13 @@ def _text(a: dict[str, Any]) -> str:
         else:
             lines.append("crossovers (1 Mbit/s - 400 Gbit/s): none; "
                          f"{a['best']} is best at every rate searched")
+    if a.get("check"):
+        lines += ["", "check (emulated, payload mode, seed 0):", "",
+                  "| method | predicted | measured | error | within the uncertainty |",
+                  "|---|---|---|---|---|"]
+        for c in a["check"]:
+            lines.append(f"| {c['method']} | {c['predicted']:.0f} | {c['measured']:.0f} | "
+                         f"{c['error_pct']:+.1f} % | {'yes' if c['within'] else 'no'} |")
     lines += ["", "assumed:"] + [f"  - {s}" for s in a["assumed"]]
     return "\n".join(lines)
 

@@ -192,3 +192,52 @@ def test_the_closed_form_holds_the_paper_scale_emulated_runs() -> None:
     assert len(checks) >= 12
     for c in checks:
         assert abs(c.error_pct) <= (1.0 if c.fitted else 15.0), c
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["mlp", "--check"], ["--check", "allowed models", "resnet18-imagenet"]),
+    (["vgg16", "--check", "-t", "fattree"], ["--check", "--topology star"]),
+    (["vgg16", "--check", "-w", "64"], ["--check", "2..8"]),
+    (["vgg16", "--check", "--streams", "2"], ["--check", "--streams 0"]),
+    (["vgg16", "--check", "--batch-size", "64"], ["--check", "--batch-size 32"]),
+])
+def test_check_refuses_what_this_machine_cannot_emulate_in_one_line(
+        capsys: pytest.CaptureFixture[str], args: list[str], needles: list[str]) -> None:
+    """Refused before anything is predicted or emulated (no lock taken, nothing built)."""
+    rc = main(["advise", *args])
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == "", out.err
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_the_heavy_lock_held_by_a_parent_is_not_taken_again(tmp_path) -> None:
+    """`flock LOCK netsense advise --check` must not wait for the lock its own parent holds;
+    a lock nobody holds, or another process holds, is no parent's."""
+    lock = tmp_path / "heavy.lock"
+    lock.touch()
+    code = ("import sys; from pathlib import Path; from testbed.cli.advise import "
+            "_held_by_ancestor as h; print(h(Path(sys.argv[1])))")
+    held = subprocess.run(["flock", str(lock), sys.executable, "-c", code, str(lock)],
+                          capture_output=True, text=True, check=True)
+    free = subprocess.run([sys.executable, "-c", code, str(lock)], capture_output=True,
+                          text=True, check=True)
+    assert (held.stdout.strip(), free.stdout.strip()) == ("True", "False")
+
+
+@pytest.mark.emulation
+@pytest.mark.slow
+def test_check_runs_the_best_and_the_runner_up_emulated_and_prints_both(
+        capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    """The two leading methods of a 2-worker ResNet-18 star at 1 Gbit/s run emulated in
+    payload mode; the answer holds each one's measured throughput beside the prediction
+    (a few minutes; under the heavy lock, taken by the command unless a parent holds it)."""
+    a = _answer(capsys, ["resnet18-imagenet", "-w", "2", "--rate", "1000", "--no-crossover",
+                         "--methods", "topk:0.01,fp16", "--check", "-r", str(tmp_path)])
+    got = {c["method"]: c for c in a["check"]}
+    assert set(got) == {"topk:0.01", "fp16"}
+    for c in got.values():
+        assert c["measured"] > 0 and c["error_pct"] == pytest.approx(
+            100 * (c["predicted"] / c["measured"] - 1), abs=0.2)
