@@ -136,8 +136,8 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
     margin = best.throughput / runner.throughput - 1
     # the call holds if the best's pessimistic throughput still beats the runner-up's
     # optimistic one
-    firm = (best.throughput * (1 - best.uncertainty_pct / 100)
-            > runner.throughput * (1 + runner.uncertainty_pct / 100))
+    firm = bool(best.throughput * (1 - best.uncertainty_pct / 100)
+                > runner.throughput * (1 + runner.uncertainty_pct / 100))  # NaN: not firm
     base = next((r.throughput for r in rows if r.method == "allreduce"), None)
     t = work.timing
     free = [r.method for r in rows if r.method not in adv.ADAPTIVE
@@ -152,7 +152,8 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
                   "exposed_comm_ms": None if math.isnan(r.exposed_s)
                   else round(r.exposed_s * 1e3, 3),
                   "x_allreduce": round(r.throughput / base, 3) if base else None,
-                  "uncertainty_pct": r.uncertainty_pct, "uncertainty_from": r.uncertainty_from,
+                  "uncertainty_pct": None if math.isnan(r.uncertainty_pct)
+                  else r.uncertainty_pct, "uncertainty_from": r.uncertainty_from,
                   "levels": r.levels} for r in rows],
         "best": best.method, "runner_up": runner.method, "margin_pct": round(100 * margin, 1),
         "firm": firm,
@@ -306,7 +307,7 @@ def _text(a: dict[str, Any]) -> str:
         lvl = _levels(r["levels"])
         exp = "" if r["exposed_comm_ms"] is None else f"{r['exposed_comm_ms']:.1f}"
         xa = "" if r["x_allreduce"] is None else f"{r['x_allreduce']:.2f}"
-        unc = "" if math.isnan(r["uncertainty_pct"]) else f"+-{r['uncertainty_pct']:g} %"
+        unc = "" if r["uncertainty_pct"] is None else f"+-{r['uncertainty_pct']:g} %"
         lines.append(f"| {r['method']}{lvl} | {r['throughput']:.0f} | {r['step_ms']:.1f} | "
                      f"{exp} | {xa} | {unc} |")
     lines += ["", f"best: {a['best']}, {a['margin_pct']:g} % over {a['runner_up']} "
