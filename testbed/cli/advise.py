@@ -29,8 +29,8 @@ MAX_WORKERS = 4096
 TOPOLOGIES = ("star", "dumbbell", "fattree")
 
 ModelArg = Annotated[str, typer.Argument(
-    metavar="MODEL", help="a model with an entry in the profile (resnet18-imagenet, vgg16, "
-    "gpt2-small in a100-estimated)")]
+    metavar="MODEL", help="a model with an entry in the profile (mlp, resnet18-imagenet, "
+    "vgg16, gpt2-small in a100-estimated)")]
 WorkersOption = Annotated[int, typer.Option("--workers", "-w", help="data-parallel workers")]
 RateOption = Annotated[float, typer.Option(
     "--rate", metavar="MBIT", help="the ring's bottleneck rate, Mbit/s (star: each access "
