@@ -241,3 +241,22 @@ def test_check_runs_the_best_and_the_runner_up_emulated_and_prints_both(
     for c in got.values():
         assert c["measured"] > 0 and c["error_pct"] == pytest.approx(
             100 * (c["predicted"] / c["measured"] - 1), abs=0.2)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_methods_bytes_are_its_codecs_wire_sizes(model: str) -> None:
+    """advise's bytes per bucket (the registry's wire factor) are what each built-in codec's
+    ``wire()`` hands to its collective in a paced run (payload mode sends exactly those),
+    up to top-k's rounding of k and int8's one fp32 scale."""
+    import torch
+
+    for m in FIXED:
+        if m.startswith("powersgd"):
+            continue  # test_powersgd_sizes_are_payload_modes
+        codec = adv.methods.resolve(m).build()
+        for b in adv.load_workload(model).buckets:
+            wire, _kept = codec.wire(b.elements, torch.float32, seed=0)
+            real = sum(n * torch.empty(0, dtype=dt).element_size() for n, dt in wire)
+            (kind, ours), = adv.sends(m, b).parts
+            assert kind == codec.reduction, m
+            assert ours == pytest.approx(real, rel=1e-4, abs=16), (m, b.elements)
