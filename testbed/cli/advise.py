@@ -15,6 +15,7 @@ import fcntl
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -211,33 +212,51 @@ def _emulate(model: str, workers: int, rate: float, rows: list[Any], adv: Any,
              results: Path | None) -> list[dict[str, Any]]:
     """Each row's method run emulated (payload mode: DDP's buckets, each method's real
     bytes, the profile's compute; 6 steps fixed, 40 adaptive, as the paper grid), under
-    the heavy lock; measured throughput beside the prediction."""
-    out = []
-    with tempfile.TemporaryDirectory(prefix="netsense-advise-") as tmp:
-        where = results if results is not None else Path(tmp)
+    the heavy lock; measured throughput beside the prediction.
+
+    SIGTERM while waiting or running becomes an exit (143) that unwinds: the temporary
+    folder is removed, and a run in flight gets SIGTERM in turn and is waited for, so its
+    own teardown removes its emulated network (a kill would leave it)."""
+    previous = signal.signal(signal.SIGTERM, _exit_on_term)
+    try:
         with HEAVY_LOCK.open("a") as lock:
             if not _held_by_ancestor(HEAVY_LOCK):  # `flock LOCK netsense advise --check`
                 typer.echo(f"--check: waiting for {HEAVY_LOCK} ...", err=True)
                 fcntl.flock(lock, fcntl.LOCK_EX)
-            for r in rows:
-                steps = 40 if r.method in adv.ADAPTIVE else 6
-                typer.echo(f"--check: emulating {r.method} ({steps} steps) ...", err=True)
-                cmd = [sys.executable, "-m", "testbed.cli", "run", CHECK_SCENARIOS[model],
-                       "-m", r.method, "-s", "0", "-r", str(where), "-q",
-                       "--set", f"topology.n_workers={workers}",
-                       "--set", f"topology.rate_mbit={rate:g}",
-                       "--set", "workload.grads=payload", "--set", f"workload.steps={steps}"]
-                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                measured = _measured(where / CHECK_SCENARIOS[model], r.method)
-                if measured is None:
-                    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                    fail(f"--check: the emulated run of {r.method} did not finish ok: {last}",
-                         code=1)
-                err = 100 * (r.throughput / measured - 1)
-                out.append({"method": r.method, "predicted": round(r.throughput, 1),
-                            "measured": round(measured, 1), "error_pct": round(err, 1),
-                            "within": abs(err) <= r.uncertainty_pct})
-    return out
+            with tempfile.TemporaryDirectory(prefix="netsense-advise-") as tmp:
+                where = results if results is not None else Path(tmp)
+                return [_one_check(model, workers, rate, r, adv, where) for r in rows]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_term(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _one_check(model: str, workers: int, rate: float, r: Any, adv: Any,
+               where: Path) -> dict[str, Any]:
+    steps = 40 if r.method in adv.ADAPTIVE else 6
+    typer.echo(f"--check: emulating {r.method} ({steps} steps) ...", err=True)
+    cmd = [sys.executable, "-m", "testbed.cli", "run", CHECK_SCENARIOS[model],
+           "-m", r.method, "-s", "0", "-r", str(where), "-q",
+           "--set", f"topology.n_workers={workers}", "--set", f"topology.rate_mbit={rate:g}",
+           "--set", "workload.grads=payload", "--set", f"workload.steps={steps}"]
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err_text = child.communicate()
+    except BaseException:
+        child.terminate()  # its run's teardown removes what it built
+        child.wait(timeout=300)
+        raise
+    measured = _measured(where / CHECK_SCENARIOS[model], r.method)
+    if measured is None:
+        last = (err_text.strip().splitlines() or ["no output"])[-1]
+        fail(f"--check: the emulated run of {r.method} did not finish ok: {last}", code=1)
+    err = 100 * (r.throughput / measured - 1)
+    return {"method": r.method, "predicted": round(r.throughput, 1),
+            "measured": round(measured, 1), "error_pct": round(err, 1),
+            "within": abs(err) <= r.uncertainty_pct}
 
 
 def _held_by_ancestor(path: Path) -> bool:
