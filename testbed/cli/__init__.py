@@ -1,5 +1,5 @@
 """The ``netsense`` command (typer): run, show, list, schema, doctor, clean, calibrate, sweep, plot, report,
-compare, pack, ab, export, sensing, simulate, profile."""
+compare, pack, ab, export, sensing, simulate, profile, advise."""
 
 from testbed.cli.app import app, main
 

@@ -1,6 +1,6 @@
 """The ``netsense`` command: run, show, list, schema, doctor, clean, calibrate (+ sweep,
 plot, report, compare, pack, export, sensing from analysis.py; ab from ab.py; simulate
-from simulate.py; profile from profile.py).
+from simulate.py; profile from profile.py; advise from advise.py).
 
 Exit codes: 0 all runs ok; 1 a run failed (its folder says why); 2 bad input (one line on
 stderr, ``error: ...``, nothing built); 130/143 interrupted by SIGINT/SIGTERM (after
@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from testbed.cli import ab, profile, simulate
+from testbed.cli import ab, advise, profile, simulate
 from testbed.cli.common import (
     DEFAULT_RESULTS,
     BatchOption,
@@ -626,6 +626,7 @@ _register_analysis()
 ab.register(app)
 simulate.register(app)
 profile.register(app)
+advise.register(app)
 
 def _sigint_interrupts() -> None:
     """SIGINT interrupts netsense wherever it lands, even where it was started ignoring it.
