@@ -71,6 +71,13 @@ CPU: dict[str, Tiny] = {
         "--workload", "digits", "--methods", "allreduce", "--seeds", "0", "--out", "{tmp}"], [
         r"^workload digits: mlp", rf"^allreduce\s+\d/1\s+.*\s{NUM}\s*$"],
         written={"runs.csv": ["workload", "method", "seed", "steps"]}),
+    # one model size, one try each: the whole command as a user runs it
+    "advise_speed": Tiny("advise_speed.py", ["--workers", "8", "--repeat", "1"], [
+        rf"^\| resnet18-imagenet \| 8 \| {NUM} \| {NUM} \| {NUM} \|$",
+        rf"^worst answer {NUM} s; target <= 10 s: (met|MISSED)$"]),
+    "advise_speed-runs": Tiny("advise_speed.py", ["--runs", "results/runs/paper-scale"], [
+        rf"^\| 1000 \| topk:0.01 \| 8 \| 3 \| {NUM} \| {NUM} \| [+-]{NUM} % \| held out \|$",
+        rf"^held out: \d+ points, \|error\| median {NUM} %, worst {NUM} %$"]),
     "policy_cost": Tiny("policy_cost.py", ["--steps", "30", "--repeats", "1"], [
         rf"observations, 1 passes: per observation fastest {NUM} ms, median {NUM} ms"]),
     # one job, one rate, one seed of the noisy sections: every section still runs
@@ -207,6 +214,13 @@ EMULATED: dict[str, Tiny] = {
     "run_scale": Tiny("run_scale.py", ["--out", "{tmp}"], [
         rf"^{name}\s+ok\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+0$"
         for name in ("scale-star8", "scale-dumbbell44")]),
+    # payload mode alone (the recorded arm costs minutes), 2 workers, 2 steps
+    "payload_agreement": Tiny("payload_agreement.py", [
+        "--rates", "1000", "--seeds", "0", "--methods", "topk:0.01", "--arms", "payload",
+        "--set", "topology.n_workers=2", "--set", "workload.steps=2", "--out", "{tmp}"], [
+        rf"^\s+1000 Mbit/s topk:0.01 s0 payload: ok {NUM} samples/s, {NUM} B/sample, k {NUM}",
+        rf"^\| 1000 \| topk:0.01 \| {NUM} \+- - \(n 1\) \[k {NUM}\]"],
+        written={"agreement.csv": ["rate_mbit", "method", "payload_samples_s"]}),
     "run_overhead": Tiny("run_overhead.py", [
         "--runs", "1", "--no-8", "--train-s", "0.5", "--out", "{tmp}"], [
         rf"^netsense run smoke -m bogus\s+2\s+{NUM}\s+{NUM}$",

@@ -330,17 +330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"accepted for {args.model}: {', '.join(registry.datasets_for(entry))}")
     if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
         bad_args(f"argument --target-accuracy: must be in (0, 1], got {args.target_accuracy}")
-    if args.grads != "real":
-        given = [flag for flag, v in (("--eval-every", args.eval_every),
-                                      ("--target-accuracy", args.target_accuracy),
-                                      ("--stop-at-target", args.stop_at_target)) if v]
-        if given:
-            bad_args(f"argument --grads: {args.grads} gradients do not train the model, so "
-                     f"{', '.join(given)} cannot be measured; drop them")
-        spec = methods.parse(args.method)
-        if spec.info is not None and spec.info.needs_values:  # Accordion: gradient norms
-            bad_args(f"argument --grads: method {args.method} decides from gradient values, "
-                     f"which {args.grads} mode does not give it; use --grads real")
+    _check_grads(args)
     if args.stop_at_target and (args.target_accuracy is None or not args.eval_every):
         bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
     if args.eval_samples is None:
@@ -353,9 +343,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.timing = pace_timing(args)
     except accelerator.ProfileError as e:
         bad_args(f"argument --accelerator: {e}")
-    if args.grads == "payload" and args.timing is None:
-        bad_args("argument --grads: payload mode computes nothing on the host, so the step's "
-                 "compute and codec times must come from --accelerator PROFILE or --step-ms MS")
     if args.convergence is not None:
         if methods.parse(args.method).name != "netsenseml":
             bad_args("argument --convergence: only the netsenseml method reads a convergence table")
@@ -364,6 +351,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except convergence.ConvergenceError as e:
             bad_args(f"argument --convergence: {e}")
     return args
+
+
+def _check_grads(args: argparse.Namespace) -> None:
+    """What the recorded and payload modes cannot measure or run, refused in one line."""
+    if args.grads != "real":
+        given = [flag for flag, v in (("--eval-every", args.eval_every),
+                                      ("--target-accuracy", args.target_accuracy),
+                                      ("--stop-at-target", args.stop_at_target)) if v]
+        if given:
+            bad_args(f"argument --grads: {args.grads} gradients do not train the model, so "
+                     f"{', '.join(given)} cannot be measured; drop them")
+        spec = methods.parse(args.method)
+        if spec.info is not None and spec.info.needs_values:  # Accordion: gradient norms
+            bad_args(f"argument --grads: method {args.method} decides from gradient values, "
+                     f"which {args.grads} mode does not give it; use --grads real")
+    if args.grads == "payload" and args.step_ms is None and args.accelerator is None:
+        bad_args("argument --grads: payload mode computes nothing on the host, so the step's "
+                 "compute and codec times must come from --accelerator PROFILE or --step-ms MS")
 
 
 def pace_timing(args: argparse.Namespace) -> accelerator.Timing | None:
