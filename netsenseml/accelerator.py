@@ -312,8 +312,11 @@ class Pacer:
         if self._t0 is not None:
             self._hold(self._t0 + self.timing.forward_s, "optimizer and forward")
 
-    def bucket(self, elements: int) -> None:
-        """Bucket ``i`` (in DDP's order) is ready: release it at its profiled time."""
+    def bucket(self, elements: int, not_before: float | None = None) -> None:
+        """Bucket ``i`` (in DDP's order) is ready: release it at its profiled time.
+        ``not_before``: when the network let it go at the earliest (a hook that sends a
+        bucket only after the previous one's collectives completed): the time spent waiting
+        for that is the network's, not the host's lateness."""
         if self._t0 is None:
             return
         self._seen += int(elements)
@@ -329,7 +332,8 @@ class Pacer:
             self._t0 = clock.now() - t.forward_s - t.backward_s * share
         part = "backward" if not (self.own_job and self._bucket_i == 1) else \
             "optimizer, data and forward (an own job: one slot)"
-        self._hold(self._t0 + t.forward_s + t.backward_s * share + self._codec_shift, part)
+        due = self._t0 + t.forward_s + t.backward_s * share + self._codec_shift
+        self._hold(due if not_before is None else max(due, not_before), part)
 
     def codec(self, level: str, nbytes: int, started: float) -> None:
         """The codec work of a bucket began at ``started`` (virtual): it takes its profiled

@@ -161,11 +161,13 @@ def raw_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Fut
     # Hooks such as PowerSGD launch collectives from completion callbacks. Two buckets in
     # flight at once could then issue collectives in a different order on different ranks,
     # which gloo cannot match; so a bucket starts after the previous one finished.
+    waited = None
     if state.options.serialize_buckets and state.previous_future is not None and bucket.index() != 0:
         state.previous_future.wait()
+        waited = clock.now()  # until here the network held it, not the host
     n = bucket.buffer().numel()
     if state.pacer is not None:  # released at its profiled time
-        state.pacer.bucket(n)
+        state.pacer.bucket(n, not_before=waited)
         if state.options.payload and state.hook_state.compressing:  # the device's products
             state.pacer.codec(state.decision.level, 4 * n, clock.now())  # (profile), then sends
         # otherwise the hook computes on the host, inside its call: not paced

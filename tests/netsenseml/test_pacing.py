@@ -237,3 +237,19 @@ def _ddp_worker(rank: int, world: int, port: int) -> None:
 def test_ddp_buckets_wait_for_their_profiled_time_and_a_slow_rank_is_counted() -> None:
     mp.start_processes(_ddp_worker, args=(2, free_port()), nprocs=2, join=True,
                        start_method="spawn")
+
+
+def test_a_bucket_held_by_the_network_is_not_the_hosts_lateness() -> None:
+    """A hook that sends bucket 1 only after bucket 0's collectives completed (PowerSGD
+    under serialize_buckets) releases it late by the network's time: not an overrun."""
+    from netsenseml import accelerator, clock
+
+    timing = accelerator.Timing(forward_s=0.001, backward_s=0.002, optimizer_s=0.0)
+    for not_before, late in ((None, True), ("now", False)):
+        pacer = accelerator.Pacer(timing, 200)
+        pacer.start_step(follows=False)
+        pacer.forward_done()
+        pacer.bucket(100)
+        time.sleep(0.02)  # bucket 0's collective in flight: 10x the whole step
+        pacer.bucket(100, not_before=clock.now() if not_before else None)
+        assert bool(pacer.pop()["pace_overrun"]) is late
