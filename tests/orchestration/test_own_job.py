@@ -102,6 +102,9 @@ FAILURES = {
     "hang-after-init": ("past init_process_group (connected to its peers), but "
                         "hooks.register(model) not reached", 10),
     "hang-late": ("registered the hook; its last finished step is", 10),
+    # where each hung rank is: its Python stack at the deadline (testbed.orchestration.stacks)
+    "hang-collective": ("in all_reduce (torch/distributed/distributed_c10d.py:", 10),
+    "hang-destroy": ("via destroy_process_group from main (tiny_job.py:", 10),
     "no-register": ("without ever calling hooks.register", None),
     "child": ("left 2 processes running after its ranks exited (killed)", None),
 }
@@ -124,8 +127,36 @@ def test_each_failure_of_an_own_job_ends_with_its_cause_and_nothing_left(
         assert took < deadline + 5 + late, took  # + start-up before the deadline's clock
     else:
         assert took < deadline + 10, took
+    if fail.startswith("hang-") and fail not in ("hang-before-init",):
+        # the rank waiting in the job's own code is named by its frame, its stack kept
+        assert "in main (tiny_job.py:" in s["reason"], s["reason"]
+        assert "stacks in workers/rank" in s["reason"], s["reason"]
+        stack = (out.run_dir / "workers" / "rank1.stack").read_text()
+        assert "tiny_job.py" in stack and "most recent call first" in stack, stack
     if fail == "child":
         left = s["left_behind"]
         assert [e["rank"] for e in left] == [0, 1] and "time.sleep(3600)" in left[0]["command"]
         assert all(leftovers.proc_starttime(e["pid"]) is None for e in left)
     assert_nothing_left(out.run_dir)
+
+
+@pytest.mark.parametrize("end", ["destroy", "none", "shutdown", "clean_exit"])
+def test_a_job_ends_cleanly_however_it_leaves(tmp_path: Path, end: str) -> None:
+    """dist.destroy_process_group() at the end (the race netsenseml.lifecycle documents),
+    no destroy at all (the interpreter's exit race), hooks.shutdown() and hooks.clean_exit():
+    each run is ok, every rank exits 0 and nothing waits for a watchdog."""
+    scn = load_scenario(_scenario(tmp_path, ["--steps", "40", "--end", end], 60))
+    t0 = time.monotonic()
+    out = run_scenario(scn, "fp16", 0, tmp_path / "run", progress=False)
+    took = time.monotonic() - t0
+    s = out.summary
+    assert out.status == "ok", s
+    assert s["worker_exit_codes"] == [0, 0] and "exit_anomalies" not in s, s
+    assert s["steps"] == 40, s
+    assert took < 30, took  # a destroy that hung would wait out lifecycle.DESTROY_TIMEOUT_S
+    for rank in (0, 1):
+        log = (out.run_dir / "workers" / f"rank{rank}.log").read_text()
+        assert f"rank {rank}: done 40 steps" in log and "Timeout" not in log, log
+    assert not list((out.run_dir / "workers").glob("*.stack"))  # nobody asked: none kept
+    assert_nothing_left(out.run_dir)
+
