@@ -216,13 +216,16 @@ class _Run(RunLifecycle):
             self.launch_wall, self.k)
         self.hostload.start()
         own = self.scn.workload.own_job
+        homes = [self.folder.host_dir(h) for h in hosts] if own else []
+        for home in homes:
+            home.mkdir(parents=True, exist_ok=True)
         self.workers.launch(
             hosts, self.config["worker_argv"], self.config["master_port"],
             zygote, on_spawn=self._write_pids,
             extra_env=[job_env(self.scn, self.method, self.seed, self.folder.workers, r,
                                self.folder.path.name, self.k) for r in range(len(hosts))]
             if own else None,
-            cwd=[self.scn.workload.cwd] * len(hosts) if own else None)
+            cwd=[str(h) for h in homes] if own else None)
 
     def _forkable(self) -> bool:
         """Whether this run's workers can come from the zygote: the built-in worker, or an

@@ -108,7 +108,10 @@ def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int
             run_id: str, dilation: float) -> dict[str, str]:
     """What torchrun gives a rank (one process per emulated host: LOCAL_RANK 0 and
     LOCAL_WORLD_SIZE 1, each host a node) and what the hook reads (``netsenseml.job``).
-    The env:// variables and the interface ones are the launch's (``WorkerGroup.launch``)."""
+    The env:// variables and the interface ones are the launch's (``WorkerGroup.launch``).
+    The job's folder (``workload.cwd``, default the scenario file's) is ``NETSENSE_JOB_DIR``
+    and first on ``PYTHONPATH``; its working directory is its host's own
+    (``RunFolder.host_dir``)."""
     wl = scenario.workload
     world = scenario.world_size
     env = {**wl.env,
@@ -119,8 +122,13 @@ def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int
            "MKL_NUM_THREADS": str(wl.threads),
            "NETSENSE_METHOD": method, "NETSENSE_RECORDS": str(records),
            "NETSENSE_SEED": str(seed), "NETSENSE_DILATION": repr(float(dilation)),
+           # the job's folder: its modules import as they did from there (`-m module`
+           # included) though each host runs in a working directory of its own
+           "NETSENSE_JOB_DIR": str(wl.cwd or ""),
            # the job imports netsenseml from this checkout even where it is not installed
-           "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO_ROOT)) if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in (wl.cwd, wl.env.get("PYTHONPATH",
+                                                                  os.environ.get("PYTHONPATH")),
+                                                     str(REPO_ROOT)) if p)}
     if wl.target_accuracy is not None:
         env["NETSENSE_TARGET_ACCURACY"] = f"{wl.target_accuracy:g}"
     acc = scenario.accelerator

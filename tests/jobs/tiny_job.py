@@ -34,8 +34,13 @@ def main() -> None:
     p.add_argument("--fail", choices=FAILS)
     p.add_argument("--no-report", action="store_true")
     p.add_argument("--end", choices=ENDS, default="clean_exit")
+    p.add_argument("--write", help="a relative path every rank writes (its working directory's)")
     args = p.parse_args()
-
+    if args.write:  # the file a former run may have left: said, then written over
+        print(f"rank {int(os.environ.get('RANK', '0'))}: found {args.write}: "
+              f"{os.path.exists(args.write)}", flush=True)
+        with open(args.write, "w") as fh:
+            fh.write(f"rank {os.environ.get('RANK')} cwd {os.getcwd()}\n")
     rank = int(os.environ.get("RANK", "0"))
     if args.fail == "hang-before-init":
         time.sleep(3600)

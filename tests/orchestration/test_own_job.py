@@ -160,3 +160,26 @@ def test_a_job_ends_cleanly_however_it_leaves(tmp_path: Path, end: str) -> None:
     assert not list((out.run_dir / "workers").glob("*.stack"))  # nobody asked: none kept
     assert_nothing_left(out.run_dir)
 
+
+def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_path: Path) -> None:
+    """Every rank writes the same relative path: each lands in its host's own working
+    directory inside the run folder (hosts/<host>/), and the next run (the next method)
+    starts without it; the scenario's folder gets nothing."""
+    path = _scenario(tmp_path, ["--steps", "20", "--write", "snapshot.txt"])
+    root = tmp_path / "results"
+    p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    dirs = run_dirs(root)
+    assert len(dirs) == 2
+    for d in dirs:
+        written = sorted((d / "hosts").glob("*/snapshot.txt"))
+        assert len(written) == 2, written  # one per host, no collision
+        texts = [f.read_text() for f in written]
+        assert sorted(t.split(" cwd ")[0] for t in texts) == ["rank 0", "rank 1"], texts
+        for f, t in zip(written, texts, strict=True):
+            assert t.strip().endswith(str(f.parent)), (f, t)  # its working directory
+        for rank in (0, 1):
+            log = (d / "workers" / f"rank{rank}.log").read_text()
+            assert f"rank {rank}: found snapshot.txt: False" in log, log  # nothing inherited
+    assert not (tmp_path / "snapshot.txt").exists() and not (REPO / "snapshot.txt").exists()
