@@ -98,10 +98,10 @@ def destroy_group(timeout_s: float = DESTROY_TIMEOUT_S) -> None:
 
     if not (dist.is_available() and dist.is_initialized()):
         return
-    from torch.distributed import distributed_c10d as c10d
-
-    # torch's own function (this module's patch, if installed, would drain twice)
-    destroy = getattr(c10d.destroy_process_group, "__wrapped__", c10d.destroy_process_group)
+    # what torch.distributed holds now, but never this module's patch (it would drain twice)
+    destroy = dist.destroy_process_group
+    if getattr(destroy, "_netsense_safe", False):
+        destroy = destroy.__wrapped__  # type: ignore[attr-defined]
     try:
         _destroy_bounded(destroy, timeout_s)
     except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
