@@ -468,7 +468,11 @@ def _compare_table(groups: Any) -> Table:
     t = Table(title=f"compare: {len(groups)} groups", title_justify="left")
     for c in ("group", "runs", "compute", "samples/s", "TTA s", "reached", "final acc",
               "MB sent", "overruns", "host other %", "degraded"):
-        t.add_column(c, justify="left" if c in ("group", "compute", "degraded") else "right")
+        # text columns wrap, never end in "...": netsenseml and netsenseml-paper were both
+        # cut to "netsense..." in a narrow terminal
+        text = c in ("group", "compute", "degraded")
+        t.add_column(c, justify="left" if text else "right",
+                     overflow="fold" if text else "ellipsis", min_width=12 if c == "group" else None)
     for g in groups.itertuples():
         t.add_row(g.group, str(g.runs), g.compute, _pm(g.throughput, g.throughput_ci, ".1f"),
                   _pm(g.tta_s, g.tta_ci, ".2f"), g.reached,
