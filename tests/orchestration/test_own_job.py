@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from testbed.analysis import loading
 from testbed.config.scenario import load_scenario
 from testbed.emulation import leftovers
 from testbed.orchestration.run import run_scenario
@@ -164,8 +165,9 @@ def test_a_job_ends_cleanly_however_it_leaves(tmp_path: Path, end: str) -> None:
 def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_path: Path) -> None:
     """Every rank writes the same relative path: each lands in its host's own working
     directory inside the run folder (hosts/<host>/), and the next run (the next method)
-    starts without it; the scenario's folder gets nothing."""
-    path = _scenario(tmp_path, ["--steps", "20", "--write", "snapshot.txt"])
+    starts without it; the scenario's folder gets nothing. The file is a config.json, as
+    many jobs save one: the analysis does not take a host's folder for a run folder."""
+    path = _scenario(tmp_path, ["--steps", "20", "--write", "config.json"])
     root = tmp_path / "results"
     p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
                        capture_output=True, text=True, timeout=400)
@@ -173,7 +175,7 @@ def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_pat
     dirs = run_dirs(root)
     assert len(dirs) == 2
     for d in dirs:
-        written = sorted((d / "hosts").glob("*/snapshot.txt"))
+        written = sorted((d / "hosts").glob("*/config.json"))
         assert len(written) == 2, written  # one per host, no collision
         texts = [f.read_text() for f in written]
         assert sorted(t.split(" cwd ")[0] for t in texts) == ["rank 0", "rank 1"], texts
@@ -181,5 +183,7 @@ def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_pat
             assert t.strip().endswith(str(f.parent)), (f, t)  # its working directory
         for rank in (0, 1):
             log = (d / "workers" / f"rank{rank}.log").read_text()
-            assert f"rank {rank}: found snapshot.txt: False" in log, log  # nothing inherited
-    assert not (tmp_path / "snapshot.txt").exists() and not (REPO / "snapshot.txt").exists()
+            assert f"rank {rank}: found config.json: False" in log, log  # nothing inherited
+    assert not (tmp_path / "config.json").exists() and not (REPO / "config.json").exists()
+    loaded = loading.load_all(root)
+    assert len(loaded.runs) == 2 and not loaded.excluded, loaded.excluded
