@@ -187,3 +187,25 @@ def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_pat
     assert not (tmp_path / "config.json").exists() and not (REPO / "config.json").exists()
     loaded = loading.load_all(root)
     assert len(loaded.runs) == 2 and not loaded.excluded, loaded.excluded
+
+
+def test_a_job_started_as_a_fresh_interpreter_ends_and_hangs_the_same(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """Without the zygote (NETSENSE_ZYGOTE=0) the job runs through workloads/jobrun.py in a
+    fresh interpreter: dist.destroy_process_group() at its end is as safe, and a hung rank
+    is named by its frame as in a forked job."""
+    monkeypatch.setenv("NETSENSE_ZYGOTE", "0")
+    scn = load_scenario(_scenario(tmp_path, ["--steps", "20", "--end", "destroy"], 60))
+    out = run_scenario(scn, "fp16", 0, tmp_path / "ok", progress=False)
+    s = out.summary
+    assert out.status == "ok" and s["launcher"] == "process", s
+    assert s["worker_exit_codes"] == [0, 0] and "exit_anomalies" not in s, s
+    deadline = 15.0  # a fresh interpreter imports torch first
+    scn = load_scenario(_scenario(tmp_path, ["--steps", "20", "--fail", "hang-late"], deadline))
+    out = run_scenario(scn, "fp16", 0, tmp_path / "hang", progress=False)
+    reason = out.summary["reason"]
+    assert out.status == "failed" and reason.startswith("timeout: workers still running"), reason
+    assert "rank 1: registered the hook; its last finished step is" in reason, reason
+    assert "in main (tiny_job.py:" in reason, reason  # rank 1, waiting in the job's own code
+    assert "stacks in workers/rank{0,1}.stack" in reason, reason
+    assert_nothing_left(out.run_dir)
