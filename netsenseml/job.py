@@ -13,6 +13,8 @@ built-in worker gets on its command line:
 ``NETSENSE_STEP_MS``        an emulated accelerator's step time (ms): the hook paces what it can
 ``NETSENSE_DILATION``       the time-dilation factor (``netsenseml.clock`` reads it itself)
 ``NETSENSE_SEED``           the run's seed, for the job to use if it wants
+``NETSENSE_STACK_FILE``     where the rank writes its Python stacks when the testbed asks
+                            (a hang at the deadline; ``netsenseml.lifecycle``)
 ==========================  ===========================================================
 
 The records are the built-in worker's format (``workloads.records``: start, step, eval,
@@ -287,6 +289,13 @@ def attach(state: Any, ddp_model: Any, method: str) -> JobRecorder | None:
         return None
     rank = os.environ.get("RANK", "0")
     _current = JobRecorder(state, ddp_model, Path(folder) / f"rank{rank}.jsonl", method)
+    # The job's own ending made safe and a hang made legible (netsenseml.lifecycle), also
+    # where the job runner could not do it first (a job started as a fresh interpreter):
+    # the records are closed before the group is destroyed, so a destroy that hangs
+    # cannot cost a finished job its summary.
+    lifecycle.on_destroy(_current.close)
+    lifecycle.patch_destroy()
+    lifecycle.dump_stacks_on()
     return _current
 
 

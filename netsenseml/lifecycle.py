@@ -26,6 +26,21 @@ the process with code 1 (a Python timer thread cannot fire while the GIL is held
 
 Files the script opened and did not close are not flushed by ``os._exit``: close them
 (``with open(...)``) inside the block.
+
+**A script that ends as scripts do.** Most DDP scripts end with ``dist.destroy_process_group()``
+(the race above, without the drain: a stranger's script hung there until the run's deadline
+in 2 of 4 attempts) or simply return (the exit race). Under the testbed neither needs an edit:
+:func:`patch_destroy` (installed by the job runner, ``workloads.jobrun``, before the script
+runs, and by ``hooks.register`` under the testbed) makes the default group's destroy the
+drained, bounded :func:`destroy_group`, after the job's records are closed (:func:`on_destroy`:
+a job whose work is done is judged on its records even if the watchdog ends it); the job
+runner leaves a script that returns through ``os._exit`` as :func:`shutdown` does.
+
+**Where a hung process is.** :func:`dump_stacks_on` registers ``faulthandler`` on
+:data:`STACK_SIGNAL` (a real-time signal no library uses): the testbed sends it to every rank
+still running at its deadline and reads each rank's Python stack from the file (the handler
+runs in the signal's C context, so it answers while the main thread waits in C++ holding the
+GIL, as a hung collective or destroy does; a Python-level handler would never run).
 """
 
 from __future__ import annotations
@@ -33,13 +48,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
+import functools
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
-from collections.abc import Iterator
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 
 
 def _flush() -> None:
@@ -63,6 +80,15 @@ exit_code: int | None = None
 DESTROY_TIMEOUT_S = 30.0
 #: Seconds the group's worker threads get to free their finished work items first.
 DRAIN_S = 0.2
+#: The signal on which a process registered by :func:`dump_stacks_on` writes every thread's
+#: Python stack (module docstring). glibc keeps the first real-time signals for itself;
+#: ``SIGRTMIN`` here is already past them.
+STACK_SIGNAL = signal.SIGRTMIN + 7
+#: The variable naming the file :func:`dump_stacks_on` writes to (set by the testbed).
+ENV_STACK_FILE = "NETSENSE_STACK_FILE"
+
+_before_destroy: list[Callable[[], None]] = []
+_stack_fd: int | None = None
 
 
 def destroy_group(timeout_s: float = DESTROY_TIMEOUT_S) -> None:
@@ -72,15 +98,81 @@ def destroy_group(timeout_s: float = DESTROY_TIMEOUT_S) -> None:
 
     if not (dist.is_available() and dist.is_initialized()):
         return
+    # what torch.distributed holds now, but never this module's patch (it would drain twice)
+    destroy = dist.destroy_process_group
+    if getattr(destroy, "_netsense_safe", False):
+        destroy = destroy.__wrapped__  # type: ignore[attr-defined]
+    try:
+        _destroy_bounded(destroy, timeout_s)
+    except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
+        _note(e)
+
+
+def on_destroy(fn: Callable[[], None]) -> None:
+    """Call ``fn`` when the job destroys its default process group through the patched
+    ``destroy_process_group`` (:func:`patch_destroy`), before the destroy: the job's records
+    are closed while nothing can hang yet (``netsenseml.job``)."""
+    if fn not in _before_destroy:
+        _before_destroy.append(fn)
+
+
+def patch_destroy() -> None:
+    """``torch.distributed.destroy_process_group`` made safe for the default group (module
+    docstring): the :func:`on_destroy` callbacks, then :func:`destroy_group` (drain, watchdog).
+    Another group is destroyed as before. Idempotent; a name the script imported before the
+    patch (``from torch.distributed import destroy_process_group`` at its top, when the
+    patch comes from ``hooks.register``) keeps torch's own function."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    original = c10d.destroy_process_group
+    if getattr(original, "_netsense_safe", False):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(group: Any = None) -> None:
+        if group is not None and group is not c10d.GroupMember.WORLD:
+            original(group)
+            return
+        for fn in list(_before_destroy):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - a callback must not keep the group alive
+                print(f"netsenseml: note: before destroy_process_group: {type(e).__name__}: {e}",
+                      file=sys.stderr, flush=True)
+        if not c10d.is_initialized():
+            original(group)  # torch's own error for a group that does not exist
+            return
+        _destroy_bounded(original, DESTROY_TIMEOUT_S)
+
+    destroy_process_group._netsense_safe = True  # type: ignore[attr-defined]
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group
+
+
+def _destroy_bounded(destroy: Callable[[], None], timeout_s: float) -> None:
     time.sleep(DRAIN_S)
     _flush()  # the watchdog's exit skips Python's buffers
     faulthandler.dump_traceback_later(timeout_s, exit=True)
     try:
-        dist.destroy_process_group()
-    except Exception as e:  # noqa: BLE001 - a peer that already left changes nothing now
-        _note(e)
+        destroy()
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+def dump_stacks_on(path: str | os.PathLike[str] | None = None) -> bool:
+    """Write every thread's Python stack to ``path`` (default: ``$NETSENSE_STACK_FILE``)
+    whenever this process receives :data:`STACK_SIGNAL` (module docstring). False when no
+    file is named; once per process (a second call keeps the first file)."""
+    global _stack_fd
+    if _stack_fd is not None:
+        return True
+    target = os.fspath(path) if path is not None else os.environ.get(ENV_STACK_FILE, "").strip()
+    if not target:
+        return False
+    _stack_fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    faulthandler.register(STACK_SIGNAL, file=_stack_fd, all_threads=True, chain=False)
+    return True
 
 
 def shutdown(code: int = 0, *, run_atexit: bool = True,

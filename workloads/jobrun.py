@@ -25,13 +25,26 @@ on the job's stderr): a ``PYTHON*`` variable of the job's environment other than
 read once at interpreter start), a ``TORCH*``/``KMP_``/``LD_`` variable that differs
 (read when torch is imported), or a module the zygote imported that the job's path would
 find elsewhere (a ``torch`` or ``netsenseml`` of the job's own). Not repeated: the string
-hash seed, which forked ranks share (a fresh interpreter draws one per process).
+hash seed, which forked ranks share (a fresh interpreter draws one per process). The fresh
+interpreter runs this module as its script (``python jobrun.py ARGV``, :func:`main`), which
+runs the job as :func:`run` does and leaves as below; so does a job started without the
+zygote (``NETSENSE_ZYGOTE=0``).
+
+How the job leaves (``netsenseml.lifecycle``): a script that simply returns ends through
+``os._exit`` after its ``atexit`` handlers (the zygote's child, :func:`main`), so the
+interpreter's finalization, where gloo's threads race it (SIGABRT), never runs; a script that
+ends with ``dist.destroy_process_group()`` gets the drained, bounded destroy
+(``lifecycle.patch_destroy``, installed here before the script runs when torch is already
+imported, else by ``hooks.register``). Every thread's Python stack is written to
+``$NETSENSE_STACK_FILE`` on ``lifecycle.STACK_SIGNAL``: the testbed asks a rank still running
+at its deadline where it is.
 """
 
 from __future__ import annotations
 
 import atexit
 import builtins
+import faulthandler
 import importlib.machinery
 import io
 import os
@@ -41,6 +54,7 @@ import sys
 import threading
 import types
 from collections.abc import Mapping
+from typing import NoReturn
 
 #: Variables read once when the interpreter or torch starts: a job that sets one of them
 #: to another value than the zygote's runs as a fresh interpreter (module docstring).
@@ -159,21 +173,46 @@ def _threads() -> None:
         np.random.seed()  # from the OS, as a fresh interpreter's numpy
 
 
-def run(argv: list[str], zygote_env: Mapping[str, str], zygote_path: list[str]) -> int:
+def _safe_endings() -> None:
+    """``destroy_process_group`` made safe before the job's code runs (module docstring),
+    with the zygote's own ``netsenseml`` (never imported here: a fresh interpreter imports
+    nothing before the job's path is set)."""
+    lifecycle = sys.modules.get("netsenseml.lifecycle")
+    if lifecycle is not None and "torch.distributed" in sys.modules:
+        lifecycle.patch_destroy()
+
+
+#: ``netsenseml.lifecycle.STACK_SIGNAL``, repeated: :func:`main` must not import netsenseml
+#: before the job's path is set (tests/workloads check that the two agree).
+STACK_SIGNAL = signal.SIGRTMIN + 7
+
+
+def stacks_on_signal() -> None:
+    """Every thread's stack to ``$NETSENSE_STACK_FILE`` on :data:`STACK_SIGNAL`."""
+    target = os.environ.get("NETSENSE_STACK_FILE", "").strip()
+    if target:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        faulthandler.register(STACK_SIGNAL, file=fd, all_threads=True, chain=False)
+
+
+def run(argv: list[str], zygote_env: Mapping[str, str], zygote_path: list[str],
+        *, fresh: bool = False) -> int:
     """Run the job ``python ARGV`` in this (forked) process; returns its exit code. The
     environment and working directory are the job's already; ``zygote_env`` and
-    ``zygote_path`` are the zygote's own, from before the fork. A negative code: the
-    signal the process must end by (an uncaught ``KeyboardInterrupt``)."""
+    ``zygote_path`` are the zygote's own, from before the fork (``fresh``: this process is
+    a fresh interpreter already, :func:`main`). A negative code: the signal the process
+    must end by (an uncaught ``KeyboardInterrupt``)."""
     env = os.environ
     path = job_path(argv, env, interpreter_entries(zygote_path, zygote_env), os.getcwd())
-    why = fresh_reason(env, zygote_env, path)
+    why = None if fresh else fresh_reason(env, zygote_env, path)
     if why is not None:
         print(f"netsense: the job starts as a fresh interpreter: {why}", file=sys.stderr,
               flush=True)
-        os.execv(sys.executable, [sys.executable, *argv])
+        os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), *argv])
     sys.path[:] = path
     sys.orig_argv = [sys.executable, *argv]
     _threads()
+    _safe_endings()
     code = 0
     try:
         _execute(argv)
@@ -187,3 +226,27 @@ def run(argv: list[str], zygote_env: Mapping[str, str], zygote_path: list[str]) 
     threading._shutdown()  # type: ignore[attr-defined] - the interpreter's exit joins them
     atexit._run_exitfuncs()
     return code
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with the job's ``code`` without the interpreter's finalization
+    (module docstring): the streams flushed, a negative code as its signal."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code < 0:  # ended by a signal (Ctrl-C), as python would be
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
+
+
+def main() -> NoReturn:
+    """``python jobrun.py ARGV``: the job in this fresh interpreter (module docstring)."""
+    stacks_on_signal()
+    leave(run(sys.argv[1:], dict(os.environ), list(sys.path), fresh=True))
+
+
+if __name__ == "__main__":
+    main()

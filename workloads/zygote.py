@@ -83,6 +83,7 @@ def _child(req: dict[str, Any]) -> NoReturn:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
+        jobrun.stacks_on_signal()  # where it is, when a deadline asks (NETSENSE_STACK_FILE)
         if req.get("job"):  # an own job: `python ARGV` with the imports done (jobrun)
             code = jobrun.run(list(req["argv"]), _BOOT_ENV, _BOOT_PATH)
             raise _Leave
@@ -103,10 +104,7 @@ def _child(req: dict[str, Any]) -> NoReturn:
             stream.flush()
         except (OSError, ValueError):
             pass
-    if code < 0:  # an own job ended by a signal (Ctrl-C): ended by it, as python would be
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code & 0xFF)
+    jobrun.leave(code)  # an own job ended by a signal (Ctrl-C): ended by it, as python would be
 
 
 def _reply(obj: dict[str, Any]) -> None:

@@ -11,10 +11,16 @@ session's own outcomes, or run folders read back with ``--from-runs``, the same 
   summary field (``testbed.common.metrics`` defines them, once, for summary.json and the
   tables alike);
 * per arm: n seeds, the mean and its 95 % Student-t interval (``stats.ci95``);
-* per arm after the first: ``mean(arm) / mean(first)`` with its 95 % percentile bootstrap
-  interval (``stats.bootstrap_ratio``) and the two-sided permutation p of equal means
+* per arm after the first: the ratio of its geometric mean to the first arm's with the
+  95 % Welch t-interval on the logs (``stats.log_ratio_t``: honest from 2 seeds per arm,
+  where a bootstrap is not; its module says why and ``tests/common/test_stats.py`` measures
+  the coverage at 2, 3 and 6 seeds) and the two-sided permutation p of equal means
   (``stats.permutation_p``), both unpaired: seed s of two arms are two runs, not a pair
   (the workers' data order is seeded, the network's timing is not);
+* per arm after the first, a verdict (:func:`verdict`): faster / slower (or higher / lower
+  for a metric that is no time or rate) when the interval excludes 1, else "cannot tell"
+  with the seeds per arm that would tell if the observed difference and spread held
+  (``stats.seeds_to_tell``);
 * each seed counts once per arm (its latest finished run); failed runs, runs without a value
   of the metric (a target never reached has no time to accuracy) and repeated seeds are
   left out and counted, never silently.
@@ -43,9 +49,15 @@ SUMMARY_FIELDS = ("throughput_samples_per_s", "time_to_accuracy_s", "final_accur
                   "steps", "samples_total", "train_time_s", "bytes_sent_total", "comm_s_mean",
                   "kept_ratio_mean", "wall_s")
 RESAMPLES = 10000
-BOOTSTRAP_SEED = 0
+BOOTSTRAP_SEED = 0  # the permutation test's random splits (beyond exact enumeration)
 COLUMNS = ["arm", "method", "rev", "n", "mean", "ci95", "ratio", "ratio_lo", "ratio_hi",
-           "ratio_width", "p", "failed", "no_value", "repeats"]
+           "ratio_width", "p", "verdict", "seeds_to_tell", "failed", "no_value", "repeats"]
+#: Fields where more is better (a ratio above 1 is "faster" / "higher"); the rest of
+#: SUMMARY_FIELDS' times and byte counts are better smaller.
+HIGHER_BETTER = ("throughput_samples_per_s", "final_accuracy", "steps", "samples_total")
+#: Fields that are a speed or a time: their verdict says faster / slower.
+SPEED_FIELDS = ("throughput_samples_per_s", "time_to_accuracy_s", "train_time_s", "wall_s",
+                "comm_s_mean")
 
 
 class ABInputError(ValueError):
@@ -113,8 +125,29 @@ def method_of_label(label: str) -> str:
     return label.partition("@")[0]
 
 
+def verdict(ratio: stats.Ratio, n_arm: int, n_base: int, needed: int | None,
+            field: str = "throughput_samples_per_s") -> str:
+    """One word and why: ``faster`` / ``slower`` (``higher`` / ``lower`` for a metric that
+    is no speed or time; a time's ratio below 1 is faster) when the interval excludes 1,
+    else ``cannot tell at N+M seeds`` and the seeds per arm that would tell."""
+    if n_arm < 2 or n_base < 2 or ratio.lo != ratio.lo:
+        return (f"cannot tell: an interval needs 2 or more seeds per arm (have "
+                f"{n_arm}+{n_base})")
+    if ratio.lo > 1 or ratio.hi < 1:
+        up = ratio.lo > 1
+        if field in SPEED_FIELDS:
+            better = up == (field in HIGHER_BETTER)
+            return "faster" if better else "slower"
+        return "higher" if up else "lower"
+    tell = ("no difference seen" if needed is None and ratio.ratio == 1 else
+            f"more than {stats.MAX_SEEDS_TO_TELL} seeds per arm would be needed"
+            if needed is None else f"~{needed} seeds per arm would tell x{ratio.ratio:.3g} "
+            "from 1 if this difference and spread held")
+    return f"cannot tell at {n_arm}+{n_base} seeds (the interval holds 1); {tell}"
+
+
 def compare(observations: list[Observation], arms: list[str], *, reps: int = RESAMPLES,
-            seed: int = BOOTSTRAP_SEED) -> Result:
+            seed: int = BOOTSTRAP_SEED, field: str = "throughput_samples_per_s") -> Result:
     """Rows per arm (module doc), in the order of ``arms``; the first is the baseline."""
     values: dict[str, list[float]] = {}
     left: dict[str, list[str]] = {a: [] for a in arms}
@@ -147,17 +180,21 @@ def compare(observations: list[Observation], arms: list[str], *, reps: int = RES
     rows = []
     for i, a in enumerate(arms):
         mean, half, n = stats.ci95(values[a])
+        verdict_text, needed = None, None
         if i == 0:
             r = stats.Ratio(1.0 if n else math.nan, math.nan, math.nan)
             p = math.nan
         else:
-            r = stats.bootstrap_ratio(values[a], base, reps=reps, seed=seed)
+            r = stats.log_ratio_t(values[a], base)
             p = stats.permutation_p(values[a], base, reps=reps, seed=seed)
+            needed = stats.seeds_to_tell(values[a], base)
+            verdict_text = verdict(r, n, len(stats.finite(base)), needed, field)
         width = (r.hi - r.lo) / r.ratio if r.ratio == r.ratio and r.ratio > 0 else math.nan
         method, _, rev = a.partition("@")
         rows.append({"arm": a, "method": method, "rev": rev or None, "n": n, "mean": mean,
                      "ci95": half, "ratio": r.ratio, "ratio_lo": r.lo, "ratio_hi": r.hi,
-                     "ratio_width": width, "p": p, **counts[a]})
+                     "ratio_width": width, "p": p, "verdict": verdict_text,
+                     "seeds_to_tell": needed, **counts[a]})
     return Result(list(arms), rows, {a: v for a, v in left.items() if v})
 
 
@@ -239,11 +276,13 @@ def _method_of(r: loading.RunData) -> str:
     return str(r.summary.get("method") or r.config.get("method") or "")
 
 
-INTERVALS = ("mean ±: half-width of the 95 % Student-t interval over seeds; ratio: mean(arm) / "
-             "mean({base}), its interval the 95 % percentile bootstrap ({reps} resamples, each "
-             "arm resampled on its own); p: two-sided permutation test of equal means (exact "
-             "over every split of the seeds when there are at most {reps}, else {reps} random "
-             "splits)")
+INTERVALS = ("mean ±: half-width of the 95 % Student-t interval over seeds; ratio: geometric "
+             "mean(arm) / geometric mean({base}), its interval Welch's 95 % t-interval on the "
+             "logs (honest from 2 seeds per arm, and wide there: t = 12.7 at 1 degree of "
+             "freedom; no bootstrap, which over 2 seeds has 3 distinct means per arm); p: "
+             "two-sided permutation test of equal means (exact over every split of the seeds "
+             "when there are at most {reps}, else {reps} random splits; with 2 + 2 seeds it "
+             "cannot go below 0.33)")
 
 
 def explain(result: Result, reps: int = RESAMPLES) -> str:

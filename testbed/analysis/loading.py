@@ -76,12 +76,25 @@ def dilation_of(config: dict[str, Any]) -> float:
     return float(k) if isinstance(k, int | float) and k > 0 else 1.0
 
 
+#: A run folder's own subfolders that hold what its workers wrote, never runs: an own job's
+#: working directories (``hosts/<host>/``, where a job may well save a ``config.json``) and
+#: the workers' logs.
+RUN_SUBFOLDERS = ("hosts", "workers")
+
+
 def find_run_dirs(root: Path) -> list[Path]:
     """Every folder under ``root`` holding a run (config.json or summary.json), sorted;
-    folders under a ``figures`` folder are not runs."""
+    folders under a ``figures`` folder, and what a run's workers wrote inside its folder
+    (:data:`RUN_SUBFOLDERS`), are not runs."""
     root = Path(root)
     found = {p.parent for name in ("summary.json", "config.json") for p in root.rglob(name)}
-    return sorted(d for d in found if "figures" not in d.relative_to(root).parts)
+
+    def inside_a_run(d: Path) -> bool:
+        return any(p in found and d.relative_to(p).parts[0] in RUN_SUBFOLDERS
+                   for p in d.parents if p != d and (p == root or root in p.parents))
+
+    return sorted(d for d in found if "figures" not in d.relative_to(root).parts
+                  and not inside_a_run(d))
 
 
 def read_json_file(path: Path, *, required: bool) -> dict[str, Any]:

@@ -467,6 +467,17 @@ def _trouble_tables(res: Results) -> tuple[list[dict[str, Any]], list[dict[str, 
         last.append({"title": "Network truth: byte conservation, bottleneck sampling, "
                      "cross traffic", "note": "", "html": html_table(
                          truth, [Col(c, c.replace("_", " ")) for c in truth.columns])})
+    degraded = runs[tables.is_degraded(runs)] if not runs.empty else runs
+    if not degraded.empty:  # named where a reader starts, not only counted in the footer
+        counted = "counted (--include-degraded)" if runs.attrs.get("include_degraded") else \
+            "left out of every statistic (--include-degraded counts them)"
+        first.append({"title": f"Degraded runs ({len(degraded)}): {counted}",
+                      "note": "The host did not keep up with the emulated accelerator: the "
+                              "run's numbers are partly the host's.",
+                      "html": html_table(
+                          degraded.sort_values(["experiment", "method", "seed", "run"]),
+                          [Col("run", "run folder", "run"), Col("method", "method"),
+                           Col("seed", "seed", "int"), Col("degraded", "why degraded")])})
     excluded = loading.excluded_of(runs)
     if excluded:
         first.append({"title": "Excluded runs (damaged folders)",
@@ -495,6 +506,7 @@ def _headlines(res: Results, sp: pd.DataFrame) -> dict[str, Markup | None]:
         "verdicts": html_table(verdicts, [
             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
             Col("won", "won", "int"), Col("tie", "tie", "int"), Col("lost", "lost", "int"),
+            Col("few_seeds", f"under {tables.MIN_SEEDS_TO_CALL} seeds (not called)", "int"),
             Col("unreached", "baseline never reached", "int"),
             Col("vs_oracle", "vs best fixed"), Col("oracle_tta_method", "best fixed"),
             Col("vs_oracle_tta", "TTA x best fixed [95 % CI]")]) if not verdicts.empty
@@ -535,7 +547,7 @@ def render(results: Results | Path, runs: pd.DataFrame | None = None,
         title=_title(root, runs), n_runs=len(runs), n_ok=int((runs["status"] == "ok").sum()),
         n_bad=int((runs["status"] != "ok").sum()), n_repeats=tables.repeated_runs(runs),
         made_by=made_by(commit or git_commit()), footer=res.footer(),
-        n_degraded=int(tables.is_degraded(runs).sum()),
+        n_degraded=int(tables.is_degraded(runs).sum()), min_seeds=tables.MIN_SEEDS_TO_CALL,
         n_paced=len(paced), paced_k=", ".join(f"{k:g}" for k in sorted(
             paced["dilation"].dropna().unique())) if len(paced) else "",
         generated=time.strftime("%Y-%m-%d %H:%M %Z"),

@@ -1,5 +1,6 @@
 """``netsense ab``: arms of one scenario, interleaved over seeds, and each arm's ratio to the
-first with a bootstrap interval and a permutation p.
+first with a Welch t-interval on the logs (honest from 2 seeds per arm), a permutation p and
+a verdict (faster / slower / cannot tell, with the seeds that would tell).
 
 The running is ``testbed.orchestration.ab``'s (arms, the interleaved order, revisions'
 checkouts), the statistics ``testbed.analysis.ab``'s; this module checks the input (one
@@ -66,8 +67,10 @@ def ab_cmd(
     from_runs: FromRunsOption = None,
     quiet: QuietOption = False,
 ) -> None:
-    """A/B: every arm once per seed, in alternating order, then each arm's mean and its
-    ratio to the first arm with a 95 % bootstrap interval and a permutation p.
+    """A/B: every arm once per seed, in alternating order, then each arm's mean, its ratio
+    to the first arm (geometric means) with a 95 % Welch t-interval on the logs, a
+    permutation p and a verdict: faster / slower, or cannot tell at this n and the seeds
+    per arm that would tell.
 
     Runs go to RESULTS/ab-<scenario>/<arm>/<scenario>/<run id>, the table to ab.json and
     ab.csv beside them (with --from-runs: in DIR; another comparison than DIR's ab.json
@@ -134,6 +137,7 @@ class _Session:
     root: Path
     field: str
     say: Callable[[str], None]
+    metric: str = "throughput"
     obs: list[Any] = dataclasses.field(default_factory=list)
     used: list[int] = dataclasses.field(default_factory=list)
     order: list[tuple[str, int]] = dataclasses.field(default_factory=list)
@@ -147,7 +151,8 @@ class _Session:
         todo = run_ab.plan(self.arms, new, start=len(self.used))
         first = len(self.order) + 1
         self.used.extend(new)
-        for done in run_ab.run_plan(runner, todo, self.say, first=first, total=total):
+        for done in run_ab.run_plan(runner, todo, self.say, first=first, total=total,
+                                    show=lambda s: metric_text(s, self.field, self.metric)):
             self.order.append((done.arm.label, done.seed))
             o = done.outcome
             self.obs.append(stats_ab.observation(
@@ -166,7 +171,7 @@ def _run(scn: Any, path: Path, overrides: list[str], arms: list[Any], seeds: lis
         if not quiet:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    s = _Session(arms, root, field, say)
+    s = _Session(arms, root, field, say, metric)
     revs = [f"{a.label} = {a.commit[:12]}" for a in arms if a.commit]
     console.print(f"ab {scn.name}: {len(arms)} arms x {len(seeds)} seeds, interleaved; "
                   f"metric {metric}" + (f"; {', '.join(revs)}" if revs else ""),
@@ -199,7 +204,8 @@ def _run_session(s: _Session, scn: Any, path: Path, overrides: list[str], seeds:
             s.run_seeds(runner, seeds, len(s.arms) * len(seeds))
             if until_width is not None:
                 while (stopped := stats_ab.stop_reason(
-                        stats_ab.compare(s.obs, labels), until_width, len(s.used), max_seeds)
+                        stats_ab.compare(s.obs, labels, field=s.field), until_width,
+                        len(s.used), max_seeds)
                        ) is None:
                     s.run_seeds(runner, run_ab.next_seeds(s.used), len(s.order) + len(s.arms))
                 s.stopped = stopped
@@ -222,7 +228,7 @@ def _write(s: _Session, scn: Any, metric: str, code: int, console: Console) -> N
     """ab.json and ab.csv of the session, and its table printed."""
     from testbed.analysis import ab as stats_ab
 
-    res = stats_ab.compare(s.obs, [a.label for a in s.arms])
+    res = stats_ab.compare(s.obs, [a.label for a in s.arms], field=s.field)
     info = {"scenario": scn.name, "metric": metric, "field": s.field, "seeds": s.used,
             "order": [list(x) for x in s.order], "stopped": s.stopped,
             "interrupted": code != 0,
@@ -256,7 +262,7 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
     for e in excluded:
         err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
                   markup=False)
-    res = stats_ab.compare(obs, labels)
+    res = stats_ab.compare(obs, labels, field=field)
     from testbed.common.files import read_json
 
     prior = read_json(folder / "ab.json") or {}  # a session read back keeps its record
@@ -268,6 +274,17 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
     written = stats_ab.write(folder, res, obs, info,
                              stem=stats_ab.readback_stem(prior, res.arms, metric))
     _print(Console(width=max(120, Console().width)), res, metric, written, None)
+
+
+def metric_text(summary: dict[str, Any], field: str, metric: str) -> str:
+    """A finished run's value of the comparison's metric, for its line (``tta 41.2 s``)."""
+    v = summary.get(field)
+    if not isinstance(v, int | float) or isinstance(v, bool) or v != v:
+        return f"no {metric}"
+    if field == "throughput_samples_per_s":
+        return f"{v:.1f} samples/s"
+    unit = " s" if field.endswith("_s") else ""
+    return f"{metric} {_fmt(float(v))}{unit}"
 
 
 def _num(v: float, fmt: str) -> str:
@@ -299,6 +316,9 @@ def _print(console: Console, res: Any, metric: str, written: list[Path],
         t.add_row(r["arm"], str(r["n"]), mean, _num(r["ratio"], ".3f"), interval,
                   _num(r["p"], ".3g"))
     console.print(t)
+    for r in res.rows[1:]:
+        console.print(f"verdict: {r['arm']} vs {base}: {r['verdict']}", highlight=False,
+                      markup=False, soft_wrap=True)
     console.print(stats_ab.explain(res), highlight=False, markup=False, soft_wrap=True)
     for arm, items in res.left_out.items():
         console.print(f"left out of {arm}: {len(items)} run(s): " + "; ".join(items[:5])

@@ -294,16 +294,41 @@ def _folder(path: Path | None, results: Path) -> Path:
     return folder
 
 
+def _not_into_committed(folder: Path, figures: Path | None, html: Path | None = None,
+                        report: bool = False) -> tuple[Path | None, Path | None]:
+    """The outputs ``plot``/``report`` write when a default would land inside a results
+    tree git tracks (the committed evaluation, ``results/runs/``): its view folder instead
+    (``testbed.common.outputs.view_folder``), said on stderr; an output the user named is
+    written where named."""
+    from testbed.common.outputs import tracked, view_folder
+
+    if (figures is not None and (html is not None or not report)) or not tracked(folder):
+        return figures, html
+    view = view_folder(folder)
+    figures = figures if figures is not None else view / "figures"
+    html = html if html is not None or not report else view / "report.html"
+    told = "--figures/-f and --html" if report else "--figures/-f"
+    Console(stderr=True).print(
+        f"note: {folder} is a committed results tree (git tracks it): not writing into it; "
+        f"output in {view} ({told} to write elsewhere)", highlight=False, markup=False,
+        soft_wrap=True)
+    return figures, html
+
+
 def plot_cmd(
     path: PathArg = None,
     results: ResultsOption = DEFAULT_RESULTS,
     figures: Annotated[Path | None, typer.Option(
-        "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures)")] = None,
+        "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures; "
+        "for a results tree git tracks, results/views/<its path>/figures)")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
     verbose: VerboseOption = False,
     include_degraded: IncludeDegradedOption = False,
 ) -> None:
     """Figures (PNG + PDF) and tables (CSV) from the run folders under RESULTS.
+
+    A results tree git tracks (the committed runs under results/runs/) is never written
+    into unless --figures names it: its figures go to results/views/<its path>/ (said).
 
     Works on one run folder too (`netsense plot -r results/smoke/<run id>`): its accuracy
     curve and, when it has a timeline, its network/adaptation timeline.
@@ -315,6 +340,7 @@ def plot_cmd(
         deprecated("plot --out/-o", "--figures/-f")
         figures = figures or out
     folder = _folder(path, results)
+    figures, _ = _not_into_committed(folder, figures)
     _check_out(figures or folder / "figures", "--figures", folder=True)
     try:
         written = plots.make_figures(
@@ -332,21 +358,29 @@ def report_cmd(
     path: PathArg = None,
     results: ResultsOption = DEFAULT_RESULTS,
     html: Annotated[Path | None, typer.Option(
-        "--html", metavar="FILE", help="HTML file (default RESULTS/report.html)")] = None,
+        "--html", metavar="FILE", help="HTML file (default RESULTS/report.html; for a results "
+        "tree git tracks, results/views/<its path>/report.html)")] = None,
     figures: Annotated[Path | None, typer.Option(
-        "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures)")] = None,
+        "--figures", "-f", metavar="DIR", help="figures folder (default RESULTS/figures; for "
+        "a results tree git tracks, results/views/<its path>/figures)")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", hidden=True)] = None,
     verbose: VerboseOption = False,
     include_degraded: IncludeDegradedOption = False,
 ) -> None:
     """One self-contained HTML page: the claim (time to accuracy), throughput, figures,
-    tables, scenarios, versions."""
+    tables, scenarios, versions.
+
+    A results tree git tracks (the committed runs under results/runs/) is never written
+    into unless --figures/--html name it: the page and figures go to
+    results/views/<its path>/ (said).
+    """
     from testbed.analysis import plots, report
 
     if out is not None:
         deprecated("report --out/-o", "--html")
         html = html or out
     folder = _folder(path, results)
+    figures, html = _not_into_committed(folder, figures, html, report=True)
     _check_out(html or folder / "report.html", "--html", folder=False)
     _check_out(figures or folder / "figures", "--figures", folder=True)
     try:
@@ -434,7 +468,11 @@ def _compare_table(groups: Any) -> Table:
     t = Table(title=f"compare: {len(groups)} groups", title_justify="left")
     for c in ("group", "runs", "compute", "samples/s", "TTA s", "reached", "final acc",
               "MB sent", "overruns", "host other %", "degraded"):
-        t.add_column(c, justify="left" if c in ("group", "compute", "degraded") else "right")
+        # text columns wrap, never end in "...": netsenseml and netsenseml-paper were both
+        # cut to "netsense..." in a narrow terminal
+        text = c in ("group", "compute", "degraded")
+        t.add_column(c, justify="left" if text else "right",
+                     overflow="fold" if text else "ellipsis", min_width=12 if c == "group" else None)
     for g in groups.itertuples():
         t.add_row(g.group, str(g.runs), g.compute, _pm(g.throughput, g.throughput_ci, ".1f"),
                   _pm(g.tta_s, g.tta_ci, ".2f"), g.reached,

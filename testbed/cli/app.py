@@ -37,6 +37,7 @@ from testbed.cli.common import (
     parse_overrides,
 )
 from testbed.common import bounded
+from testbed.common.names import slug
 
 app = typer.Typer(
     name="netsense",
@@ -156,7 +157,8 @@ def _print_run_plan(scn: Any, methods: list[str], seeds: list[int], root: Path) 
                f"about {est * len(seeds) / 60:.1f} min")
     for s in seeds:
         for m in methods:
-            typer.echo(f"  {m:<18} seed {s:<3} -> {root}/<time>-{m}-s{s}/")
+            # the folder's name as make_run_id writes it: the method's slug (no ':')
+            typer.echo(f"  {m:<18} seed {s:<3} -> {root}/<time>-{slug(m)}-s{s}/")
     typer.echo("nothing run (--dry-run); `netsense show` prints the resolved scenario")
 
 

@@ -12,6 +12,7 @@ ignores the bits but not a read-only mount.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -116,3 +117,45 @@ def check_file(path: Path, option: str) -> None:
     if path.exists() and not path.is_file():
         raise OutputError(f"{option} {str(path)!r}: exists and is not a regular file")
     check_dir(path.parent, option, shown=path)
+
+
+# ---------------------------------------------------------------- committed results trees
+#: Where ``report`` and ``plot`` write by default for a results folder git tracks: a folder
+#: the checkout ignores (``results/*`` is ignored but for the committed parts), so a report
+#: of the committed evaluation leaves ``git status`` clean.
+VIEWS = Path("results") / "views"
+
+
+def _git(folder: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True,
+                              text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def tracked(folder: Path) -> bool:
+    """Whether git tracks a file under ``folder`` (a committed results tree, e.g.
+    ``results/runs/``: writing figures into it would leave untracked files in the
+    checkout). False outside a git work tree or without git."""
+    p = _git(Path(folder), "ls-files", "--", ".")
+    return p is not None and p.returncode == 0 and p.stdout.strip() != ""
+
+
+def view_folder(folder: Path) -> Path:
+    """Where ``report``/``plot`` write for a :func:`tracked` ``folder`` unless told: its path
+    in the checkout under :data:`VIEWS` (``results/runs/x`` -> ``results/views/runs/x``)
+    when git ignores that place, else under the system's temporary folder
+    (``netsense-views/<the same path>``)."""
+    folder = Path(folder).resolve()
+    top = _git(folder, "rev-parse", "--show-toplevel")
+    root = Path(top.stdout.strip()) if top is not None and top.returncode == 0 else None
+    if root is not None:
+        rel = folder.relative_to(root) if folder.is_relative_to(root) else Path(folder.name)
+        parts = rel.parts[1:] if rel.parts[:1] == (VIEWS.parts[0],) else rel.parts
+        place = root / VIEWS / Path(*parts) if parts else root / VIEWS
+        ignored = _git(root, "check-ignore", "-q", str(place.relative_to(root)))
+        if ignored is not None and ignored.returncode == 0:
+            return place
+        return Path(tempfile.gettempdir()) / "netsense-views" / rel
+    return Path(tempfile.gettempdir()) / "netsense-views" / folder.name

@@ -165,7 +165,7 @@ class Workload(StrictModel):
         None, min_length=1, max_length=256)
     """Your own training job instead of the built-in worker, e.g. [python, my_job.py, --epochs, "2"]: started in every worker host with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...); python is the testbed's interpreter; a script path is relative to the scenario file. The job calls hooks.register(model) (README section 4). Fields of the built-in worker (model, dataset, batch_size, steps, eval_every, lr, data_dir, pg_timeout_s, args) are refused beside it."""
     cwd: str | None = Field(None, min_length=1, max_length=4096)
-    """With command: the job's working directory (relative to the scenario file); none: the scenario file's folder."""
+    """With command: the job's folder (relative to the scenario file; none: the scenario file's folder): first on the job's Python path (its modules and python -m import from it) and in NETSENSE_JOB_DIR. The job runs in a working directory of its own on every host, inside the run folder (hosts/<host>/), as on separate machines: what it writes there is never seen by another run."""
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)],
               Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict)
     """With command: more environment variables for the job (the testbed's own RANK, NETSENSE_* ... cannot be overridden)."""

@@ -303,10 +303,17 @@ class Done:
     seconds: float
 
 
+def throughput_text(summary: dict[str, Any]) -> str:
+    thr = summary.get("throughput_samples_per_s")
+    return f"{thr:.1f} samples/s" if isinstance(thr, int | float) else ""
+
+
 def run_plan(runner: Runner, order: list[tuple[Arm, int]], say: Callable[[str], None],
-             *, first: int = 1, total: int | None = None) -> Iterator[Done]:
-    """Run ``order`` one by one, a line as each starts and ends; yields each finished run.
-    RunInterrupted propagates (after the interrupted run's teardown)."""
+             *, first: int = 1, total: int | None = None,
+             show: Callable[[dict[str, Any]], str] = throughput_text) -> Iterator[Done]:
+    """Run ``order`` one by one, a line as each starts and ends (``show``: a finished run's
+    value of the comparison's metric); yields each finished run. RunInterrupted propagates
+    (after the interrupted run's teardown)."""
     total = total or first - 1 + len(order)
     for k, (arm, seed) in enumerate(order, first):
         say(f"[{k}/{total}] start  {arm.label}  seed {seed}")
@@ -315,8 +322,8 @@ def run_plan(runner: Runner, order: list[tuple[Arm, int]], say: Callable[[str], 
         secs = time.monotonic() - t0
         s = out.summary
         if out.status == "ok":
-            thr = s.get("throughput_samples_per_s")
-            said = f"{thr:.1f} samples/s, " if isinstance(thr, int | float) else ""
+            said = show(s)
+            said = f"{said}, " if said else ""
             say(f"[{k}/{total}] ok     {arm.label}  seed {seed}  ({said}{secs:.0f} s)")
         else:
             reason = str(s.get("reason") or "no reason recorded").split(" | ")[-1][:160]

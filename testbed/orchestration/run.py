@@ -52,7 +52,7 @@ from testbed.common.names import slug
 from testbed.config.scenario import Scenario, check_method
 from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records
+from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records, stacks
 from testbed.orchestration.interrupts import RunInterrupted
 from testbed.orchestration.real_hosts import HostsRun
 from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle, bounded
@@ -216,13 +216,16 @@ class _Run(RunLifecycle):
             self.launch_wall, self.k)
         self.hostload.start()
         own = self.scn.workload.own_job
+        homes = [self.folder.host_dir(h) for h in hosts] if own else []
+        for home in homes:
+            home.mkdir(parents=True, exist_ok=True)
         self.workers.launch(
             hosts, self.config["worker_argv"], self.config["master_port"],
             zygote, on_spawn=self._write_pids,
             extra_env=[job_env(self.scn, self.method, self.seed, self.folder.workers, r,
                                self.folder.path.name, self.k) for r in range(len(hosts))]
             if own else None,
-            cwd=self.scn.workload.cwd if own else None)
+            cwd=[str(h) for h in homes] if own else None)
 
     def _forkable(self) -> bool:
         """Whether this run's workers can come from the zygote: the built-in worker, or an
@@ -276,7 +279,9 @@ class _Run(RunLifecycle):
                 raise RunFailed(f"timeline event failed: {self.timeline.error}")
             self._check_health()
             if time.monotonic() > deadline:
-                stuck = self._own_job_stages(codes) if self.scn.workload.own_job else ""
+                frames = self.workers.ask_stacks()  # before anything is killed
+                stuck = (self._own_job_stages(codes, frames) if self.scn.workload.own_job
+                         else self._worker_stacks(frames))
                 raise RunFailed(f"timeout: workers still running after "
                                  f"{self.scn.deadline_s() * self.k:.0f} s{stuck}")
             rec = run_records.last_step(rank0)
@@ -286,9 +291,32 @@ class _Run(RunLifecycle):
             time.sleep(POLL_S)
 
     # an own job ------------------------------------------------------------------
-    def _own_job_stages(self, codes: list[int | None]) -> str:
-        """Where each rank of a hung own job is (``workers.stage``, its records), read
-        before anything is killed: ``; rank 0: ...; ranks 1, 2: ...``."""
+    def _job_dir(self) -> str | None:
+        """The folder of an own job's script (its frames are named relative to it)."""
+        argv = self.config.get("worker_argv") or []
+        if self.scn.workload.own_job and len(argv) > 1 and argv[1] not in ("-m", "-c"):
+            return os.path.dirname(argv[1])
+        return self.scn.workload.cwd
+
+    def _worker_stacks(self, frames: dict[int, list[stacks.Frame]]) -> str:
+        """`` (rank 0 in FUNC (FILE:LINE); ...; stacks in workers/rank<N>.stack)``."""
+        if not frames:
+            return ""
+        parts = [f"rank {r} {stacks.where(f, self._job_dir())}" for r, f in sorted(frames.items())]
+        return f" ({'; '.join(parts)}; {self._stack_files(frames)})"
+
+    @staticmethod
+    def _stack_files(frames: dict[int, list[stacks.Frame]]) -> str:
+        ranks = sorted(frames)
+        return ("stacks in workers/rank" + (f"{ranks[0]}" if len(ranks) == 1 else
+                                            "{" + ",".join(map(str, ranks)) + "}") + ".stack")
+
+    def _own_job_stages(self, codes: list[int | None],
+                        frames: dict[int, list[stacks.Frame]] | None = None) -> str:
+        """Where each rank of a hung own job is (its Python stack, ``stacks``; else
+        ``workers.stage``, its records), read before anything is killed:
+        ``; rank 0: ...; ranks 1, 2: ...``."""
+        frames = frames or {}
         hosts = list(self.emu.worker_hosts)
         ips = [self.emu.ip(h) for h in hosts]
         master = (ips[0], int(self.config["master_port"]))
@@ -302,14 +330,17 @@ class _Run(RunLifecycle):
                 where = ("registered the hook, then no step finished (a backward's bucket 0 "
                          "never came back)" if not steps else
                          f"registered the hook; its last finished step is {steps[-1].get('step')}"
-                         " (inside a step or a collective since)")
+                         + ("" if rank in frames else " (inside a step or a collective since)"))
             else:
                 where = stage(self.emu.host_pid(host), ips[rank], master,
                               [ip for i, ip in enumerate(ips) if i != rank])
+            if rank in frames:
+                where += f", {stacks.where(frames[rank], self._job_dir())}"
             by_stage.setdefault(where, []).append(rank)
         parts = [f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {w}"
                  for w, r in by_stage.items()]
-        return " (the own job's ranks: " + "; ".join(parts) + ")"
+        files = f"; {self._stack_files(frames)}" if frames else ""
+        return " (the own job's ranks: " + "; ".join(parts) + files + ")"
 
     def _own_job_end(self) -> None:
         """Every rank of an own job exited 0 (a non-zero exit failed the run already):
@@ -572,6 +603,7 @@ class _Run(RunLifecycle):
 
     def _collect_more(self) -> None:
         if self.workers is not None:
+            stacks.drop_empty(self.folder.workers)  # every rank opened one; kept: the asked
             self.summary["worker_exit_codes"] = self.workers.exit_codes()
             if self.workers.exit_anomalies:
                 self.summary["exit_anomalies"] = list(self.workers.exit_anomalies)

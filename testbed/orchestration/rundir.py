@@ -220,5 +220,11 @@ class RunFolder:
         files.write_csv(self.path / "steps.csv", columns, rows)
         return run_records.metrics(recs, target_accuracy, rows)
 
+    def host_dir(self, host: str) -> Path:
+        """An own job's working directory on emulated host ``host`` (``hosts/<host>/``):
+        each host's own disk, as on separate machines, and gone with the run folder, so
+        nothing a run writes there is seen by the next run."""
+        return self.path / "hosts" / host
+
     def rank0_log(self) -> Path:
         return self.workers / "rank0.jsonl"

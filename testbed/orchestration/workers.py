@@ -30,9 +30,13 @@ from typing import IO, Any
 
 from netsenseml import methods
 from testbed.config.scenario import PYTHON_NAMES, Scenario
-from testbed.orchestration import run_records
+from testbed.orchestration import run_records, stacks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The job runner a fresh own-job interpreter runs its script through (``workloads.jobrun``:
+#: the script's ending made safe, its stack on request), a file: nothing of the checkout is
+#: imported before the job's path is set.
+JOBRUN = REPO_ROOT / "workloads" / "jobrun.py"
 
 
 def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
@@ -104,7 +108,10 @@ def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int
             run_id: str, dilation: float) -> dict[str, str]:
     """What torchrun gives a rank (one process per emulated host: LOCAL_RANK 0 and
     LOCAL_WORLD_SIZE 1, each host a node) and what the hook reads (``netsenseml.job``).
-    The env:// variables and the interface ones are the launch's (``WorkerGroup.launch``)."""
+    The env:// variables and the interface ones are the launch's (``WorkerGroup.launch``).
+    The job's folder (``workload.cwd``, default the scenario file's) is ``NETSENSE_JOB_DIR``
+    and first on ``PYTHONPATH``; its working directory is its host's own
+    (``RunFolder.host_dir``)."""
     wl = scenario.workload
     world = scenario.world_size
     env = {**wl.env,
@@ -115,8 +122,13 @@ def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int
            "MKL_NUM_THREADS": str(wl.threads),
            "NETSENSE_METHOD": method, "NETSENSE_RECORDS": str(records),
            "NETSENSE_SEED": str(seed), "NETSENSE_DILATION": repr(float(dilation)),
+           # the job's folder: its modules import as they did from there (`-m module`
+           # included) though each host runs in a working directory of its own
+           "NETSENSE_JOB_DIR": str(wl.cwd or ""),
            # the job imports netsenseml from this checkout even where it is not installed
-           "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(REPO_ROOT)) if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in (wl.cwd, wl.env.get("PYTHONPATH",
+                                                                  os.environ.get("PYTHONPATH")),
+                                                     str(REPO_ROOT)) if p)}
     if wl.target_accuracy is not None:
         env["NETSENSE_TARGET_ACCURACY"] = f"{wl.target_accuracy:g}"
     acc = scenario.accelerator
@@ -309,14 +321,16 @@ class WorkerGroup:
 
     def launch(self, hosts: list[str], argv: list[str], master_port: int,
                zygote: Any = None, on_spawn: Callable[[], None] | None = None,
-               extra_env: list[dict[str, str]] | None = None, cwd: str | None = None) -> None:
+               extra_env: list[dict[str, str]] | None = None,
+               cwd: list[str] | None = None) -> None:
         """Starts rank r on ``hosts[r]``; rank 0's host is the rendezvous master.
 
         With ``zygote`` (a ready ``launcher.Zygote``) each rank is forked from it into its
         host's namespace; else a fresh interpreter is started there. ``on_spawn`` runs
         after each start (the run records its PIDs there: a rank can be training before
         the last one is started, and a killed orchestrator must leave every PID on record).
-        ``extra_env`` (per rank) and ``cwd``: an own job's (``job_env``), whose ``argv`` is
+        ``extra_env`` and ``cwd`` (per rank): an own job's (``job_env``, its hosts' working
+        directories), whose ``argv`` is
         its whole command (``job_argv``); with ``zygote`` it must be :func:`forkable`.
         """
         base_env = dict(os.environ)
@@ -327,12 +341,14 @@ class WorkerGroup:
         )
         base_env.pop("LOCAL_RANK", None)
         envs = [dict(base_env, **(extra_env[r] if extra_env else {}), RANK=str(r),
-                     **transport_env(self.transport_intf(h), r, self.prefix, self.gpus))
+                     **transport_env(self.transport_intf(h), r, self.prefix, self.gpus),
+                     **stacks.env(self.workers_dir, r))
                 for r, h in enumerate(hosts)]
         for rank, host in enumerate(hosts):
             log_path = self.workers_dir / f"rank{rank}.log"
+            where = cwd[rank] if cwd else str(REPO_ROOT)
             if zygote is not None and extra_env is not None:  # an own job
-                proc: Any = zygote.spawn(argv[1:], env=envs[rank], cwd=cwd or str(REPO_ROOT),
+                proc: Any = zygote.spawn(argv[1:], env=envs[rank], cwd=where,
                                          log=log_path, netns_pid=self.emu.host_pid(host),
                                          job=True)
                 self.emu.adopt(proc, host, Path(argv[1]).name, argv=argv)
@@ -343,8 +359,11 @@ class WorkerGroup:
             else:
                 log = open(log_path, "wb")  # noqa: SIM115
                 self._logs.append(log)
-                proc = self.emu.popen(host, argv, env=envs[rank], stdout=log,
-                                      stderr=subprocess.STDOUT, cwd=cwd or str(REPO_ROOT))
+                run_argv = argv
+                if extra_env is not None and forkable(argv):  # python ...: through the runner
+                    run_argv = [argv[0], str(JOBRUN), *argv[1:]]
+                proc = self.emu.popen(host, run_argv, env=envs[rank], stdout=log,
+                                      stderr=subprocess.STDOUT, cwd=where)
             self.procs.append(proc)
             if on_spawn is not None:
                 on_spawn()
@@ -365,6 +384,11 @@ class WorkerGroup:
             except (OSError, ValueError, IndexError):
                 continue
         return out
+
+    def ask_stacks(self) -> dict[int, list[stacks.Frame]]:
+        """Each live rank's main-thread frames, asked for now (``stacks.dump``)."""
+        live = {r: p.pid for r, p in enumerate(self.procs) if p.poll() is None}
+        return stacks.dump(live, self.workers_dir)
 
     def exit_codes(self) -> list[int | None]:
         return [p.poll() for p in self.procs]

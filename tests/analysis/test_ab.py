@@ -105,8 +105,9 @@ def test_compare_rows_are_the_stats_of_the_arms_values() -> None:
     a, b = res.rows
     assert (a["n"], a["ratio"]) == (4, 1.0) and math.isnan(a["p"])
     assert (a["mean"], a["ci95"]) == tuple(stats.ci95(BASE)[:2])
-    r = stats.bootstrap_ratio(FAST, BASE)
+    r = stats.log_ratio_t(FAST, BASE)
     assert (b["ratio"], b["ratio_lo"], b["ratio_hi"]) == tuple(r)
+    assert b["verdict"] == "faster" and b["seeds_to_tell"] == stats.seeds_to_tell(FAST, BASE)
     assert b["p"] == stats.permutation_p(FAST, BASE) == pytest.approx(2 / 70)
     assert b["ratio_width"] == pytest.approx((r.hi - r.lo) / r.ratio)
     assert (b["n"], b["failed"], b["no_value"]) == (4, 1, 1)
@@ -124,15 +125,17 @@ def test_from_runs_tells_arms_apart_by_folder_and_writes_ab_json_and_csv(tmp_pat
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "allreduce@abc" in out and "x allreduce" in out
-    assert "percentile bootstrap" in out and "permutation test" in out
+    assert "t-interval on the logs" in out and "permutation test" in out
+    assert "verdict: allreduce@abc vs allreduce: faster" in out
     assert "left out of allreduce@abc: 1 run(s): seed 4 failed" in out
-    r = stats.bootstrap_ratio(FAST, BASE)
+    r = stats.log_ratio_t(FAST, BASE)
     assert f"[{r.lo:.3f}, {r.hi:.3f}]" in out and f"{2 / 70:.3g}" in out
     data = json.loads((root / "ab.json").read_text())
     assert data["arms"] == ["allreduce", "allreduce@abc"]
     row = data["rows"][1]
     assert (row["n"], row["failed"]) == (4, 1)
-    assert row["ratio"] == pytest.approx(sum(FAST) / sum(BASE))
+    assert row["ratio"] == pytest.approx(
+        math.exp(sum(map(math.log, FAST)) / 4 - sum(map(math.log, BASE)) / 4))
     assert data["rows"][0]["p"] is None  # NaN is written as null: strict JSON
     with open(root / "ab.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -166,14 +169,16 @@ def test_from_runs_by_method_counts_a_seed_once_and_names_the_metric(tmp_path) -
     data = json.loads((root / "ab.json").read_text())
     assert data["arms"] == ["allreduce", "fp16"] and data["field"] == "time_to_accuracy_s"
     assert data["rows"][1]["n"] == 4 and data["rows"][1]["repeats"] == 1
-    assert data["rows"][1]["ratio"] == pytest.approx(sum(8.0 + s for s in range(4))
-                                                     / sum(10.0 + s for s in range(4)))
+    assert data["rows"][1]["ratio"] == pytest.approx(  # geometric means
+        stats.log_ratio_t([8.0 + s for s in range(4)], [10.0 + s for s in range(4)]).ratio)
+    # a time's ratio below 1 is faster; the per-run lines name the metric, not samples/s
+    assert "verdict: fp16 vs allreduce: " in proc.stdout
     # the order of --arm decides the baseline (another comparison: written beside ab.json)
     proc = netsense_proc(["ab", "--from-runs", str(root), "-a", "fp16", "-a", "allreduce"],
                          tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((root / "ab-throughput-fp16_vs_allreduce.json").read_text())["rows"][1]["ratio"] == pytest.approx(
-        sum(BASE) / sum(FAST))
+        stats.log_ratio_t(BASE, FAST).ratio)
 
 
 @pytest.mark.parametrize(("args", "needles"), [
@@ -228,3 +233,30 @@ def test_until_width_stops_when_every_interval_is_narrow_or_at_max_seeds() -> No
     one = stats_ab.compare([stats_ab.Observation("A", 0, "ok", 1.0, ""),
                             stats_ab.Observation("B", 0, "ok", 2.0, "")], ["A", "B"])
     assert one.widest() == math.inf and stats_ab.stop_reason(one, 10.0, 1, 16) is None
+
+
+def test_the_verdict_says_faster_slower_or_the_seeds_that_would_tell() -> None:
+    told = stats.log_ratio_t(FAST, BASE)
+    assert stats_ab.verdict(told, 4, 4, 2) == "faster"
+    assert stats_ab.verdict(stats.log_ratio_t(BASE, FAST), 4, 4, 2) == "slower"
+    # a time: below 1 is faster; another metric: higher / lower
+    assert stats_ab.verdict(stats.log_ratio_t(BASE, FAST), 4, 4, 2, "time_to_accuracy_s") == "faster"
+    assert stats_ab.verdict(told, 4, 4, 2, "bytes_sent_total") == "higher"
+    # 2 + 2 seeds of the kind (each arm +-61 %): the interval holds 1, and says so
+    a, b = [100.0, 160.0], [95.0, 140.0]
+    r = stats.log_ratio_t(a, b)
+    assert r.lo < 1 < r.hi
+    text = stats_ab.verdict(r, 2, 2, stats.seeds_to_tell(a, b))
+    assert text.startswith("cannot tell at 2+2 seeds (the interval holds 1); ~")
+    assert "seeds per arm would tell" in text
+    assert stats_ab.verdict(stats.log_ratio_t([1.0], b), 1, 2, None).startswith(
+        "cannot tell: an interval needs 2 or more seeds per arm (have 1+2)")
+
+
+def test_a_runs_line_shows_the_metric_it_is_compared_by() -> None:
+    from testbed.cli.ab import metric_text
+
+    s = {"throughput_samples_per_s": 123.45, "time_to_accuracy_s": 41.234}
+    assert metric_text(s, "throughput_samples_per_s", "throughput") == "123.5 samples/s"
+    assert metric_text(s, "time_to_accuracy_s", "tta") == "tta 41.23 s"
+    assert metric_text({}, "time_to_accuracy_s", "tta") == "no tta"

@@ -61,6 +61,10 @@ def test_show_and_dry_run_print_the_resolved_scenario(tmp_path):
     assert dry.returncode == 0, dry.stderr
     assert "2 runs" in dry.stdout and "nothing run" in dry.stdout
     assert not (tmp_path / "res").exists()
+    # the folder it names is the one a run makes: the method's slug, no ':' in a path
+    dry = sh("run", "smoke", "--dry-run", "-m", "topk:0.01", "-r", str(tmp_path / "res"),
+             cwd=tmp_path)
+    assert f"-> {tmp_path / 'res'}/smoke/<time>-topk-0.01-s0/" in dry.stdout, dry.stdout
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,11 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from netsenseml import hooks
 
-FAILS = ("crash", "hang-before-init", "hang-after-init", "no-register", "child", "hang-late")
+FAILS = ("crash", "hang-before-init", "hang-after-init", "no-register", "child", "hang-late",
+         "hang-collective", "hang-destroy")
+#: How the script ends: inside hooks.clean_exit() (the default), as most scripts do with
+#: dist.destroy_process_group(), by simply returning, or through hooks.shutdown().
+ENDS = ("clean_exit", "destroy", "none", "shutdown")
 
 
 def main() -> None:
@@ -29,7 +33,14 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--fail", choices=FAILS)
     p.add_argument("--no-report", action="store_true")
+    p.add_argument("--end", choices=ENDS, default="clean_exit")
+    p.add_argument("--write", help="a relative path every rank writes (its working directory's)")
     args = p.parse_args()
+    if args.write:  # the file a former run may have left: said, then written over
+        print(f"rank {int(os.environ.get('RANK', '0'))}: found {args.write}: "
+              f"{os.path.exists(args.write)}", flush=True)
+        with open(args.write, "w") as fh:
+            fh.write(f"rank {os.environ.get('RANK')} cwd {os.getcwd()}\n")
     rank = int(os.environ.get("RANK", "0"))
     if args.fail == "hang-before-init":
         time.sleep(3600)
@@ -72,9 +83,30 @@ def main() -> None:
                 break
     if args.fail == "child":
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    if args.fail in ("hang-collective", "hang-destroy"):
+        # rank 0 in a collective that rank 1 never joins (rank 1 waits in its own code),
+        # or rank 1 destroying the group with a collective pending that rank 0 never joins
+        # (torch's destroy waits for it; rank 0 waits in its own code)
+        if (rank == 0) == (args.fail == "hang-collective"):
+            if args.fail == "hang-collective":
+                dist.all_reduce(torch.ones(1))
+            else:
+                # nothing else holds the group (DDP does), so the destroy is where it ends
+                del model, opt
+                dist.all_reduce(torch.ones(1), async_op=True)
+                dist.destroy_process_group()
+        else:
+            time.sleep(3600)
     print(f"rank {rank}: done {step} steps", flush=True)
+    if args.end == "destroy":
+        dist.destroy_process_group()
+    elif args.end == "shutdown":
+        hooks.shutdown()
 
 
 if __name__ == "__main__":
-    with hooks.clean_exit():
+    if "clean_exit" in sys.argv or "--end" not in sys.argv:
+        with hooks.clean_exit():
+            main()
+    else:
         main()

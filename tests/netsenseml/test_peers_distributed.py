@@ -15,8 +15,8 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
+from testbed.common.ports import free_port
 from tests.netsenseml.ddp_harness import CollectiveSpy, backward, two_bucket_model
-from tests.workloads.ranks import free_port
 
 
 def _same_on_every_rank(value: object, world: int) -> None:

@@ -14,11 +14,13 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
+from netsenseml import lifecycle
 from testbed.common.ports import free_port
 from testbed.config.scenario import validate_scenario
-from testbed.orchestration import launcher, workers
+from testbed.orchestration import launcher, stacks, workers
 from workloads import jobrun
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,8 +87,17 @@ def test_dash_m_and_dash_c_forms(zygote, tmp_path: Path) -> None:
 def test_what_a_fork_cannot_honour_starts_a_fresh_interpreter(zygote, tmp_path: Path) -> None:
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
-    code, out = _job(zygote, tmp_path, [str(script)], PYTHONHASHSEED="7")
+    code, out = _job(zygote, tmp_path, [str(script), "a"], PYTHONHASHSEED="7")
     assert code == 0 and "fresh interpreter: PYTHONHASHSEED differs" in out, out
+    # the fresh interpreter runs the job through workloads/jobrun.py, as python would
+    seen = json.loads(out.splitlines()[1])
+    assert seen == {"argv": [str(script), "a"], "name": "__main__", "file": str(script),
+                    "path0": str(tmp_path), "threads": 2, "main": True}
+    assert out.splitlines()[2:] == ["thread joined", "atexit ran"]
+    code, out = _job(zygote, tmp_path, [str(script)], PYTHONHASHSEED="7", MODE="exit")
+    assert code == 3 and "atexit ran" in out
+    code, out = _job(zygote, tmp_path, [str(script)], PYTHONHASHSEED="7", MODE="raise")
+    assert code == 1 and "RuntimeError: the job's own bug" in out and "jobrun" not in out
     own = tmp_path / "vendored"
     (own / "netsenseml").mkdir(parents=True)
     (own / "netsenseml" / "__init__.py").write_text("WHO = 'the job'\n")
@@ -147,3 +158,60 @@ def test_forkable_commands() -> None:
     assert forkable([py, "-m", "pkg.train"]) and forkable([py, "-c", "pass"])
     assert not forkable([py, "-u", "/x/job.py"])  # its own interpreter options
     assert not forkable(["/x/run.sh"]) and not forkable([py, "-m"])
+
+
+HANG = """\
+import time
+def wait_here():
+    time.sleep(3600)
+def main():
+    wait_here()
+main()
+"""
+
+
+def test_a_hung_job_says_where_it_is(zygote, tmp_path: Path) -> None:
+    """Forked or fresh, a job asked for its stack (``stacks.dump``: the signal the testbed
+    sends at a run's deadline) writes it to ``NETSENSE_STACK_FILE``; the innermost frame
+    is the job's own function, and the process goes on (the signal does not end it)."""
+    assert jobrun.STACK_SIGNAL == lifecycle.STACK_SIGNAL
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    for rank, more in ((0, {}), (1, {"PYTHONHASHSEED": "7"})):  # forked, then fresh
+        env = dict(os.environ, PYTHONPATH=str(REPO), **stacks.env(tmp_path, rank), **more)
+        w = zygote.spawn([str(script)], env=env, cwd=str(tmp_path),
+                         log=tmp_path / f"rank{rank}.log", netns_pid=None, job=True)
+        try:
+            frames: dict = {}
+            for _ in range(100):  # until the job is inside wait_here (a fresh one imports)
+                frames = stacks.dump({rank: w.pid}, tmp_path, wait_s=1.0)
+                if frames and frames[rank][0].func == "wait_here":
+                    break
+                time.sleep(0.1)
+            assert stacks.where(frames[rank], str(tmp_path)) == "in wait_here (hang.py:3)", frames
+            assert [f.func for f in frames[rank][:3]] == ["wait_here", "main", "<module>"]
+            assert w.poll() is None  # still running: the dump is no exit
+        finally:
+            os.killpg(w.pid, signal.SIGKILL)
+            w.wait(timeout=10)
+
+
+def test_where_names_the_library_call_and_the_jobs_frame() -> None:
+    lib = stacks.PYTHON_DIRS[0]
+    frames = [stacks.Frame(f"{lib}/torch/distributed/distributed_c10d.py", 2800, "all_reduce"),
+              stacks.Frame(f"{lib}/torch/distributed/c10d_logger.py", 81, "wrapper"),
+              stacks.Frame("/jobs/train.py", 42, "main"),
+              stacks.Frame("/jobs/train.py", 50, "<module>")]
+    assert stacks.where(frames, "/jobs") == (
+        "in all_reduce (torch/distributed/distributed_c10d.py:2800) from main (train.py:42)")
+    frames = [stacks.Frame(str(REPO / "netsenseml" / "lifecycle.py"), 158, "_destroy_bounded"),
+              stacks.Frame(str(REPO / "netsenseml" / "lifecycle.py"), 146, "destroy_process_group"),
+              stacks.Frame("/jobs/train.py", 60, "main")]
+    assert stacks.where(frames, "/jobs") == ("in _destroy_bounded (netsenseml/lifecycle.py:158) "
+                                             "via destroy_process_group from main (train.py:60)")
+    dump = ("Thread 0x00007f0000000001 (most recent call first):\n"
+            '  File "/x/threading.py", line 1 in run\n\n'
+            "Current thread 0x00007f0000000002 (most recent call first):\n"
+            '  File "/jobs/train.py", line 9 in f\n  File "/jobs/train.py", line 12 in <module>\n')
+    threads = stacks.parse(dump)
+    assert [t[0].func for t in threads] == ["run", "f"]  # the main thread last

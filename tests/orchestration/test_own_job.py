@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from testbed.analysis import loading
 from testbed.config.scenario import load_scenario
 from testbed.emulation import leftovers
 from testbed.orchestration.run import run_scenario
@@ -102,6 +103,9 @@ FAILURES = {
     "hang-after-init": ("past init_process_group (connected to its peers), but "
                         "hooks.register(model) not reached", 10),
     "hang-late": ("registered the hook; its last finished step is", 10),
+    # where each hung rank is: its Python stack at the deadline (testbed.orchestration.stacks)
+    "hang-collective": ("in all_reduce (torch/distributed/distributed_c10d.py:", 10),
+    "hang-destroy": ("via destroy_process_group from main (tiny_job.py:", 10),
     "no-register": ("without ever calling hooks.register", None),
     "child": ("left 2 processes running after its ranks exited (killed)", None),
 }
@@ -128,8 +132,84 @@ def test_each_failure_of_an_own_job_ends_with_its_cause_and_nothing_left(
         assert took < deadline + 5 + late, took  # + start-up before the deadline's clock
     else:
         assert took < deadline + 10, took
+    if fail.startswith("hang-") and fail not in ("hang-before-init",):
+        # the rank waiting in the job's own code is named by its frame, its stack kept
+        assert "in main (tiny_job.py:" in s["reason"], s["reason"]
+        assert "stacks in workers/rank" in s["reason"], s["reason"]
+        stack = (out.run_dir / "workers" / "rank1.stack").read_text()
+        assert "tiny_job.py" in stack and "most recent call first" in stack, stack
     if fail == "child":
         left = s["left_behind"]
         assert [e["rank"] for e in left] == [0, 1] and "time.sleep(3600)" in left[0]["command"]
         assert all(leftovers.proc_starttime(e["pid"]) is None for e in left)
+    assert_nothing_left(out.run_dir)
+
+
+@pytest.mark.parametrize("end", ["destroy", "none", "shutdown", "clean_exit"])
+def test_a_job_ends_cleanly_however_it_leaves(tmp_path: Path, end: str) -> None:
+    """dist.destroy_process_group() at the end (the race netsenseml.lifecycle documents),
+    no destroy at all (the interpreter's exit race), hooks.shutdown() and hooks.clean_exit():
+    each run is ok, every rank exits 0 and nothing waits for a watchdog."""
+    scn = load_scenario(_scenario(tmp_path, ["--steps", "40", "--end", end], 60))
+    t0 = time.monotonic()
+    out = run_scenario(scn, "fp16", 0, tmp_path / "run", progress=False)
+    took = time.monotonic() - t0
+    s = out.summary
+    assert out.status == "ok", s
+    assert s["worker_exit_codes"] == [0, 0] and "exit_anomalies" not in s, s
+    assert s["steps"] == 40, s
+    assert took < 30, took  # a destroy that hung would wait out lifecycle.DESTROY_TIMEOUT_S
+    for rank in (0, 1):
+        log = (out.run_dir / "workers" / f"rank{rank}.log").read_text()
+        assert f"rank {rank}: done 40 steps" in log and "Timeout" not in log, log
+    assert not list((out.run_dir / "workers").glob("*.stack"))  # nobody asked: none kept
+    assert_nothing_left(out.run_dir)
+
+
+def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_path: Path) -> None:
+    """Every rank writes the same relative path: each lands in its host's own working
+    directory inside the run folder (hosts/<host>/), and the next run (the next method)
+    starts without it; the scenario's folder gets nothing. The file is a config.json, as
+    many jobs save one: the analysis does not take a host's folder for a run folder."""
+    path = _scenario(tmp_path, ["--steps", "20", "--write", "config.json"])
+    root = tmp_path / "results"
+    p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    dirs = run_dirs(root)
+    assert len(dirs) == 2
+    for d in dirs:
+        written = sorted((d / "hosts").glob("*/config.json"))
+        assert len(written) == 2, written  # one per host, no collision
+        texts = [f.read_text() for f in written]
+        assert sorted(t.split(" cwd ")[0] for t in texts) == ["rank 0", "rank 1"], texts
+        for f, t in zip(written, texts, strict=True):
+            assert t.strip().endswith(str(f.parent)), (f, t)  # its working directory
+        for rank in (0, 1):
+            log = (d / "workers" / f"rank{rank}.log").read_text()
+            assert f"rank {rank}: found config.json: False" in log, log  # nothing inherited
+    assert not (tmp_path / "config.json").exists() and not (REPO / "config.json").exists()
+    loaded = loading.load_all(root)
+    assert len(loaded.runs) == 2 and not loaded.excluded, loaded.excluded
+
+
+def test_a_job_started_as_a_fresh_interpreter_ends_and_hangs_the_same(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """Without the zygote (NETSENSE_ZYGOTE=0) the job runs through workloads/jobrun.py in a
+    fresh interpreter: dist.destroy_process_group() at its end is as safe, and a hung rank
+    is named by its frame as in a forked job."""
+    monkeypatch.setenv("NETSENSE_ZYGOTE", "0")
+    scn = load_scenario(_scenario(tmp_path, ["--steps", "20", "--end", "destroy"], 60))
+    out = run_scenario(scn, "fp16", 0, tmp_path / "ok", progress=False)
+    s = out.summary
+    assert out.status == "ok" and s["launcher"] == "process", s
+    assert s["worker_exit_codes"] == [0, 0] and "exit_anomalies" not in s, s
+    deadline = 15.0  # a fresh interpreter imports torch first
+    scn = load_scenario(_scenario(tmp_path, ["--steps", "20", "--fail", "hang-late"], deadline))
+    out = run_scenario(scn, "fp16", 0, tmp_path / "hang", progress=False)
+    reason = out.summary["reason"]
+    assert out.status == "failed" and reason.startswith("timeout: workers still running"), reason
+    assert "rank 1: registered the hook; its last finished step is" in reason, reason
+    assert "in main (tiny_job.py:" in reason, reason  # rank 1, waiting in the job's own code
+    assert "stacks in workers/rank{0,1}.stack" in reason, reason
     assert_nothing_left(out.run_dir)
