@@ -104,8 +104,14 @@ def main() -> None:
         raise SystemExit("no netsenseml run folders (steps.csv) under " + ", ".join(map(str, args.roots)))
     pooled = {f: {"idle": [], "congested": []} for f in FILTERS}
     rows = []
+    from testbed.analysis import sensing
+
     for run in runs:
-        errs = run_errors(run, args.window)
+        try:
+            errs = run_errors(run, args.window)
+        except sensing.SensingError as exc:  # e.g. top-k throughout: no rate sample ever
+            print(f"skipped {run}: {str(exc).split(': ', 1)[-1][:100]}")
+            continue
         for f in FILTERS:
             for ph in ("idle", "congested"):
                 pooled[f][ph] += errs[f][ph]
