@@ -11,6 +11,8 @@ folders; make them first (root, ~25 s a run on the 2-core build machine):
 
 One row per run (``testbed.analysis.sensing.validate``): coverage (rank-0 steps with an
 estimate), median |error| relative to the available rate and to the fair share per phase,
+the error against the truth the policy needs (``sensing.NEEDED``: available when idle, fair
+share when congested) with the congested bias,
 the monitor's min RTT beside the kernel's ``tcpi_min_rtt``, and level changes per
 cross-traffic segment, as labels (fp16 -> top-k) and as ladder rungs (a top-k ratio move is
 one), probes left out; then the segments with more than one label change, of all.
@@ -26,6 +28,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f} %"
 
 
+def _signed(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.0f} %"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("roots", nargs="+", type=Path,
@@ -38,8 +44,9 @@ def main() -> None:
     if not runs:
         raise SystemExit("no netsenseml run folders (steps.csv) under " + ", ".join(map(str, args.roots)))
     print("| run | coverage | idle vs avail | idle vs fair | congested vs avail | congested vs fair "
+          "| policy's truth: idle / congested (bias) "
           "| min RTT ms (monitor / kernel) | label changes per segment | rung changes per segment |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     all_segments: list[dict] = []
     for run in runs:
         name = f"{run.parent.name}/{run.name}"
@@ -53,6 +60,8 @@ def main() -> None:
         print(f"| {name} | {_pct(s['coverage'])} | {_pct(s['rate_medae_rel_idle'])} "
               f"| {_pct(s.get('rate_medae_rel_idle_fair'))} | {_pct(s['rate_medae_rel_congested'])} "
               f"| {_pct(s.get('rate_medae_rel_congested_fair'))} "
+              f"| {_pct(s.get('rate_medae_rel_idle_needed'))} / {_pct(s.get('rate_medae_rel_congested_needed'))}"
+              f" ({_signed(s.get('rate_bias_rel_congested_needed'))}) "
               f"| {s['est_min_rtt_ms']} / {s['tcp_min_rtt_ms']} "
               f"| {' '.join(x['phase'][0] + str(x['changes']) for x in segs)} "
               f"| {' '.join(x['phase'][0] + str(x.get('ladder_changes', '-')) for x in segs)} |")

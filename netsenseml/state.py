@@ -47,7 +47,8 @@ class HookOptions:
 
     error_feedback: bool = True  # lossy levels keep what they did not send (netsenseml.memory)
     monitor_rate_window: int = 8  # rate samples the monitor's window holds
-    monitor_rate_filter: str = "max"  # of that window, as BBR, or "median" (netsenseml.sense)
+    # of that window: "sustained" (issue 49), "max" (BBR's, the default before) or "median"
+    monitor_rate_filter: str = "sustained"
     monitor_min_rate_bytes: float = 512 * 1024  # shorter transfers are no rate samples
     # netsenseml's tiny RTT collective every this many steps, and on every dense step
     rtt_probe_every: int = RTT_PROBE_EVERY
@@ -161,7 +162,8 @@ def monitor_stats(monitor: NetworkMonitor, cur: dict[str, Any]) -> dict[str, Any
     last = monitor.last_rate_sample
     if est.rate_samples > cur["rate_seen"] and last is not None:
         out.update(est_sample_bytes=float(last[0]), est_sample_s=float(last[1]),
-                   est_sample_rtt_s=float(last[2]))
+                   est_sample_rtt_s=float(last[2]),
+                   est_sample_sustained=int(monitor.last_rate_sustained))
     cur["rate_seen"] = est.rate_samples
     return out
 

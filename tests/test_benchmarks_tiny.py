@@ -120,7 +120,7 @@ CPU: dict[str, Tiny] = {
         r"^\| accel-d70/\S+-netsenseml-s0 \| \d+ % \| \d+ % \|",
         r"^segments with more than one label change: \d+ of \d+"]),
     "rate_filters": Tiny("rate_filters.py", [D70_NETSENSEML], [
-        r"^\| max \| \d+ % \| \d+ % \| \d+ % \|$", r"^rate samples per congested phase: median \d+"]),
+        r"^\| sustained \| \d+ % \| \d+ % \|$", r"^\| max \| \d+ % \| \d+ % \|$"]),
     "sim_seed_spread": Tiny("sim_seed_spread.py", [
         "results/simulation/validation.csv", f"{ACCEL}/static5", "-o", "{tmp}/spread.csv"], [
         rf"^netsenseml,2,idle,\d+,.*,{NUM}$", rf"^netsenseml: seed spread median {NUM} %"],

@@ -29,13 +29,21 @@ What is compared, and why so:
   itself; under congestion the two differ by the stream count (8 streams on 500 Mbit/s:
   available 0-60, fair 56), and the summary gives the error against both
   (``rate_medae_rel_<phase>`` and ``rate_medae_rel_<phase>_fair``).
-* **Phases.** A step is *congested* where the cross traffic delivers more than 5 % of the
-  configured rate, *idle* otherwise; the summary gives the median absolute error relative
-  to the available rate per phase (``rate_medae_rel_idle`` / ``_congested``).
+* **Phases.** A step is *congested* while cross streams run (the applied ``cross_start``
+  / ``cross_stop`` of ``events.csv``; without it, where the cross traffic delivers more
+  than 5 % of the configured rate), *idle* otherwise; the summary gives the median
+  absolute error relative to the available rate per phase (``rate_medae_rel_idle`` /
+  ``_congested``), to the fair share (``..._fair``), and to the truth the policy needs
+  (:data:`NEEDED`; ``..._needed``, with its signed median ``rate_bias_rel_<phase>_needed``).
+* **At the steps' own times.** The configured rate is a step function (each sampler
+  reading and each applied ``set_rate`` holds until the next: :func:`configured_at`), the
+  cross traffic its servers' reports read at the step's time; neither is interpolated
+  between the sampler's readings, which in a dilated run may be a real second apart.
 * **Min RTT.** The monitor's min RTT (from its tiny collectives) against the kernel's own
   ``tcpi_min_rtt`` of the same ranks' sockets (``tcp_min_rtt_s`` in steps.csv, the
   hooks' second sensor): the path's base RTT as TCP sees it, without gloo's software
-  time; ``min_rtt_ratio`` is their ratio (medians over the run).
+  time; ``min_rtt_ratio`` is their ratio (medians over the run). The kernel's clock is not
+  dilated: its RTT is divided by ``k`` and its delivery rate multiplied by ``k`` here.
 * **The training traffic's share** = what the bottleneck end delivered - the cross traffic.
 * **Level changes per segment**: rank 0's level (probe steps left out: a one-step probe
   and its return are not a change) over every step, cut into segments at the applied
@@ -76,6 +84,16 @@ COLUMNS = ["t", "step", "level", "est_rate_mbit", "est_link_mbit", "configured_m
            "cross_mbit", "available_mbit", "fair_mbit", "training_mbit", "error_mbit", "est_queue_ms", "truth_queue_ms",
            "backlog_bytes", "drops_per_s", "est_min_rtt_ms", "est_bdp_kB", "tcp_min_rtt_ms",
            "tcp_rate_mbit", "phase"]
+
+
+#: The truth the policy needs per phase. Idle: the available rate (nothing else is on the
+#: path; the job gets what the link leaves). Congested: the fair share of one more flow
+#: beside the cross streams -- the policy picks a level for the steps to come, and a level
+#: that sends every step keeps its flow busy, so over the phase TCP gives it its share;
+#: the available rate (configured - cross delivered) is what the cross flows *left*,
+#: which under drop-tail is whatever their windows did not fill (0-60 Mbit/s of 500 on
+#: eval-onoff), not what the job would get by sending.
+NEEDED = {"idle": "available", "congested": "fair"}
 
 
 class SensingError(ValueError):
@@ -190,15 +208,12 @@ def _water_fill(capacity: float, caps: list[float | None]) -> list[float]:
     return share
 
 
-def fair_share(run_dir: Path, config: dict[str, Any], times: np.ndarray,
-               configured: np.ndarray) -> np.ndarray:
-    """The job's max-min share (one flow) beside the cross streams running at ``times``
-    (module doc); the configured rate where events.csv is missing."""
+def _cross_edges(run_dir: Path) -> list[tuple[float, dict[str, int]]] | None:
+    """``(t, {group: streams running})`` after each applied cross_start / cross_stop of
+    events.csv, in time order; None without events.csv."""
     events_path = Path(run_dir) / "events.csv"
     if not events_path.exists():
-        return np.asarray(configured, float)
-    caps = {ev.get("id"): ev.get("bitrate_mbit")
-            for ev in config.get("scenario", {}).get("timeline", []) if ev.get("id")}
+        return None
     ev = pd.read_csv(events_path)
     ev = ev[ev["kind"].isin(["cross_start", "cross_stop"])]
     at = pd.to_numeric(ev["t_applied"], errors="coerce").fillna(
@@ -213,16 +228,67 @@ def fair_share(run_dir: Path, config: dict[str, Any], times: np.ndarray,
         else:
             running.pop(group, None)
         edges.append((float(row.t), dict(running)))
-    starts = np.asarray([e[0] for e in edges])
+    return edges
+
+
+def _running_at(edges: list[tuple[float, dict[str, int]]], t: float) -> dict[str, int]:
+    starts = [e[0] for e in edges]
+    k = int(np.searchsorted(np.asarray(starts), t, side="right"))
+    return edges[k - 1][1] if k else {}
+
+
+def fair_share(run_dir: Path, config: dict[str, Any], times: np.ndarray,
+               configured: np.ndarray) -> np.ndarray:
+    """The job's max-min share (one flow) beside the cross streams running at ``times``
+    (module doc); the configured rate where events.csv is missing."""
+    edges = _cross_edges(run_dir)
+    if edges is None:
+        return np.asarray(configured, float)
+    caps = {ev.get("id"): ev.get("bitrate_mbit")
+            for ev in config.get("scenario", {}).get("timeline", []) if ev.get("id")}
     out = np.empty(len(times))
     for i, (t, c) in enumerate(zip(times, configured, strict=True)):
-        k = int(np.searchsorted(starts, t, side="right"))
-        groups = edges[k - 1][1] if k else {}
         flows: list[float | None] = [None]  # the job
-        for group, n in groups.items():
+        for group, n in _running_at(edges, t).items():
             flows += [caps.get(group)] * n
         out[i] = _water_fill(float(c), flows)[0]
     return out
+
+
+def cross_running(run_dir: Path, times: np.ndarray) -> np.ndarray | None:
+    """Cross streams running at ``times`` by events.csv's applied edges (None without it, or
+    where the run had no cross traffic events)."""
+    edges = _cross_edges(run_dir)
+    if not edges:
+        return None
+    return np.asarray([sum(_running_at(edges, t).values()) for t in times], int)
+
+
+def configured_at(run_dir: Path, link: str, samples: pd.Series, times: np.ndarray) -> np.ndarray:
+    """The configured rate of ``link`` at ``times``, as a step function: each sample of
+    bottleneck.csv and each applied ``set_rate`` of events.csv on that link holds until the
+    next. Not interpolated: the committed accel-d70 runs' readings are 7 ms of virtual time
+    apart (about a real second at k = 140), and a line drawn between 40000 before a drop and 8000 after it put the
+    d70 runs' "congested" truth at 11-35 Gbit/s for the 10 steps before the drop, where the
+    link was still at 40000 and the job measured 30-36 Gbit/s."""
+    points = [(float(t), float(v)) for t, v in samples.items()]
+    events_path = Path(run_dir) / "events.csv"
+    if events_path.exists():
+        ev = pd.read_csv(events_path)
+        ev = ev[(ev["kind"] == "set_rate") & (ev["target"].astype(str) == link)]
+        at = pd.to_numeric(ev["t_applied"], errors="coerce").fillna(
+            pd.to_numeric(ev["t_scheduled"], errors="coerce"))
+        for t, v in zip(at, pd.to_numeric(ev["value"], errors="coerce"), strict=True):
+            if np.isfinite(t) and np.isfinite(v):
+                points.append((float(t), float(v)))
+    if not points:
+        return np.full(len(times), np.nan)
+    # a sample at the same time as an event follows it (the sampler read the new rate)
+    points.sort(key=lambda p: p[0])
+    ts = np.asarray([p[0] for p in points])
+    vs = np.asarray([p[1] for p in points])
+    k = np.searchsorted(ts, np.asarray(times, float), side="right") - 1
+    return vs[np.clip(k, 0, None)]
 
 
 def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
@@ -278,6 +344,7 @@ class _Truth:
     available: pd.Series
     queue_ms: pd.Series
     training: pd.Series  # what the training flows got: delivered less the cross traffic
+    received: bool = False  # the cross rate is its iperf3 servers' reports (a step function)
 
 
 def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth:
@@ -287,6 +354,7 @@ def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth
     period = float(np.median(np.diff(times))) if len(times) > 1 else 0.1
     configured = _series(end, "configured_mbit")
     cross = _received(run_dir, times, configured.index)
+    received = cross is not None
     if cross is None:  # no receiver reports: what the sources sent (an upper bound)
         cross = pd.Series(0.0, index=configured.index)
         for src, _dst in _cross_pairs(config):
@@ -300,7 +368,8 @@ def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth
         link, toward, end, times, configured, cross,
         available=(configured - cross).clip(lower=0.0),
         queue_ms=_series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3,
-        training=(_smooth(_series(end, "delivered_mbit"), period, k) - cross).clip(lower=0.0))
+        training=(_smooth(_series(end, "delivered_mbit"), period, k) - cross).clip(lower=0.0),
+        received=received)
 
 
 def _step_table(run_dir: Path, steps: pd.DataFrame, tr: _Truth, config: dict[str, Any],
@@ -313,12 +382,19 @@ def _step_table(run_dir: Path, steps: pd.DataFrame, tr: _Truth, config: dict[str
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
     factor = np.full(len(levels), 2 * (world - 1) / world if world > 1 else 1.0)
     est_mbit = r0["est_rate_mbit"].to_numpy(float)
+    k = loading.dilation_of(config)
+    configured = configured_at(run_dir, tr.link, tr.configured, t)
+    # the servers' reports are a step function in time: read at the steps' own times, not
+    # interpolated between the sampler's (a line from 0 to 7000 drawn across the 7 ms
+    # before a phase began made the truth congested before the cross traffic was)
+    cross = (_received(run_dir, t, r0.index).to_numpy(float) if tr.received
+             else _at(tr.cross, t))
     table = pd.DataFrame({
         "t": t, "step": r0["step"].to_numpy(), "level": levels.to_numpy(),
         "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
-        "configured_mbit": _at(tr.configured, t), "cross_mbit": _at(tr.cross, t).round(3),
-        "available_mbit": _at(tr.available, t).round(3),
-        "fair_mbit": fair_share(run_dir, config, t, _at(tr.configured, t)).round(3),
+        "configured_mbit": configured, "cross_mbit": cross.round(3),
+        "available_mbit": np.clip(configured - cross, 0.0, None).round(3),
+        "fair_mbit": fair_share(run_dir, config, t, configured).round(3),
         "training_mbit": _at(tr.training, t).round(3),
         "est_queue_ms": (r0["est_queue_delay_s"].to_numpy(float) * 1e3).round(3),
         "truth_queue_ms": _at(tr.queue_ms, t).round(3),
@@ -327,11 +403,18 @@ def _step_table(run_dir: Path, steps: pd.DataFrame, tr: _Truth, config: dict[str
         "est_min_rtt_ms": (r0["est_min_rtt_s"].to_numpy(float) * 1e3).round(3),
         "est_bdp_kB": (r0["est_bdp_bytes"].to_numpy(float) / 1e3).round(3),
     })
-    table["tcp_min_rtt_ms"] = ((r0["tcp_min_rtt_s"].to_numpy(float) * 1e3).round(4)
+    # the kernel's clock is not dilated: its RTT in virtual time is 1/k of what it reports,
+    # its rate k times (the monitor's are in virtual units already)
+    table["tcp_min_rtt_ms"] = ((r0["tcp_min_rtt_s"].to_numpy(float) * 1e3 / k).round(6)
                                if "tcp_min_rtt_s" in r0 else np.nan)
-    table["tcp_rate_mbit"] = (r0["tcp_delivery_rate_mbit"].to_numpy(float).round(3)
+    table["tcp_rate_mbit"] = ((r0["tcp_delivery_rate_mbit"].to_numpy(float) * k).round(3)
                               if "tcp_delivery_rate_mbit" in r0 else np.nan)
-    table["phase"] = np.where(table["cross_mbit"] > 0.05 * table["configured_mbit"], "congested", "idle")
+    running = cross_running(run_dir, t)
+    if running is not None:  # the applied edges: congested while cross streams run
+        table["phase"] = np.where(running > 0, "congested", "idle")
+    else:
+        table["phase"] = np.where(table["cross_mbit"] > 0.05 * table["configured_mbit"],
+                                  "congested", "idle")
     table["error_mbit"] = (table["est_link_mbit"] - table["available_mbit"]).round(3)
     return table[COLUMNS]
 
@@ -350,7 +433,14 @@ def _phase_errors(table: pd.DataFrame) -> dict[str, Any]:
         fair = sub[sub["fair_mbit"] > 0]
         rel_fair = (fair["est_link_mbit"] - fair["fair_mbit"]).abs() / fair["fair_mbit"]
         phases[f"rate_medae_rel_{ph}_fair"] = round(float(rel_fair.median()), 4) if len(fair) else None
+        # the truth the policy needs (NEEDED): its error and bias
+        col = "available_mbit" if NEEDED[ph] == "available" else "fair_mbit"
+        need = sub[sub[col] > 0]
+        err = (need["est_link_mbit"] - need[col]) / need[col]
+        phases[f"rate_medae_rel_{ph}_needed"] = round(float(err.abs().median()), 4) if len(need) else None
+        phases[f"rate_bias_rel_{ph}_needed"] = round(float(err.median()), 4) if len(need) else None
         phases[f"steps_{ph}"] = int(len(sub))
+    phases["needed"] = dict(NEEDED)
     return phases
 
 
@@ -380,7 +470,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         **_phase_errors(table),
         "coverage": round(len(table) / max(1, len(all_r0)), 4),
         "est_min_rtt_ms": round(rtt, 4),
-        "tcp_min_rtt_ms": round(tcp_rtt, 4) if np.isfinite(tcp_rtt) else None,
+        "tcp_min_rtt_ms": round(tcp_rtt, 7) if np.isfinite(tcp_rtt) else None,
         "min_rtt_ratio": round(rtt / tcp_rtt, 3) if np.isfinite(tcp_rtt) and tcp_rtt > 0 else None,
         "segments": segment_changes(run_dir, steps),
     }

@@ -593,6 +593,9 @@ def sensing_cmd(
            else "-") + " of the available rate, "
         + (f"{summary[f'rate_medae_rel_{ph}_fair']:.0%}" if summary.get(f"rate_medae_rel_{ph}_fair")
            is not None else "-") + " of the fair share"
+        + (f" (the policy's truth, {summary['needed'][ph]}: bias "
+           f"{summary[f'rate_bias_rel_{ph}_needed']:+.0%})"
+           if summary.get(f"rate_bias_rel_{ph}_needed") is not None else "")
         for ph in ("idle", "congested"))
     Console().print(f"{phases}; coverage {summary['coverage']:.0%}", highlight=False)
     Console().print(

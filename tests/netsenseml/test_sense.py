@@ -70,7 +70,7 @@ def test_min_rtt_comes_from_tiny_collectives_and_rate_from_long_ones():
 
 def test_short_transfers_are_no_rate_samples_and_do_not_inflate_the_rate():
     rng = random.Random(1)
-    mon = NetworkMonitor()
+    mon = NetworkMonitor(rate_filter="max")
     feed(mon, 20, 1.1e6, 62.5e6, rng, burst=125e3)
     before = mon.estimate().max_rate
     # top-k sized payloads within the burst would read as ~20x the rate
@@ -84,7 +84,7 @@ def test_a_rate_with_no_sample_for_rate_max_age_samples_is_no_estimate():
     """A job that sends only short transfers for a while (top-k on a fast path) must not
     keep a rate sensed before the path changed; the next rate sample starts afresh."""
     rng = random.Random(3)
-    mon = NetworkMonitor(rate_max_age=32)
+    mon = NetworkMonitor(rate_max_age=32, rate_filter="max")
     feed(mon, 20, 1.1e6, 62.5e6, rng)
     for _ in range(32):
         mon.add(60e3, payload(60e3, 62.5e6))
@@ -99,7 +99,7 @@ def test_a_rate_with_no_sample_for_rate_max_age_samples_is_no_estimate():
 
 
 def test_a_sample_below_one_min_rtt_of_transfer_is_discarded_not_floored():
-    mon = NetworkMonitor(min_rate_bytes=0)
+    mon = NetworkMonitor(min_rate_bytes=0, rate_filter="max")
     mon.add(4, 1e-3)
     assert not mon.add(1e6, 1.5e-3)  # 0.5 ms of transfer < one min RTT: no sample
     assert mon.discarded == 1 and mon.estimate().max_rate is None
@@ -109,7 +109,7 @@ def test_a_sample_below_one_min_rtt_of_transfer_is_discarded_not_floored():
 
 
 def test_a_new_min_rtt_does_not_shorten_its_own_transfer():
-    mon = NetworkMonitor(min_rate_bytes=0)
+    mon = NetworkMonitor(min_rate_bytes=0, rate_filter="max")
     mon.add(4, 5e-3)  # a skewed first probe
     assert mon.add(1e6, 5e-3 + 1e6 / 50e6)
     assert mon.estimate().max_rate == pytest.approx(50e6)
@@ -120,7 +120,7 @@ def test_a_new_min_rtt_does_not_shorten_its_own_transfer():
 
 def test_rate_follows_a_drop_within_the_window_and_a_restart_forgets_at_once():
     rng = random.Random(2)
-    mon = NetworkMonitor(rate_window=8)
+    mon = NetworkMonitor(rate_window=8, rate_filter="max")
     feed(mon, 20, 1.1e6, 62.5e6, rng)
     feed(mon, 8, 1.1e6, 6e6, rng)
     assert mon.estimate().max_rate == pytest.approx(6e6, rel=0.1)
@@ -132,19 +132,20 @@ def test_rate_follows_a_drop_within_the_window_and_a_restart_forgets_at_once():
 def test_the_median_filter_ignores_a_lucky_burst_that_the_max_filter_keeps():
     """Under congestion a payload period errs both ways (eval-onoff: 40-500 Mbit/s samples
     on a 56 Mbit/s share); the window's maximum is its luckiest burst."""
-    med, mx = NetworkMonitor(rate_window=4, rate_filter="median"), NetworkMonitor(rate_window=4)
+    med, mx = (NetworkMonitor(rate_window=4, rate_filter="median"),
+               NetworkMonitor(rate_window=4, rate_filter="max"))
     for mon in (med, mx):
         mon.add(4, RTT)
         for rate in (7e6, 6e6, 60e6, 8e6):  # one burst into a just-drained queue
             assert mon.add(1.1e6, RTT + 1.1e6 / rate)
     assert med.estimate().max_rate == pytest.approx(7.5e6)
     assert mx.estimate().max_rate == pytest.approx(60e6)
-    with pytest.raises(ValueError, match="rate_filter must be one of max, median"):
+    with pytest.raises(ValueError, match="rate_filter must be one of sustained, max, median"):
         NetworkMonitor(rate_filter="mean")
 
 
 def test_rate_threshold_grows_with_the_bdp():
-    mon = NetworkMonitor(min_rate_bytes=0, bdp_multiple=4)
+    mon = NetworkMonitor(min_rate_bytes=0, bdp_multiple=4, rate_filter="max")
     mon.add(4, 0.01)  # 10 ms path
     mon.add(1e7, 0.01 + 1e7 / 1e8)  # 100 MB/s: BDP 1 MB
     assert mon.rate_threshold() == pytest.approx(4e6)
