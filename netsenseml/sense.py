@@ -251,7 +251,7 @@ class NetworkMonitor:
     def __init__(self, rate_window: int = 8, rtt_window: int = 200,
                  min_rate_bytes: float = 1 << 19, bdp_multiple: float = 4.0,
                  queue_window: int = 5, tiny_bytes: float = 64, rate_max_age: int = 32,
-                 rate_filter: str = "sustained", pair_next: bool = False) -> None:
+                 rate_filter: str = "max", pair_next: bool = False) -> None:
         if rate_filter not in RATE_FILTERS:
             raise ValueError(f"rate_filter must be one of {', '.join(RATE_FILTERS)}, got {rate_filter!r}")
         if rate_window < 1 or rtt_window < 1 or rate_max_age < 1:

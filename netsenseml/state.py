@@ -47,8 +47,9 @@ class HookOptions:
 
     error_feedback: bool = True  # lossy levels keep what they did not send (netsenseml.memory)
     monitor_rate_window: int = 8  # rate samples the monitor's window holds
-    # of that window: "sustained" (issue 49), "max" (BBR's, the default before) or "median"
-    monitor_rate_filter: str = "sustained"
+    # of that window: "max" (BBR's), "median" or "sustained" (issue 49: closer to the fair
+    # share offline; the default once `netsense ab` against "max" says so on d70 and the ramp)
+    monitor_rate_filter: str = "max"
     monitor_min_rate_bytes: float = 512 * 1024  # shorter transfers are no rate samples
     # netsenseml's tiny RTT collective every this many steps, and on every dense step
     rtt_probe_every: int = RTT_PROBE_EVERY

@@ -46,7 +46,7 @@ def congested_phase(mon: NetworkMonitor, probe_speedup: float = 3.0, spread=SPRE
 def test_beside_competing_flows_the_estimate_is_the_share_not_the_luckiest_burst():
     """The max filter (BBR's, the default before issue 49) keeps the lone probe's 3x; the
     sustained filter the most of the int8 periods sent step after step."""
-    new, old = NetworkMonitor(), NetworkMonitor(rate_filter="max")
+    new, old = NetworkMonitor(rate_filter="sustained"), NetworkMonitor(rate_filter="max")
     for mon in (new, old):
         congested_phase(mon)
     assert new.estimate().max_rate == pytest.approx(SHARE / 0.85, rel=1e-6)  # within 25 %
@@ -56,7 +56,7 @@ def test_beside_competing_flows_the_estimate_is_the_share_not_the_luckiest_burst
 def test_alone_on_the_link_large_messages_read_the_link():
     """Idle: int8 every step at the link's rate (up to 5 % slower), a 60 kB top-k step
     between them now and then: the estimate is the link, as the max filter's."""
-    mon = NetworkMonitor()
+    mon = NetworkMonitor(rate_filter="sustained")
     mon.add(4, RTT)
     for i in range(30):
         mon.add(INT8, period(INT8, LINK) * (1 + 0.05 * ((i * 7) % 5) / 4))
@@ -66,7 +66,7 @@ def test_alone_on_the_link_large_messages_read_the_link():
 
 
 def test_small_messages_are_no_rate_samples_and_a_lone_large_one_is_isolated():
-    mon = NetworkMonitor()
+    mon = NetworkMonitor(rate_filter="sustained")
     mon.add(4, RTT)
     for _ in range(10):
         assert not mon.add(TOPK, period(TOPK, 20 * LINK))  # inside a shaper's burst: fast
@@ -82,13 +82,14 @@ def test_small_messages_are_no_rate_samples_and_a_lone_large_one_is_isolated():
 def test_isolated_samples_alone_give_their_minimum():
     """No sustained sample in the window: lone probes err high beside competing flows (a
     burst after a quiet spell), so the least of them."""
-    mon = NetworkMonitor()
+    mon = NetworkMonitor(rate_filter="sustained")
     mon.add(4, RTT)
     for speedup in (3.0, 1.5, 2.0):
         for _ in range(5):
             mon.add(TOPK, period(TOPK, SHARE))
         mon.add(FP16, period(FP16, speedup * SHARE))
     assert mon.estimate().max_rate == pytest.approx(1.5 * SHARE)
+    assert NetworkMonitor().rate_filter == "max"  # the default until an ab says otherwise
     assert NetworkMonitor(rate_filter="max").rate_filter == "max"
 
 
@@ -96,7 +97,7 @@ def test_a_faster_path_is_believed_once_the_sustained_samples_are_old():
     """Congestion ends while the job sends top-k: a lone probe at the link's rate does not
     outvote the sustained share at once (it may be a burst's luck), but once the sustained
     samples are ``rate_max_age`` samples old it is the estimate."""
-    mon = NetworkMonitor(rate_max_age=32)
+    mon = NetworkMonitor(rate_filter="sustained", rate_max_age=32)
     congested_phase(mon)
     mon.add(FP16, period(FP16, LINK))
     assert mon.estimate().max_rate == pytest.approx(SHARE / 0.85)
@@ -112,13 +113,14 @@ def test_paired_samples_carry_what_the_period_left_queued():
     alternate 0.6x / 1.4x of the share's time and a probe completing at 3x, its rest paid by
     the next top-k step, read the share; unpaired, the 0.6x periods read 1.67x."""
     spread = (0.6, 1.4) * 3
-    paired, single = NetworkMonitor(pair_next=True), NetworkMonitor()
+    paired = NetworkMonitor(rate_filter="sustained", pair_next=True)
+    single = NetworkMonitor(rate_filter="sustained")
     for mon in (paired, single):
         congested_phase(mon, spread=spread)
     assert paired.estimate().max_rate == pytest.approx(SHARE, rel=1e-6)
     assert single.estimate().max_rate == pytest.approx(SHARE / 0.6, rel=1e-6)
     # a lone period waits for the next one; a restart drops the one in flight
-    mon = NetworkMonitor(pair_next=True)
+    mon = NetworkMonitor(rate_filter="sustained", pair_next=True)
     mon.add(4, RTT)
     assert not mon.add(FP16, period(FP16, LINK)) and mon.estimate().max_rate is None
     assert mon.add(TOPK, period(TOPK, LINK))
