@@ -30,7 +30,6 @@ import json
 import math
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,6 @@ def run_arm(base: Any, arm: str, method: str, seed: int, k: float | None, folder
     if arm == "payload-k":
         over["accelerator.dilation"] = k
     scn = apply_overrides(base, over)
-    t = time.monotonic()
     run_dir = folder / f"{slug(method)}-s{seed}"
     s = files.read_json(run_dir / "summary.json") or {}
     if s.get("status") == "ok":  # resumed: a finished run is read, not run again
@@ -69,8 +67,14 @@ def run_arm(base: Any, arm: str, method: str, seed: int, k: float | None, folder
             "bytes_per_sample": sent / samples if samples else None,
             "k": float(cfg.get("accelerator", {}).get("dilation", 1.0)),
             "late_share": (s.get("overruns") or {}).get("late_share"),
-            "degraded": bool(s.get("degraded")), "real_s": round(time.monotonic() - t, 1),
+            "degraded": bool(s.get("degraded")), "real_s": _real_s(s, cfg),
             "run_dir": str(run_dir)}
+
+
+def _real_s(summary: dict[str, Any], config: dict[str, Any]) -> float:
+    """What the run cost this host: its wall time and the ``auto`` probe before it."""
+    probe = (config.get("accelerator") or {}).get("probe_s") or 0.0
+    return round(float(summary.get("wall_s") or 0.0) + float(probe), 1)
 
 
 def _fmt(v: Any, spec: str = ".1f") -> str:
@@ -114,7 +118,7 @@ def markdown(table: list[dict[str, Any]], arms: list[str]) -> str:
                   f"[k {t[f'{a}_k']}]" for a in arms]
         cells += [f"{_fmt(t.get(f'{a}_ratio'), '.3f')} [{_fmt(t.get(f'{a}_lo'), '.3f')}, "
                   f"{_fmt(t.get(f'{a}_hi'), '.3f')}]" for a in arms if a != "recorded"]
-        bps = {t[f"{a}_bytes_per_sample"] for a in arms}
+        bps = {t[f"{a}_bytes_per_sample"] for a in arms if t[f"{a}_n"]}
         spread = max((t[f"{a}_bytes_spread"] or 0) for a in arms)
         cells.append(("yes" if len(bps) == 1 else "no: " + ", ".join(_fmt(b, ".0f") for b in bps))
                      + (f" (seeds differ by {spread:.0f})" if spread else ""))
@@ -189,6 +193,7 @@ def reread(path: Path) -> list[dict[str, Any]]:
         r["bytes_per_sample"] = (s.get("bytes_sent_total") or 0) / samples if samples else None
         r["degraded"] = bool(s.get("degraded"))
         r["status"] = s.get("status", r["status"])
+        r["real_s"] = _real_s(s, files.read_json(Path(r["run_dir"]) / "config.json") or {})
     return rows
 
 
