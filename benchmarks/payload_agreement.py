@@ -187,6 +187,8 @@ def reread(path: Path) -> list[dict[str, Any]]:
     folders (summary.json): the table follows the runs, not the numbers typed then."""
     rows = (files.read_json(path) or {}).get("runs") or []
     for r in rows:
+        if not Path(r["run_dir"]).is_absolute():  # a packed copy: beside the list
+            r["run_dir"] = str(path.parent / r["run_dir"])
         s = files.read_json(Path(r["run_dir"]) / "summary.json") or {}
         samples = s.get("samples_total") or 0
         r["throughput"] = s.get("throughput_samples_per_s")
