@@ -252,8 +252,9 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
     row: dict[str, Any] = {
         "run": item.run,
         "sweep": meta.get("sweep", ""),
-        # "<sweep>/<experiment>": two sweeps may both have an experiment called "rate"
-        "experiment": f"{meta['sweep']}/{meta['experiment']}"
+        # "<sweep>/<experiment>": two sweeps may both have an experiment called "rate"; a
+        # sweep's compare_as files an experiment's runs under another's
+        "experiment": f"{meta['sweep']}/{meta.get('compare_as') or meta['experiment']}"
         if meta.get("sweep") and meta.get("experiment") else
         (cfg.get("scenario") or {}).get("name") or d.parent.name,
         "kind": _kind_of(meta, cfg),

@@ -145,6 +145,8 @@ class ExperimentSpec(StrictModel):
     """Methods of this experiment (default: the sweep's, else the scenario's)."""
     seeds: Seeds | None = None
     """Seeds of this experiment (default: the sweep's)."""
+    compare_as: Name | None = None
+    """Another experiment of this sweep whose tables and figures these runs join (its folder stays its own): e.g. adaptive methods run longer beside the fixed ones of the same grid. Default: none."""
 
 
 class SweepSpec(StrictModel):
@@ -184,6 +186,9 @@ class SweepSpec(StrictModel):
         if len(set(names)) != len(names):
             raise ValueError(f"experiments: names repeat ({names})")
         for e in self.experiments:
+            if e.compare_as is not None and (e.compare_as == e.name or e.compare_as not in names):
+                raise ValueError(f"experiments.{e.name}.compare_as: {e.compare_as!r} names no "
+                                 f"other experiment; experiments: {', '.join(names)}")
             if (e.methods or self.methods) is None:
                 raise ValueError(f"experiments.{e.name}.methods: none given and no top-level methods")
         return self
@@ -203,6 +208,7 @@ class RunSpec:
     seed: int
     run_dir: Path
     scenario: Any = field(default=None, compare=False, hash=False)  # resolved Scenario
+    compare_as: str | None = None  # the experiment the analysis files it under (else its own)
 
     @property
     def label(self) -> str:
@@ -298,7 +304,7 @@ def expand(spec: SweepSpec, results_root: Path) -> list[RunSpec]:
                         / method_slug(method, seed)
                     )
                     run = RunSpec(spec.name, exp.name, exp.kind, exp.scenario, params, over,
-                                  method, seed, run_dir)
+                                  method, seed, run_dir, compare_as=exp.compare_as)
                     _check_folder(run, results_root, seen)
                     runs.append(run)
     return runs

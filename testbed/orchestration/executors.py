@@ -56,9 +56,12 @@ class Finished:
 
 def sweep_meta(r: RunSpec) -> dict[str, Any]:
     """sweep.json: which sweep, experiment, kind and grid point a run folder belongs to."""
-    return {"sweep": r.sweep, "experiment": r.experiment, "kind": r.kind,
+    meta = {"sweep": r.sweep, "experiment": r.experiment, "kind": r.kind,
             "scenario": r.scenario_ref, "params": r.params, "overrides": r.overrides,
             "method": r.method, "seed": r.seed}
+    if r.compare_as is not None:
+        meta["compare_as"] = r.compare_as
+    return meta
 
 
 Started = Callable[[RunSpec], None]

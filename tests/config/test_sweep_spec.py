@@ -174,3 +174,28 @@ def test_cli_point_and_seed_select_a_part_and_refuse_what_names_nothing(tmp_path
         bad = dry(*extra)
         assert bad.exit_code == 2 and says in bad.output and "Traceback" not in bad.output, bad.output
     assert not (tmp_path / "tiny").exists()
+
+
+def test_compare_as_files_an_experiments_runs_under_another(tmp_path: Path) -> None:
+    """Runs of an experiment that ``compare_as`` another keep their own folders and carry
+    the other's name in sweep.json, which the tables group by; a name that is no other
+    experiment of the sweep is refused in one line."""
+    from testbed.analysis import tables
+    from testbed.orchestration.executors import sweep_meta
+
+    data = json.loads(json.dumps(BASE))
+    data["experiments"][1]["compare_as"] = "rate"
+    runs = sw.expand(sw.load_sweep(_write(tmp_path, data)), tmp_path)
+    ramp = [r for r in runs if r.experiment == "ramp"]
+    assert ramp and all(r.run_dir.parts[-3] == "ramp" and r.compare_as == "rate" for r in ramp)
+    assert sweep_meta(ramp[0])["compare_as"] == "rate"
+    assert "compare_as" not in sweep_meta(next(r for r in runs if r.experiment == "rate"))
+    # the tables read it (the experiment key of the committed paper-grid runs)
+    grid = Path(__file__).resolve().parents[2] / "results" / "runs" / "paper-grid"
+    if grid.is_dir():
+        t, _steps = tables.load_runs(grid)
+        assert set(t.loc[t["method"] == "netsenseml", "experiment"]) == {"paper-grid/resnet18-star"}
+    for bad in ("ramp", "nothing"):
+        data["experiments"][1]["compare_as"] = bad
+        with pytest.raises(sw.SweepError, match=r"compare_as: .* names no other experiment"):
+            sw.load_sweep(_write(tmp_path, data))
