@@ -37,7 +37,7 @@ a job whose work is done is judged on its records even if the watchdog ends it);
 runner leaves a script that returns through ``os._exit`` as :func:`shutdown` does.
 
 **Where a hung process is.** :func:`dump_stacks_on` registers ``faulthandler`` on
-:data:`STACK_SIGNAL` (a real-time signal no library uses): the testbed sends it to every rank
+:data:`STACK_SIGNAL` (SIGWINCH: ignored by default, so an early one is harmless): the testbed sends it to every rank
 still running at its deadline and reads each rank's Python stack from the file (the handler
 runs in the signal's C context, so it answers while the main thread waits in C++ holding the
 GIL, as a hung collective or destroy does; a Python-level handler would never run).
@@ -81,9 +81,11 @@ DESTROY_TIMEOUT_S = 30.0
 #: Seconds the group's worker threads get to free their finished work items first.
 DRAIN_S = 0.2
 #: The signal on which a process registered by :func:`dump_stacks_on` writes every thread's
-#: Python stack (module docstring). glibc keeps the first real-time signals for itself;
-#: ``SIGRTMIN`` here is already past them.
-STACK_SIGNAL = signal.SIGRTMIN + 7
+#: Python stack (module docstring). SIGWINCH because its default action is to be ignored: a
+#: process asked before it installed the handler (a fresh interpreter still importing, in
+#: the instant after the testbed saw the zygote's handler) goes on instead of dying, as it
+#: would of a real-time signal's default. The workers have no terminal to resize.
+STACK_SIGNAL = signal.SIGWINCH
 #: The variable naming the file :func:`dump_stacks_on` writes to (set by the testbed).
 ENV_STACK_FILE = "NETSENSE_STACK_FILE"
 

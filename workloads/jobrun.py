@@ -184,7 +184,7 @@ def _safe_endings() -> None:
 
 #: ``netsenseml.lifecycle.STACK_SIGNAL``, repeated: :func:`main` must not import netsenseml
 #: before the job's path is set (tests/workloads check that the two agree).
-STACK_SIGNAL = signal.SIGRTMIN + 7
+STACK_SIGNAL = signal.SIGWINCH
 
 
 def stacks_on_signal() -> None:
