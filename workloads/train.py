@@ -621,10 +621,7 @@ def setup(args: argparse.Namespace) -> Setup:
     model.to(device)
     phases["data_model"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=clock.real_s(args.pg_timeout)))
-    phases["rendezvous"] = time.perf_counter() - t
+    _rendezvous(args, backend, rank, world, phases)
 
     t = time.perf_counter()
     ddp, state = _ddp(args, model, device)
@@ -660,10 +657,7 @@ def _payload_setup(args: argparse.Namespace, rank: int, world: int, data: Data,
     device, backend = _device(args)
     phases["data_model"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=clock.real_s(args.pg_timeout)))
-    phases["rendezvous"] = time.perf_counter() - t
+    _rendezvous(args, backend, rank, world, phases)
 
     t = time.perf_counter()
     extra: dict[str, Any] = {"convergence": args.convergence} if args.convergence else {}
@@ -694,6 +688,15 @@ def _meta_loss(model: nn.Module, data: Data, batch: int) -> torch.Tensor:
     out = model(x)
     out = out if isinstance(out, torch.Tensor) else out[0]
     return out.float().sum()
+
+
+def _rendezvous(args: argparse.Namespace, backend: str, rank: int, world: int,
+                phases: dict[str, float]) -> None:
+    """The process group (env://), its timeout on the real clock; its seconds in ``phases``."""
+    t = time.perf_counter()
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=clock.real_s(args.pg_timeout)))
+    phases["rendezvous"] = time.perf_counter() - t
 
 
 def _rendezvous_env() -> tuple[int, int]:
