@@ -26,7 +26,7 @@ APT_PACKAGES := mininet iperf3 bridge-utils tcpdump python3-simgrid openssh-serv
 APT_TEST_PACKAGES := chromium
 STAMP    := $(VENV)/.netsense-setup
 
-.PHONY: setup test test-all experiment sweep figures report clean distclean lint bench doctor schemas \
+.PHONY: setup test test-all test-slow experiment sweep figures report clean distclean lint bench doctor schemas \
         container-smoke container-clean
 
 setup: $(STAMP)
@@ -66,6 +66,11 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -q -ra -n $(XDIST) --dist loadfile -m "$(PARALLEL)" $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(PY) -m pytest -q -ra -m "$(SERIAL)" $(PYTEST_ARGS) || [ $$? = 5 ]
+
+# What `make test` leaves out (the slow ones): `make test` then `make test-slow` is `make test-all`.
+test-slow: setup
+	$(PY) -m pytest -q -ra -n $(XDIST) --dist loadfile -m "($(PARALLEL)) and slow" $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(PY) -m pytest -q -ra -m "($(SERIAL)) and slow" $(PYTEST_ARGS) || [ $$? = 5 ]
 
 lint: setup
 	$(VENV)/bin/ruff check .
