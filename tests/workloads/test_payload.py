@@ -24,8 +24,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import accelerator, hooks, lifecycle
 from testbed.common.ports import free_port
-from tests.workloads.paper_models import MODELS, batch, loss
-from workloads import payload, recorded
+from tests.workloads.paper_models import MODELS, batch, ddp_steps, loss
+from workloads import payload
 from workloads.models import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,20 +90,8 @@ def test_layout_is_ddps_for_the_paper_models() -> None:
 
 
 def _recorded_steps(name, shape, classes, knobs, method, rank):
-    torch.manual_seed(0)
-    ddp = DDP(build_model(name, input_shape=shape, num_classes=classes, **knobs))
-    state = hooks.register(ddp, method, seed=0)
-    x, y = batch(shape, classes, rank, 0)
-    with ddp.no_sync():
-        rec = recorded.record(ddp, lambda: loss(ddp, x, y))
-    recorded.install(ddp.module, rec)
-    out = []
-    for _ in range(STEPS):
-        ddp.zero_grad(set_to_none=True)
-        ddp().backward()
-        s = state.pop_step_stats()
-        out.append((s["bytes_sent"], s["collectives"], s["level"]))
-    return out
+    return [(s["bytes_sent"], s["collectives"], s["level"])
+            for s in ddp_steps(name, shape, classes, knobs, method, rank, "recorded", STEPS)]
 
 
 def _payload_steps(name, shape, classes, knobs, method):

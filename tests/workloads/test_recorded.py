@@ -21,11 +21,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import lifecycle
 from testbed.common.ports import free_port
-from tests.workloads.paper_models import MODELS, batch, loss
+from tests.workloads.paper_models import MODELS, ddp_steps, loss
 from workloads import recorded
 from workloads.models import build_model
 
@@ -36,23 +35,8 @@ STEPS = 3
 METHODS = ["allreduce", "fp16", "int8", "topk:0.01", "dgc:0.01", "powersgd:4",
            "netsenseml-paper"]
 def _bytes_per_step(name, shape, classes, knobs, method, rank, mode):
-    from netsenseml import hooks
-
-    torch.manual_seed(0)
-    ddp = DDP(build_model(name, input_shape=shape, num_classes=classes, **knobs))
-    state = hooks.register(ddp, method, seed=0)
-    if mode == "recorded":
-        x, y = batch(shape, classes, rank, 0)
-        with ddp.no_sync():
-            rec = recorded.record(ddp, lambda: loss(ddp, x, y))
-        recorded.install(ddp.module, rec)
-    out = []
-    for step in range(STEPS):
-        ddp.zero_grad(set_to_none=True)
-        out_loss = loss(ddp, *batch(shape, classes, rank, step)) if mode == "real" else ddp()
-        out_loss.backward()
-        out.append(state.pop_step_stats()["bytes_sent"])
-    return out
+    return [s["bytes_sent"] for s in ddp_steps(name, shape, classes, knobs, method, rank,
+                                               mode, STEPS)]
 
 
 def _worker(rank: int, world: int, port: int) -> None:
