@@ -62,7 +62,8 @@ def test_methods_registry_matches_the_compressors_it_names():
     """lossy / reduction / wire bytes registered once must be what the classes really do."""
     import torch
 
-    x = torch.randn(200_000)  # random-k draws with replacement: ~0.5 % duplicates at R=0.01
+    # a fixed draw: random-k draws with replacement (~0.5 % duplicates at R=0.01)
+    x = torch.randn(200_000, generator=torch.Generator().manual_seed(0))
     for info in methods.infos():
         if info.kind != "compressor":
             continue
@@ -71,7 +72,12 @@ def test_methods_registry_matches_the_compressors_it_names():
         assert (c.lossy, c.reduction) == (info.lossy, info.reduction), info.name
         payload = c.compress(x, seed=1)
         expected = methods.bytes_ratio(info.label, 0.01) * 4 * x.numel()
-        assert payload.nbytes == pytest.approx(expected, rel=0.01, abs=8), info.name
+        if info.options.get("method") == "sampled":
+            # DGC's sampled threshold keeps at most k (its all-gather pads to k) and, below
+            # k/2, falls back to the exact selection: its contract, whatever the sample drew
+            assert 0.5 * expected <= payload.nbytes <= expected + 8, info.name
+        else:
+            assert payload.nbytes == pytest.approx(expected, rel=0.01, abs=8), info.name
         if hasattr(c, "max_nbytes"):
             assert payload.nbytes <= c.max_nbytes(x.numel()), info.name
 
