@@ -92,10 +92,11 @@ PROBE_STEPS = 14
 PROBE_CODEC_REPS = 4
 PROBE_IMPORT_S = 3.0
 #: What the estimate assumes an adaptive method sends (NetSenseML's floor, where it sat at
-#: every constrained rate of the paper-scale runs), PowerSGD's share of the gradient and
-#: its dense first steps (``start_powerSGD_iter``, hooks.powersgd_state).
-ADAPTIVE_AS = "topk:0.005"
-POWERSGD_SHARE = 0.01
+#: every constrained rate of the paper-scale runs) and PowerSGD's share of the gradient
+#: (both in ``factor``, whose rule needs them too) and PowerSGD's dense first steps
+#: (``start_powerSGD_iter``, hooks.powersgd_state).
+ADAPTIVE_AS = factor.ADAPTIVE_AS
+POWERSGD_SHARE = factor.POWERSGD_SHARE
 POWERSGD_DENSE_STEPS = 2
 
 
@@ -105,15 +106,7 @@ def cores() -> int:
 
 def _level(method: str) -> tuple[str | None, float, str]:
     """(codec level, wire share of fp32, reduction) of the bytes a method sends."""
-    spec = methods.parse(method)
-    if spec.kind == "adaptive":
-        spec = methods.parse(ADAPTIVE_AS)
-    info = methods.get(spec.name) if spec.name in methods.names() else None
-    if info is None or info.wire is None:  # PowerSGD, plug-ins: a low-rank share
-        return None, POWERSGD_SHARE, "allreduce"
-    ratio = spec.arg if isinstance(spec.arg, int | float) and info.arg == "ratio" else 1.0
-    level = None if spec.name == "allreduce" else info.label
-    return level, methods.bytes_ratio(info.label, ratio), info.reduction or "allreduce"
+    return factor.wire_share(method)
 
 
 def _get(obj: Any, dotted: str) -> Any:
@@ -150,12 +143,10 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     codec_v = timing.codec_s(level, int(mb * 1e6)) if level else 0.0
     rates = faithful.training_rates(scenario.model_dump(mode="json"))
 
-    def comm(share: float) -> float:
-        if not (elements and rates and min(rates) > 0):
+    def comm(share: float, rate: float | None = None) -> float:
+        if not (rates and min(rates) > 0):
             return 0.0
-        payload = 4 * elements * share
-        sent = 2 * (n - 1) / n * payload if reduction == "allreduce" else (n - 1) * payload
-        return sent * 8 / (min(rates) * 1e6)
+        return factor.transfer_s(elements, n, rate or min(rates), share, reduction)
 
     step_v = timing.step_s + codec_v + comm(share)
     limit, steps = wl.time_limit_s, wl.steps
@@ -171,8 +162,10 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
         k = float(acc.dilation)
     elif wl.grads == "payload":  # nothing real is timed: no probe, no recording
         record = 0.0
+        least = comm(share, max(rates)) if rates else 0.0  # the fastest rate's transfer
         k = max(factor.rate_factor(max(rates, default=0.0)), factor.round_up(
-            factor.payload_need(timing, elements, n, cores(), acc.margin, wl.threads)))
+            factor.payload_need(timing, elements, n, cores(), acc.margin, wl.threads,
+                                least, acc.max_overrun)))
     else:
         part = _host_parts(wl.grads, fwd, bwd, opt, elements, level)
         # the parts as the probe would time them, for the rule auto applies to its probe's

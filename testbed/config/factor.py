@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from netsenseml import accelerator
+from netsenseml import accelerator, methods
 from testbed.emulation import faithful
 
 
@@ -127,10 +127,51 @@ def payload_buckets(elements: int) -> int:
 
 
 def payload_need(timing: accelerator.Timing, elements: int, workers: int, cores: int,
-                 margin: float, threads: int = 1) -> float:
-    """Payload mode's host need (unrounded): ``margin`` x the hook's real work per step
-    (:data:`PAYLOAD_STEP_S` + :data:`PAYLOAD_BUCKET_S` a bucket) x the workers per core,
-    against the profiled step: nothing else real happens in a slot."""
+                 margin: float, threads: int = 1, transfer_s: float = 0.0,
+                 max_overrun: float = 0.0) -> float:
+    """Payload mode's host need (unrounded): the least ``k`` at which the hook's real work
+    per step (``margin`` x (:data:`PAYLOAD_STEP_S` + :data:`PAYLOAD_BUCKET_S` a bucket) x
+    the workers per core, ``W``) adds at most ``max_overrun`` to the step.
+
+    Nothing else real happens in a step, and the work is due in the profiled compute slot
+    ``c`` (the buckets are released in the backward); what does not fit makes the step
+    late by ``W - k c`` real seconds, of a step of ``k (c + transfer_s)``. So
+    ``k >= W / (c + max_overrun (c + transfer_s))``: where the network sets the step
+    (``transfer_s``, the least transfer the run can see: :func:`transfer_s`), the host's
+    lateness is a small share of it and ``k`` stays near 1, keeping the real rates at the
+    virtual ones (the ring's efficiency on the emulated links depends on the real rate,
+    not on ``k``: results/README.md). With ``max_overrun`` 0 the work must fit the slot."""
     per_core = max(1.0, workers * max(threads, 1) / max(cores, 1))
-    work = PAYLOAD_STEP_S + PAYLOAD_BUCKET_S * payload_buckets(elements)
-    return margin * per_core * work / timing.step_s
+    work = margin * per_core * (PAYLOAD_STEP_S + PAYLOAD_BUCKET_S * payload_buckets(elements))
+    return work / (timing.step_s + max_overrun * (timing.step_s + max(transfer_s, 0.0)))
+
+
+#: What an adaptive method is assumed to send where one number is needed (the estimate,
+#: the least transfer of a run): the level NetSenseML holds at constrained rates.
+ADAPTIVE_AS = "topk:0.005"
+#: PowerSGD's (and a plug-in's) wire share of fp32 when its rank is not known: low rank.
+POWERSGD_SHARE = 0.01
+
+
+def wire_share(method: str) -> tuple[str | None, float, str]:
+    """``(codec level, wire share of fp32, reduction)`` of the bytes ``method`` sends."""
+    spec = methods.parse(method)
+    if spec.kind == "adaptive":
+        spec = methods.parse(ADAPTIVE_AS)
+    info = methods.get(spec.name) if spec.name in methods.names() else None
+    if info is None or info.wire is None:  # PowerSGD, plug-ins: a low-rank share
+        return None, POWERSGD_SHARE, "allreduce"
+    ratio = spec.arg if isinstance(spec.arg, int | float) and info.arg == "ratio" else 1.0
+    level = None if spec.name == "allreduce" else info.label
+    return level, methods.bytes_ratio(info.label, ratio), info.reduction or "allreduce"
+
+
+def transfer_s(elements: int, workers: int, mbit: float, share: float, reduction: str) -> float:
+    """One step's transfer over the ring at ``mbit`` per link (closed form, no latency): an
+    allreduce sends ``2 (n-1)/n`` of the payload, an all-gather ``n-1`` copies of it."""
+    if not (elements and mbit and mbit > 0 and workers > 1):
+        return 0.0
+    payload = 4 * elements * share
+    n = workers
+    sent = 2 * (n - 1) / n * payload if reduction == "allreduce" else (n - 1) * payload
+    return sent * 8 / (mbit * 1e6)

@@ -158,6 +158,32 @@ def test_payload_mode_needs_no_probe() -> None:
     assert 1 <= k < 10  # not the host's codec work (recorded: 150-230)
 
 
+def test_payload_factor_follows_what_sets_the_step() -> None:
+    """Where the network sets the step the host's lateness is a small share of it and k
+    stays near 1 (real rates at the virtual ones); where compute sets it, the work must fit
+    the compute slot; auto and the estimate take the same k from one rule."""
+    from testbed.config import estimate
+
+    def k_of(rate: int, method: str) -> tuple[float, float]:
+        scn = apply_overrides(load_scenario("paper-resnet18-star"),
+                              {"workload.grads": "payload", "topology.rate_mbit": rate})
+        return dilation.choose(scn, method)[0], estimate.estimate(scn, method)["k"]
+
+    slow, fast = k_of(200, "allreduce"), k_of(200, "topk:0.001")
+    assert slow[0] == slow[1] and fast[0] == fast[1]
+    assert slow[0] < 1.5 < fast[0]  # 3 s of transfer a step against ~25 ms
+    timing = accelerator.Timing(forward_s=0.01, backward_s=0.02, optimizer_s=0.0)
+    alone = factor.payload_need(timing, 11_000_000, 8, 2, 2.5)
+    assert factor.payload_need(timing, 11_000_000, 8, 2, 2.5, max_overrun=0.01) == pytest.approx(
+        alone / 1.01)
+    assert factor.payload_need(timing, 11_000_000, 8, 2, 2.5, transfer_s=3.0, max_overrun=0.01) < alone / 2
+    # the ring's closed form: an allreduce sends 2 (n-1)/n of the payload, all-gather n-1
+    assert factor.transfer_s(1_000_000, 8, 1000, 1.0, "allreduce") == pytest.approx(
+        2 * 7 / 8 * 4e6 * 8 / 1e9)
+    assert factor.transfer_s(1_000_000, 8, 1000, 0.02, "allgather") == pytest.approx(
+        7 * 0.02 * 4e6 * 8 / 1e9)
+
+
 def test_codecs_timed_for_auto_follow_the_method() -> None:
     assert dilation.codec_specs("allreduce") == []
     assert dilation.codec_specs("topk:0.01") == ["topk:0.01"]
