@@ -104,8 +104,9 @@ def round_up(k: float) -> float:
     """Up to two significant digits (a factor that reads well in a record)."""
     if k <= 1:
         return 1.0
-    digits = 10 ** (math.floor(math.log10(k)) - 1)
-    return math.ceil(k / digits - 1e-9) * digits
+    exp = math.floor(math.log10(k)) - 1
+    # the digits as an integer first: 12 * 0.1 would read 1.2000000000000002 in a record
+    return float(round(math.ceil(k / 10 ** exp - 1e-9) * 10 ** exp, max(-exp, 0)))
 
 
 #: Payload mode's host work (``workloads.payload``): per step the worker's loop, records
