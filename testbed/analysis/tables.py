@@ -277,6 +277,9 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
         or len(metrics.training_steps(step_dicts)),
         "started_at": cfg.get("started_at") or "",
         "bytes_sent_total": summ.get("bytes_sent_total"),
+        # what a method sends for each sample it trains (all ranks, the whole run): a method
+        # that wins on throughput by sending less shows it here
+        "bytes_per_sample": _per_sample(summ),
         "warnings": "; ".join(str(w) for w in summ.get("warnings") or []),
         **accelerator_columns(cfg, summ),
     }
@@ -285,6 +288,12 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
     for k, v in params.items():
         row.setdefault(f"param.{k}", v)
     return row
+
+
+def _per_sample(summ: dict[str, Any]) -> float:
+    sent, samples = summ.get("bytes_sent_total"), summ.get("samples_total")
+    ok = isinstance(sent, int | float) and isinstance(samples, int | float) and samples > 0
+    return float(sent) / float(samples) if ok else math.nan
 
 
 def accelerator_columns(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -409,6 +418,7 @@ def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
         out.append({"experiment": exp, "rate_mbit": rate, "method": method,
                     "target_accuracy": g["target_accuracy"].iloc[0],
                     "reached": int(g["reached_target"].sum()), "seeds": len(g),
+            "bps": g["bytes_per_sample"].mean() if "bytes_per_sample" in g else math.nan,
                     "tta_mean_s": m, "tta_ci95_s": h,
                     "tta_min_s": hit.min() if len(hit) else math.nan,
                     "tta_max_s": hit.max() if len(hit) else math.nan,
@@ -425,6 +435,7 @@ SPEEDUP_COLUMNS = [
     "baseline_tta_ci95_s", "netsenseml_reached", "baseline_reached", "netsenseml_seeds",
     "baseline_seeds", "netsenseml_final_accuracy", "baseline_final_accuracy",
     "oracle_throughput_method", "oracle_tta_method",
+    "netsenseml_bytes_per_sample", "baseline_bytes_per_sample",
 ]
 
 
@@ -435,6 +446,7 @@ def _side(g: pd.DataFrame) -> dict[str, Any]:
     tta, tta_h, _ = ci95(g["tta_s"]) if all_hit else (math.nan, math.nan, 0)
     return {"thr": thr, "thr_h": thr_h, "tta": tta, "tta_h": tta_h, "all_hit": all_hit,
             "reached": int(g["reached_target"].sum()), "seeds": len(g),
+            "bps": g["bytes_per_sample"].mean() if "bytes_per_sample" in g else math.nan,
             "acc": g["final_accuracy"].mean(), "thr_v": g["throughput"],
             "tta_v": g["tta_s"] if all_hit else pd.Series(dtype=float)}
 
@@ -526,6 +538,7 @@ def _speedup_row(exp: str, g: pd.DataFrame, rate: float, base: str, ns: dict, bt
         "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": bq["acc"],
         "oracle_throughput_method": best_thr if base == ORACLE else None,
         "oracle_tta_method": best_tta if base == ORACLE else None,
+        "netsenseml_bytes_per_sample": ns["bps"], "baseline_bytes_per_sample": bt["bps"],
     }
 
 
@@ -671,8 +684,8 @@ def speedup_markdown(sp: pd.DataFrame) -> str:
     """speedup.csv as a Markdown table: ratios with their 95 % intervals, TTA mean +- half
     interval (s), "not reached (k/n)" where a side missed the target in some seed."""
     head = ("| experiment | rate Mbit/s | baseline | throughput x [95 % CI] | TTA x [95 % CI] "
-            "| NetSenseML TTA s | baseline TTA s |")
-    lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
+            "| NetSenseML TTA s | baseline TTA s | kB a sample (NetSenseML / baseline) |")
+    lines = [head, "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for _, r in sp.iterrows():
         base = r["baseline"]
         if base == ORACLE:
@@ -683,8 +696,13 @@ def speedup_markdown(sp: pd.DataFrame) -> str:
             f"| {_ci_text(r['throughput_speedup'], r['throughput_speedup_lo'], r['throughput_speedup_hi'])} "
             f"| {_ci_text(r['tta_speedup'], r['tta_speedup_lo'], r['tta_speedup_hi']) or 'n/a'} "
             f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']))} "
-            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']))} |")
+            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']))} "
+            f"| {_kb(r.get('netsenseml_bytes_per_sample'))} / {_kb(r.get('baseline_bytes_per_sample'))} |")
     return "\n".join(lines)
+
+
+def _kb(v: Any) -> str:
+    return f"{v / 1e3:.1f}" if isinstance(v, int | float) and v == v else "-"
 
 
 #: The fewest seeds per side on which the report calls a comparison won, tied or lost: with 2

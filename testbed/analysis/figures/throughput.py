@@ -84,14 +84,31 @@ def line_rate_model(runs: pd.DataFrame, steps: pd.DataFrame, root: Path) -> pd.D
     return pd.DataFrame(rows, columns=["experiment", "rate_mbit", "samples_per_s"])
 
 
+#: The paper's form: one panel per model, a row per topology (``panel_order``).
+PANELS_PER_ROW = 3
+
+
+def panel_order(exps: list[str]) -> list[str]:
+    """Experiments named ``<sweep>/<model>-<topology>`` (the paper grid's) in rows of one
+    topology, a model per column, as the paper's figure; others keep their order."""
+    def key(e: str) -> tuple[str, int]:
+        model, _, topo = e.rsplit("/", 1)[-1].partition("-")
+        return (topo, exps.index(e)) if topo else ("", exps.index(e))
+    return sorted(exps, key=key)
+
+
 def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
     if sel.empty:
         raise NoData("no runs at two or more rates")
     bound = line_rate_model(sel, inp.steps, inp.root)
-    exps = list(dict.fromkeys(sel["experiment"]))
-    fig, axes = plt.subplots(1, len(exps), figsize=(5.8 * len(exps), 4.4), squeeze=False)
+    exps = panel_order(list(dict.fromkeys(sel["experiment"])))
+    cols = min(len(exps), PANELS_PER_ROW)
+    rows = math.ceil(len(exps) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.8 * cols, 4.4 * rows), squeeze=False)
+    for ax in axes.flat[len(exps):]:
+        ax.set_visible(False)
     plotted = []
-    for ax, exp in zip(axes[0], exps, strict=True):
+    for ax, exp in zip(axes.flat, exps, strict=False):
         e = sel[sel["experiment"] == exp]
         methods = sorted(e["method"].unique())
         n_seeds = 0
