@@ -355,6 +355,13 @@ class NetSenseState:
         """torch's ``PowerSGDState`` (``powersgd`` only, else None)."""
         return self.hook_state if self.method.name == "powersgd" else None
 
+    def in_warmup(self) -> bool:
+        """The step just ended ran the method's declared warm-up, not its steady state:
+        PowerSGD's dense allreduces before ``start_powerSGD_iter`` (its ``iter`` counts the
+        steps ended). Throughput leaves such steps out (``testbed.common.metrics``)."""
+        ps = self.powersgd
+        return ps is not None and ps.iter <= ps.start_powerSGD_iter
+
     # ----------------------------------------------------------------- statistics
     def pop_step_stats(self) -> dict[str, Any]:
         """Returns and resets this rank's statistics since the last call (see class doc).
@@ -373,6 +380,8 @@ class NetSenseState:
         totals = self.recorder.totals()
         with self.stats.lock:
             out = self.stats.take(cur, totals, self.hook is not None, self.decision)
+            if self.in_warmup():
+                out["warmup"] = 1
             out.update(monitor_stats(self.monitor, cur))
             out.update(tcp_stats(self.tcp))
             if self.policy is not None:

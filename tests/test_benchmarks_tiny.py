@@ -78,6 +78,13 @@ CPU: dict[str, Tiny] = {
     "advise_speed-runs": Tiny("advise_speed.py", ["--runs", "results/runs/paper-scale"], [
         rf"^\| 1000 \| topk:0.01 \| 8 \| 3 \| {NUM} \| {NUM} \| [+-]{NUM} % \| held out \|$",
         rf"^held out: \d+ points, \|error\| median {NUM} %, worst {NUM} %$"]),
+    # one model, one rate, two worker counts: the CSV and the figure drawn from it
+    "advise_scale": Tiny("advise_scale.py", [
+        "--models", "resnet18-imagenet", "--rates", "1000", "--workers", "8,16",
+        "--methods", "allreduce,topk:0.01", "--out", "{tmp}"], [
+        r"^resnet18-imagenet at 1000 Mbit/s: best 8: \S+, 16: \S+$", r"scale-advise\.png$"],
+        written={"scale-advise.csv": ["model", "rate_mbit", "workers", "method",
+                                      "samples_per_s", "best"]}),
     "policy_cost": Tiny("policy_cost.py", ["--steps", "30", "--repeats", "1"], [
         rf"observations, 1 passes: per observation fastest {NUM} ms, median {NUM} ms"]),
     # one job, one rate, one seed of the noisy sections: every section still runs

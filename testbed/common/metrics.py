@@ -14,7 +14,9 @@ batch x world size):
 - **throughput** (samples/s): the samples of every training step after the first one,
   divided by the time from the end of the first step to the end of the last
   (``sum(samples[1:]) / (t_last - t_first)``, ``t`` on one clock). The first step is left
-  out: it holds the rendezvous and DDP's bucket set-up, not steady-state training. None
+  out: it holds the rendezvous and DDP's bucket set-up, not steady-state training; so are
+  the steps a method marks as its own warm-up (``warmup``: PowerSGD's dense steps before
+  ``start_powerSGD_iter``), and the first step after them is the reference point. None
   with fewer than two steps (one step is all warm-up) or no elapsed time.
 - **time to accuracy** (s): the training clock (``t_worker``: the worker's own clock,
   0 right before its first training step, so python/torch start-up and the rendezvous are
@@ -85,9 +87,15 @@ def evaluations(rows: Iterable[Row]) -> list[Row]:
     return sorted(mine, key=lambda r: train_clock(r) or 0.0)
 
 
+def steady_steps(rows: Iterable[Row]) -> list[Row]:
+    """Rank 0's training steps without those its method marked as warm-up (module doc)."""
+    return [r for r in training_steps(rows) if not num(r.get("warmup"))]
+
+
 def throughput(rows: Iterable[Row]) -> float | None:
-    """Samples/s of the training steps after the first (module doc)."""
-    steps = training_steps(rows)
+    """Samples/s of the training steps after the first and the method's warm-up (module
+    doc)."""
+    steps = steady_steps(rows)
     if len(steps) < 2:
         return None
     span = num(steps[-1]["t"]) - num(steps[0]["t"])  # type: ignore[operator]
@@ -96,8 +104,8 @@ def throughput(rows: Iterable[Row]) -> float | None:
 
 
 def train_span_s(rows: Iterable[Row]) -> float | None:
-    """The time throughput divides by: end of the first step to end of the last."""
-    steps = training_steps(rows)
+    """The time throughput divides by: end of the first steady step to end of the last."""
+    steps = steady_steps(rows)
     if len(steps) < 2:
         return None
     span = num(steps[-1]["t"]) - num(steps[0]["t"])  # type: ignore[operator]

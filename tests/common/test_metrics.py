@@ -67,6 +67,34 @@ def test_throughput_by_hand(tmp_path) -> None:
     assert m.throughput(one) is None and m.throughput([]) is None
 
 
+def test_a_methods_warmup_steps_are_not_its_throughput() -> None:
+    """PowerSGD's two dense steps (``warmup``) are left out as the first step is: the first
+    steady step is the reference point. Steps end at 1, 5, 9, 10, 11 s; steps 1-2 warm-up."""
+    rows = [{"rank": 0, "t": t, "samples": 16, **({"warmup": 1} if i in (0, 1) else {})}
+            for i, t in enumerate((1.0, 5.0, 9.0, 10.0, 11.0))]
+    assert m.throughput(rows) == pytest.approx(32 / 2)  # steps 4 and 5, from 9 s to 11 s
+    assert m.train_span_s(rows) == pytest.approx(2.0)
+    plain = [{k: v for k, v in r.items() if k != "warmup"} for r in rows]
+    assert m.throughput(plain) == pytest.approx(64 / 10)
+
+
+def test_powersgd_marks_its_dense_start_as_warmup() -> None:
+    """The hook state says a step was warm-up while PowerSGD's ``iter`` (steps ended) is at
+    most ``start_powerSGD_iter``: steps 1 and 2 with the default 2; never for other methods."""
+    from types import SimpleNamespace
+
+    from netsenseml.payload import PowerSGDPayload
+    from netsenseml.state import NetSenseState
+
+    ps = PowerSGDPayload(None, 4, start_powerSGD_iter=2)
+    seen = []
+    for ended in (1, 2, 3, 4):
+        ps.iter = ended
+        seen.append(NetSenseState.in_warmup(SimpleNamespace(powersgd=ps)))
+    assert seen == [True, True, False, False]
+    assert not NetSenseState.in_warmup(SimpleNamespace(powersgd=None))
+
+
 def test_time_to_accuracy_is_the_end_of_the_step_the_evaluation_followed(tmp_path) -> None:
     walls = [LAUNCH + 1 + i for i in range(6)]  # training clock: step i ends at i - 0.5
     summary, steps = both_ways(tmp_path, walls, {2: 0.5, 4: 0.85, 6: 0.9}, target=0.8)
