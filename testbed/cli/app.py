@@ -119,6 +119,7 @@ def run(
     scn = _load(scenario, set_)
     methods, seeds = _methods_and_seeds(scn, method, seed)
     root = results / scn.name
+    _faithful_note(scn)
     if dry_run:
         _print_run_plan(scn, methods, seeds, root)
         return
@@ -145,6 +146,20 @@ def _methods_and_seeds(scn: Any, method: list[str] | None,
     except ScenarioError as exc:
         fail(str(exc))
     return methods, list(seed) if seed else list(scn.seeds)
+
+
+def _faithful_note(scn: Any) -> None:
+    """A warning line before anything runs when the scenario's training path is configured
+    above the emulation's faithful range at the factor it will run at (a native run's 1, a
+    given factor); ``dilation: auto`` picks a factor that brings it inside."""
+    from testbed.emulation import faithful
+
+    acc = getattr(scn, "accelerator", None)
+    if acc is not None and acc.dilation == "auto":
+        return
+    text = faithful.warning(scn.model_dump(mode="json"), 1.0 if acc is None else float(acc.dilation))
+    if text:
+        typer.echo(f"warning: {text}", err=True)
 
 
 def _print_run_plan(scn: Any, methods: list[str], seeds: list[int], root: Path) -> None:

@@ -65,6 +65,12 @@ def test_show_and_dry_run_print_the_resolved_scenario(tmp_path):
     dry = sh("run", "smoke", "--dry-run", "-m", "topk:0.01", "-r", str(tmp_path / "res"),
              cwd=tmp_path)
     assert f"-> {tmp_path / 'res'}/smoke/<time>-topk-0.01-s0/" in dry.stdout, dry.stdout
+    assert "warning" not in dry.stderr
+    # a native run configured above the faithful range says so before anything runs
+    fast = sh("run", "smoke", "--dry-run", "--set", "topology.rate_mbit=5000", cwd=tmp_path)
+    assert fast.returncode == 0 and re.search(
+        r"^warning: configured rate 5000 Mbit/s is above the emulation's faithful range",
+        fast.stderr, re.M), fast.stderr
 
 
 @pytest.fixture(scope="module")
