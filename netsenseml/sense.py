@@ -14,7 +14,9 @@ says how concurrent collectives are combined). Two sensors are kept, like Linux'
   something, filtered over the last ``rate_window`` of them (a window counted in samples,
   i.e. in steps, however long the steps) by ``rate_filter``:
 
-  - ``"sustained"`` (the default since issue 49): each rate sample is tagged *sustained*
+  - ``"sustained"`` (issue 49; opt in with ``monitor_rate_filter``: the default stays
+    ``"max"`` until ``netsense ab`` judges it on accel-d70 and the ramp, the rule for a policy
+    change): each rate sample is tagged *sustained*
     when the payload period before it was rate-sized too (the job kept its flow busy: int8
     step after int8 step), *isolated* otherwise (a probe after top-k steps). The estimate
     is the maximum of the sustained samples, as BBR's, where the window holds one not older
@@ -35,7 +37,7 @@ says how concurrent collectives are combined). Two sensors are kept, like Linux'
     it (bytes and transfer times summed), which pays that debt; it reads 10-30 % low where
     the next period's own fixed cost is large, and is off by default
     (``benchmarks/rate_filters.py`` replays both on the committed runs).
-  - ``"max"`` (the default before issue 49, BBR's: a TCP sender's samples err low --
+  - ``"max"`` (the default; BBR's: a TCP sender's samples err low --
     app-limited, ACK compression) and ``"median"``: over all the window's samples. A
     sample here is one whole payload period, which under congestion errs both ways (on
     ``eval-onoff``, 40-500 Mbit/s samples where one flow's fair share was 56), and the
