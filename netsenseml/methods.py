@@ -32,6 +32,7 @@ plots (registration order is display order).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -367,10 +368,15 @@ class MethodSpec:
         method's :data:`ADAPTIVE_CODECS`, a compressor itself (none for ``allreduce``), a
         hook none (PowerSGD, a plug-in hook: the pacer holds no codec of theirs)."""
         if self.adaptive:
-            return tuple(parse(c) for c in ADAPTIVE_CODECS)
+            return _adaptive_codecs()
         if self.kind == "compressor" and not self.reference:
             return (self,)
         return ()
+
+
+@functools.cache
+def _adaptive_codecs() -> tuple[MethodSpec, ...]:
+    return tuple(parse(c) for c in ADAPTIVE_CODECS)
 
 
 def _bad(text: object, why: str | None, kind: Kind | None) -> ValueError:
@@ -400,6 +406,10 @@ def parse(text: object, kind: Kind | None = None) -> MethodSpec:
     ``kind="compressor"`` also refuses methods that are not compressors (``compress.get``).
     A ValueError is one line naming the string and the accepted forms.
     """
+    if isinstance(text, MethodSpec):  # parsed where it entered: the spec is the value carried
+        if kind is not None and text.kind != kind:
+            raise _bad(text.text, f"{text.name} is not a {kind}", kind)
+        return text
     if not isinstance(text, str):
         raise _bad(text, "not a string", kind)
     stripped = text.strip()

@@ -92,23 +92,28 @@ PROBE_STEPS = 14
 PROBE_CODEC_REPS = 4
 PROBE_IMPORT_S = 3.0
 #: What the estimate assumes an adaptive method sends (NetSenseML's floor, where it sat at
-#: every constrained rate of the paper-scale runs) and PowerSGD's share of the gradient
-#: (its dense first steps: the registry's ``dense_steps``, hooks.powersgd_state).
-ADAPTIVE_AS = methods.parse("topk:0.005")
+#: every constrained rate of the paper-scale runs), PowerSGD's share of the gradient and
+#: its dense first steps (``start_powerSGD_iter``, hooks.powersgd_state).
+ADAPTIVE_AS = "topk:0.005"
 POWERSGD_SHARE = 0.01
+POWERSGD_DENSE_STEPS = 2
 
 
 def cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _level(spec: methods.MethodSpec) -> tuple[str | None, float, str]:
+def _level(method: str) -> tuple[str | None, float, str]:
     """(codec level, wire share of fp32, reduction) of the bytes a method sends."""
-    if spec.adaptive:
-        spec = ADAPTIVE_AS
-    if spec.wire is None:  # PowerSGD, plug-ins: a low-rank share
+    spec = methods.parse(method)
+    if spec.kind == "adaptive":
+        spec = methods.parse(ADAPTIVE_AS)
+    info = methods.get(spec.name) if spec.name in methods.names() else None
+    if info is None or info.wire is None:  # PowerSGD, plug-ins: a low-rank share
         return None, POWERSGD_SHARE, "allreduce"
-    return (None if spec.reference else spec.label), spec.wire, spec.collective or "allreduce"
+    ratio = spec.arg if isinstance(spec.arg, int | float) and info.arg == "ratio" else 1.0
+    level = None if spec.name == "allreduce" else info.label
+    return level, methods.bytes_ratio(info.label, ratio), info.reduction or "allreduce"
 
 
 def _get(obj: Any, dotted: str) -> Any:
@@ -126,7 +131,7 @@ def _native(scenario: Any) -> dict[str, Any]:
     return {"seconds": train + PER_RUN_OVERHEAD_S, "k": 1.0, "virtual_s": train}
 
 
-def estimate(scenario: Any, method: str | methods.MethodSpec | None = None) -> dict[str, Any]:
+def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     """``seconds`` (real, the whole run), ``k`` (the factor assumed), ``virtual_s`` (the
     training time on the run's clock), ``step_s`` (virtual, when estimated) and
     ``probe_s`` (the ``auto`` probe's real seconds before the run, in ``seconds``)."""
@@ -140,8 +145,7 @@ def estimate(scenario: Any, method: str | methods.MethodSpec | None = None) -> d
         return _native(scenario)
     n = scenario.world_size
     elements = registry.param_count(wl.model, wl.knobs(), wl.dataset) or 0
-    spec = scenario.method_spec(method or "allreduce")  # the scenario's, parsed with it
-    level, share, reduction = _level(spec)
+    level, share, reduction = _level(method or "allreduce")
     mb = 4 * elements / 1e6
     codec_v = timing.codec_s(level, int(mb * 1e6)) if level else 0.0
     rates = faithful.training_rates(scenario.model_dump(mode="json"))
@@ -156,8 +160,8 @@ def estimate(scenario: Any, method: str | methods.MethodSpec | None = None) -> d
     step_v = timing.step_s + codec_v + comm(share)
     limit, steps = wl.time_limit_s, wl.steps
     virtual = float(limit) if limit else float(steps or 0) * step_v
-    if not limit and steps and spec.dense_steps:
-        dense = min(int(steps), spec.dense_steps)  # torch's hook: plain allreduce first
+    if not limit and steps and methods.parse(method or "allreduce").name == "powersgd":
+        dense = min(int(steps), POWERSGD_DENSE_STEPS)  # torch's hook: plain allreduce first
         virtual += dense * (comm(1.0) - comm(share))
     shared = max(1.0, SHARED_SLOWDOWN * n / cores())
     fwd, bwd, opt = _host_real(wl.model, wl.dataset, timing, elements)

@@ -103,18 +103,18 @@ def virtual_reports(reports: list[dict[str, Any]], k: float) -> list[dict[str, A
     return out
 
 
-def codec_specs(spec: methods.MethodSpec) -> list[str]:
+def codec_specs(method: methods.MethodSpec) -> list[str]:
     """The compressors a method can run in its hook (the codecs ``auto`` must time), as the
     probe's ``--codecs`` takes them (``MethodSpec.codecs``)."""
-    return [str(c) for c in spec.codecs()]
+    return [str(c) for c in method.codecs()]
 
 
-def measure(scn: Any, spec: methods.MethodSpec) -> dict[str, Any]:
+def measure(scn: Any, method: methods.MethodSpec) -> dict[str, Any]:
     """One ``workloads.pace_probe`` per worker at once; the slowest of their medians."""
     wl = scn.workload
     context = {k.replace("_", "-"): v for k, v in wl.args.items()}.get("context")
     return measure_workload(wl.model, wl.dataset, wl.batch_size, wl.knobs(),
-                            codec_specs(spec), scn.world_size, wl.threads,
+                            codec_specs(method), scn.world_size, wl.threads,
                             grads=wl.grads, context=context)
 
 
@@ -181,7 +181,7 @@ def _worst(results: list[dict[str, Any]], threads: int) -> dict[str, Any]:
     return worst
 
 
-def choose(scn: Any, spec: methods.MethodSpec) -> tuple[float, dict[str, Any]]:
+def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]:
     """``(k, facts)`` for this run: 1 for a native run, the scenario's number, or ``auto``:
     in payload mode the rule alone (nothing real is timed), otherwise measured on this host,
     once per configuration while the host, the code and the host's load stay (cached in
@@ -206,13 +206,13 @@ def choose(scn: Any, spec: methods.MethodSpec) -> tuple[float, dict[str, Any]]:
                                     "host_rule": "payload", "host_busy_pct": round(host_busy_pct(), 1)}
     # what the probe measures depends on these, not on the profile or the margin
     key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
-           tuple(codec_specs(spec)), scn.world_size, wl.threads)
+           tuple(codec_specs(method)), scn.world_size, wl.threads)
     busy = host_busy_pct()
     cached = _cache.get(key) or _load_cached(key)
     probe_s = 0.0
     if cached is None or abs(cached[1] - busy) > RECALIBRATE_PCT:
         t = time.monotonic()
-        real = measure(scn, spec)
+        real = measure(scn, method)
         probe_s = round(time.monotonic() - t, 1)
         cached = (real, busy, None)
         _store(key, real, busy)
