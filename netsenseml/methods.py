@@ -25,6 +25,14 @@ Kinds (``MethodInfo.kind``):
   (``netsenseml``, the prototype's rule ``netsenseml-paper`` and the published peers
   ``stellatrain`` and ``accordion``).
 
+The method spec (:class:`MethodSpec`) is the value the rest of the code carries: a method's
+text is parsed once where it enters (a scenario, the command line, the worker's argv, an own
+job's environment, ``hooks.register``), and every layer asks the spec what it needs -- its
+codecs, its collective, whether it adapts, whether its policy reads the convergence prior,
+its label -- answered here from the registry; no layer parses the text again or compares a
+method's name (``parse`` hands a spec back as itself). ``str(spec)`` is the text as
+written: what the records, folder names and argv carry.
+
 Adding a built-in compressor: one module under ``netsenseml/compress/`` and one
 ``register(MethodInfo(...))`` line below, at the place it should appear in listings and
 plots (registration order is display order).
