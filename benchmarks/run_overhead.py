@@ -131,9 +131,10 @@ def _launcher() -> Any:
 
 def torchrun_setup_s(tmp: Path, smoke: Any) -> float | None:
     """rank 0's setup_s of the smoke worker under torchrun on loopback."""
+    from netsenseml import methods
     from testbed.orchestration.run import worker_argv
 
-    argv = worker_argv(smoke, "allreduce", 0, tmp / "torchrun")[3:]
+    argv = worker_argv(smoke, methods.parse("allreduce"), 0, tmp / "torchrun")[3:]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m",
                     "workloads.train", *argv], cwd=REPO, env=env, capture_output=True,

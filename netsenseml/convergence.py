@@ -69,22 +69,21 @@ class ConvergenceError(ValueError):
 
 
 def level_key(method: str) -> str:
-    """Table key of a ladder method string: ``allreduce`` -> ``none``, ``topk:0.01`` stays."""
-    spec = methods.parse(method)
-    if spec.info is None or not spec.info.ladder:
+    """Table key of a ladder method string (a table's row, where it enters):
+    ``allreduce`` -> ``none``, ``topk:0.01`` stays (``MethodSpec.level_key``)."""
+    key = methods.parse(method).level_key
+    if key is None:
         raise ConvergenceError(f"{method!r} is not a ladder level; accepted: "
                                f"{', '.join(i.name for i in methods.ladder())}")
-    return f"{spec.info.label}:{spec.ratio:g}" if spec.ratio is not None else spec.info.label
+    return key
 
 
-def level_method(key: str) -> str:
-    """The method string that measures the level ``key`` (``none`` -> ``allreduce``)."""
-    head, _, arg = key.partition(":")
-    for info in methods.ladder():
-        if info.label == head:
-            return f"{info.name}:{arg}" if arg else info.name
-    raise ConvergenceError(f"levels: unknown level {key!r}; accepted: "
-                           f"{', '.join(i.label for i in methods.ladder())} (top-k as topk:R)")
+def level_method(key: str) -> methods.MethodSpec:
+    """The method that measures the level ``key`` (``none`` -> ``allreduce``)."""
+    try:
+        return methods.level_spec(key)
+    except ValueError as exc:
+        raise ConvergenceError(f"levels: {exc}") from None
 
 
 def calibrate_levels(half_level: str = "fp16") -> tuple[str, ...]:
@@ -176,7 +175,8 @@ def from_steps(table: Mapping[str, float], source: str = "table",
     # Dense levels the table lacks take the default's factor (stated, conservative).
     dense = {**{k: v for k, v in DEFAULT_PRIOR.dense.items() if k != "none"},
              **{k: v / base for k, v in steps.items() if ":" not in k}}
-    topk = tuple((float(k.split(":")[1]), v / base) for k, v in steps.items() if k.startswith("topk:"))
+    topk = tuple((r, v / base) for k, v in steps.items() if ":" in k
+                 for label, r in [methods.split_level(k)] if label == "topk")
     return Prior(dense, topk or DEFAULT_PRIOR.topk, resolution=resolution, source=source)
 
 

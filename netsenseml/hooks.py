@@ -111,14 +111,6 @@ _PROBE_OPTIONS = ("probe_bytes", "probe_ratio")
 Hook = Callable[[NetSenseState, dist.GradBucket], torch.futures.Future[torch.Tensor]]
 
 
-def parse_method(spec: str) -> MethodSpec:
-    """Validates a method string (grammar of ``netsenseml.methods``; plug-ins not imported).
-
-    A ValueError is one line naming the spec and :data:`METHOD_FORMS`.
-    """
-    return methods.parse(spec)
-
-
 # --------------------------------------------------------------------- the hooks
 def compression_hook(state: NetSenseState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Fixed ``compressor`` methods (built-in or plug-in): ``state.compressor`` every step."""
@@ -194,14 +186,14 @@ def powersgd_state(group: Any, spec: MethodSpec, error_feedback: bool, options: 
         process_group=group,
         matrix_approximation_rank=spec.rank,
         use_error_feedback=error_feedback,
-        **{"start_powerSGD_iter": 2, **options},
+        **{"start_powerSGD_iter": spec.dense_steps, **options},
     )
 
 
 # --------------------------------------------------------------------- registering
 def register(
     ddp_model: torch.nn.parallel.DistributedDataParallel,
-    method: str | None = None,
+    method: str | MethodSpec | None = None,
     *,
     process_group: Any = None,
     error_feedback: bool = True,
@@ -226,9 +218,8 @@ def register(
     network once: both are collective, so call ``register`` on every rank, in the same
     order, as DDP's constructor is.
     """
-    if method is None:
-        method = job.default_method()
-    parse_method(method)  # a bad method is named first, whatever the model
+    # where a method enters the library: parsed once (a bad one named first, whatever the model)
+    spec = methods.as_spec(job.default_method() if method is None else method)
     if not callable(getattr(ddp_model, "register_comm_hook", None)):
         raise TypeError(
             f"hooks.register: expects a DistributedDataParallel model, got "
@@ -237,7 +228,7 @@ def register(
     if options.get("pacer") is None:
         options["pacer"] = _own_job_pacer(ddp_model)
     params = [p for p in ddp_model.parameters() if p.requires_grad]
-    state, hook = build(method, sum(p.numel() for p in params),
+    state, hook = build(spec, sum(p.numel() for p in params),
                         params[0].device if params else torch.device("cpu"),
                         process_group=process_group, error_feedback=error_feedback, **options)
     ddp_model.register_comm_hook(state, hook)
@@ -246,7 +237,7 @@ def register(
 
 
 def build(
-    method: str,
+    method: str | MethodSpec,
     elements: int,
     device: torch.device,
     *,
@@ -261,14 +252,14 @@ def build(
     codecs send zeros of their real sizes and decode nothing (``netsenseml.payload``); a
     method that cannot is refused with a one-line ValueError. Collective where
     :func:`register` says so."""
-    spec = parse_method(method)
+    spec = methods.as_spec(method)
     target = methods.resolve(spec)
     common = {k: options.pop(k) for k in OPTION_NAMES if k in options}
     pacer = options.pop("pacer", None)
-    probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options} if spec.name == "netsenseml" else {}
-    policy, compressor = _build(spec, target, method, options)
+    probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options} if spec.takes_probe else {}
+    policy, compressor = _build(spec, target, options)
     if payload:
-        _payload_check(spec, target, method, policy, compressor)
+        _payload_check(spec, target, policy, compressor)
     state = NetSenseState(
         spec, process_group,
         HookOptions(error_feedback=error_feedback and not payload,
@@ -277,7 +268,7 @@ def build(
         level=compressor.name if spec.plugin and compressor is not None else target.info.label)
     hook: Hook = compression_hook
     if target.kind == "hook":
-        _attach_raw_hook(state, target, method, error_feedback, options)
+        _attach_raw_hook(state, target, error_feedback, options)
         hook = raw_hook
     elif target.kind == "adaptive":
         assert state.loop is not None and policy is not None
@@ -288,9 +279,10 @@ def build(
     return state, hook
 
 
-def _payload_check(spec: MethodSpec, target: Any, method: str, policy: Any, compressor: Any) -> None:
+def _payload_check(spec: MethodSpec, target: Any, policy: Any, compressor: Any) -> None:
     """What payload mode cannot run (``netsenseml.payload``), refused in one line."""
-    if target.kind == "hook" and spec.name != "powersgd":
+    method = spec.text
+    if target.kind == "hook" and not spec.payload_hook:
         raise PayloadError(f"method {method!r}: a comm-hook plug-in computes its own payload, "
                            "so payload mode cannot stand in for it; use grads: recorded")
     if compressor is not None:
@@ -309,9 +301,10 @@ def _own_job_pacer(ddp_model: torch.nn.Module) -> accelerator.Pacer | None:
                              own_job=True)
 
 
-def _build(spec: MethodSpec, target: Any, method: str, options: dict[str, Any]) -> tuple[Any, Any]:
+def _build(spec: MethodSpec, target: Any, options: dict[str, Any]) -> tuple[Any, Any]:
     """The method's policy (adaptive) or compressor; ``options`` left: a hook state's."""
-    if spec.name == "netsenseml":
+    method = spec.text
+    if spec.reads_prior:
         try:  # a path, a parsed table or {level: steps}; None: the stated default
             options["prior"] = convergence.load(options.pop("convergence", options.pop("prior", None)))
         except convergence.ConvergenceError as exc:
@@ -323,9 +316,10 @@ def _build(spec: MethodSpec, target: Any, method: str, options: dict[str, Any]) 
     return None, (target.build() if target.kind == "compressor" else None)
 
 
-def _attach_raw_hook(state: NetSenseState, target: Any, method: str, error_feedback: bool,
+def _attach_raw_hook(state: NetSenseState, target: Any, error_feedback: bool,
                      options: dict[str, Any]) -> None:
     """A ``hook`` method's function and its state, on a counting process group."""
+    method = state.method.text
     group = counted_group(state.process_group, state.recorder)
     state.hook = target.obj
     state.hook_state = group

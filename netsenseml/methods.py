@@ -25,6 +25,14 @@ Kinds (``MethodInfo.kind``):
   (``netsenseml``, the prototype's rule ``netsenseml-paper`` and the published peers
   ``stellatrain`` and ``accordion``).
 
+The method spec (:class:`MethodSpec`) is the value the rest of the code carries: a method's
+text is parsed once where it enters (a scenario, the command line, the worker's argv, an own
+job's environment, ``hooks.register``), and every layer asks the spec what it needs -- its
+codecs, its collective, whether it adapts, whether its policy reads the convergence prior,
+its label -- answered here from the registry; no layer parses the text again or compares a
+method's name (``parse`` hands a spec back as itself). ``str(spec)`` is the text as
+written: what the records, folder names and argv carry.
+
 Adding a built-in compressor: one module under ``netsenseml/compress/`` and one
 ``register(MethodInfo(...))`` line below, at the place it should appear in listings and
 plots (registration order is display order).
@@ -32,6 +40,7 @@ plots (registration order is display order).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -80,7 +89,13 @@ class MethodInfo:
     ``state``: for hooks, ``"module:function"`` building the hook's state from
     ``(process_group, spec, error_feedback, options)``. ``needs_values``: the method's
     decisions read gradient values (Accordion's gradient norms), so a run that sends bytes
-    without real gradient values cannot host it.
+    without real gradient values cannot host it. ``reference``: DDP's own fp32 allreduce, no
+    codec work, the baseline the others are compared with. ``prior``: the policy takes the
+    convergence prior (``netsense calibrate``'s table, ``convergence=``) and ``probe`` the
+    registration probe's ``probe_bytes`` / ``probe_ratio``. ``payload_hook``: a hook with a
+    payload-mode stand-in sending its real sizes (``netsenseml.payload``: PowerSGD).
+    ``dense_steps``: the first steps a hook sends the dense gradient (PowerSGD's
+    ``start_powerSGD_iter``, ``hooks.powersgd_state``).
     """
 
     name: str
@@ -98,6 +113,11 @@ class MethodInfo:
     options: Mapping[str, Any] = field(default_factory=dict)
     state: str | None = None
     needs_values: bool = False
+    reference: bool = False
+    prior: bool = False
+    probe: bool = False
+    payload_hook: bool = False
+    dense_steps: int = 0
 
     @property
     def label(self) -> str:
@@ -118,6 +138,8 @@ PLUGIN_FORM = "package.module:Name[:ARG] (a compressor class or a DDP comm hook)
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _PLUGIN_RE = re.compile(rf"^(?P<module>{_IDENT}(?:\.{_IDENT})*):(?P<attr>{_IDENT}(?:\.{_IDENT})*)(?::(?P<arg>.*))?$")
 _REDUCTIONS = ("allreduce", "allgather")
+#: The codecs an adaptive method's hook can run, as ``auto``'s pace probe times them.
+ADAPTIVE_CODECS = ("fp16", "int8", "topk:0.01")
 
 
 def register(info: MethodInfo) -> MethodInfo:
@@ -140,7 +162,7 @@ def register(info: MethodInfo) -> MethodInfo:
 _C = "netsenseml.compress"
 register(MethodInfo("allreduce", "compressor", f"{_C}.cast:NoCompression",
                     "fp32 allreduce (DDP's default)", reduction="allreduce", ladder=True,
-                    wire=1.0, level="none", aliases=("none",)))
+                    wire=1.0, level="none", aliases=("none",), reference=True))
 register(MethodInfo("fp16", "compressor", f"{_C}.cast:CastCompressor",
                     "cast to fp16, allreduce, cast back", reduction="allreduce", ladder=True,
                     wire=0.5, options={"wire_dtype": "float16"}))
@@ -164,10 +186,11 @@ register(MethodInfo("dgc", "compressor", f"{_C}.sparse:TopKCompressor",
 register(MethodInfo("powersgd", "hook",
                     "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook:powerSGD_hook",
                     "torch's powerSGD_hook (low-rank P, Q)", arg="rank", lossy=True,
-                    state="netsenseml.hooks:powersgd_state"))
+                    state="netsenseml.hooks:powersgd_state", payload_hook=True,
+                    dense_steps=2))
 register(MethodInfo("netsenseml", "adaptive", "netsenseml.policy:NetSensePolicy",
                     "the adaptive policy: none -> fp16 -> int8 -> top-k(r)", lossy=True,
-                    level="none"))
+                    level="none", prior=True, probe=True))
 register(MethodInfo("netsenseml-paper", "adaptive", "netsenseml.paper_rule:PaperRule",
                     "the NetSenseML prototype's BDP rule on one top-k fraction", lossy=True,
                     level="topk"))
@@ -245,7 +268,8 @@ def forms(kind: Kind | None = None, plugins: bool = True) -> str:
 class MethodSpec:
     """A method string that passed the grammar (no import done yet).
 
-    ``name``: the registered name, or ``"pkg.mod:Name"`` for a plug-in. ``arg``: the parsed
+    ``name``: the registered name, or ``"pkg.mod:Name"`` for a plug-in. ``text``: the string
+    as written (what the run's records, folder name and worker argv carry). ``arg``: the parsed
     argument (``ratio`` / ``rank`` mirror it for built-ins); a plug-in's ``arg`` stays text
     until :func:`resolve` knows what the class declares.
     """
@@ -272,6 +296,95 @@ class MethodSpec:
         if self.info is None:
             return self.name.rpartition(":")[2].rpartition(".")[2]
         return self.info.label
+
+    label = level
+
+    def __str__(self) -> str:
+        """The text as written: what the records, folder names and argv carry."""
+        return self.text
+
+    # What each layer asks of a method, answered from the registry (a plug-in: from what
+    # it declares, after resolve; before, the answers a plug-in cannot change: False/None).
+    @property
+    def adaptive(self) -> bool:
+        """An adaptive policy in the step loop (NetSenseML, its prototype, the peers)."""
+        return self.kind == "adaptive"
+
+    @property
+    def collective(self) -> str | None:
+        """A built-in compressor's collective (``allreduce`` / ``allgather``), else None."""
+        return None if self.info is None else self.info.reduction
+
+    @property
+    def reference(self) -> bool:
+        """DDP's own fp32 allreduce (``allreduce``, alias ``none``): no codec, the baseline."""
+        return self.info is not None and self.info.reference
+
+    @property
+    def ladder(self) -> bool:
+        """A fixed level the NetSenseML policy may choose (crossover, ideal schedule)."""
+        return self.info is not None and self.info.ladder and not self.adaptive
+
+    @property
+    def reads_prior(self) -> bool:
+        """Its policy takes the convergence prior (``netsense calibrate``'s table)."""
+        return self.info is not None and self.info.prior
+
+    @property
+    def takes_probe(self) -> bool:
+        """Its policy takes the registration probe's options (``probe_bytes``, ...)."""
+        return self.info is not None and self.info.probe
+
+    @property
+    def momentum_correction(self) -> bool:
+        """Its error feedback corrects momentum (DGC): the optimizer runs without it."""
+        return self.info is not None and self.info.memory == "momentum"
+
+    @property
+    def needs_values(self) -> bool:
+        """Its decisions read gradient values (Accordion): recorded / payload cannot host it."""
+        return self.info is not None and self.info.needs_values
+
+    @property
+    def payload_hook(self) -> bool:
+        """A hook with a payload-mode stand-in at its real sizes (PowerSGD)."""
+        return self.info is not None and self.info.payload_hook
+
+    @property
+    def dense_steps(self) -> int:
+        """The first steps a hook sends the dense gradient (PowerSGD: 2)."""
+        return 0 if self.info is None else self.info.dense_steps
+
+    @property
+    def wire(self) -> float | None:
+        """Wire bytes relative to fp32 (the ratio applied); None where the registry has none
+        (PowerSGD, adaptive methods, plug-ins)."""
+        if self.info is None or self.info.wire is None or self.adaptive:
+            return None
+        return self.info.wire * self.ratio if self.ratio is not None else self.info.wire
+
+    @property
+    def level_key(self) -> str | None:
+        """Its key as a ladder level (``allreduce`` -> ``none``, ``topk:0.01`` stays: the
+        convergence table's keys); None for a method that is not a fixed ladder level."""
+        if not self.ladder:
+            return None
+        return f"{self.label}:{self.ratio:g}" if self.ratio is not None else self.label
+
+    def codecs(self) -> tuple[MethodSpec, ...]:
+        """The compressors its hook can run, as the pace probe times them: an adaptive
+        method's :data:`ADAPTIVE_CODECS`, a compressor itself (none for ``allreduce``), a
+        hook none (PowerSGD, a plug-in hook: the pacer holds no codec of theirs)."""
+        if self.adaptive:
+            return _adaptive_codecs()
+        if self.kind == "compressor" and not self.reference:
+            return (self,)
+        return ()
+
+
+@functools.cache
+def _adaptive_codecs() -> tuple[MethodSpec, ...]:
+    return tuple(parse(c) for c in ADAPTIVE_CODECS)
 
 
 def _bad(text: object, why: str | None, kind: Kind | None) -> ValueError:
@@ -301,6 +414,10 @@ def parse(text: object, kind: Kind | None = None) -> MethodSpec:
     ``kind="compressor"`` also refuses methods that are not compressors (``compress.get``).
     A ValueError is one line naming the string and the accepted forms.
     """
+    if isinstance(text, MethodSpec):  # parsed where it entered: the spec is the value carried
+        if kind is not None and text.kind != kind:
+            raise _bad(text.text, f"{text.name} is not a {kind}", kind)
+        return text
     if not isinstance(text, str):
         raise _bad(text, "not a string", kind)
     stripped = text.strip()
@@ -314,7 +431,7 @@ def parse(text: object, kind: Kind | None = None) -> MethodSpec:
         if info.arg is None:
             if sep:
                 raise _bad(text, f"{name} takes no argument", kind)
-            return MethodSpec(name, stripped, info=info)
+            return MethodSpec(name, text, info=info)
         if not sep:
             raise _bad(text, f"{name} needs an argument: {info.form}", kind)
         try:
@@ -323,7 +440,7 @@ def parse(text: object, kind: Kind | None = None) -> MethodSpec:
             raise _bad(text, str(exc), kind) from None
         return MethodSpec(
             name,
-            stripped,
+            text,
             ratio=value if info.arg == "ratio" else None,
             rank=value if info.arg == "rank" else None,
             arg=value,
@@ -334,7 +451,31 @@ def parse(text: object, kind: Kind | None = None) -> MethodSpec:
         raise _bad(text, None, kind)
     if m["arg"] is not None and not m["arg"].strip():
         raise _bad(text, "empty argument after the last ':'", kind)
-    return MethodSpec(f"{m['module']}:{m['attr']}", stripped, arg=m["arg"])
+    return MethodSpec(f"{m['module']}:{m['attr']}", text, arg=m["arg"])
+
+
+def as_spec(method: str | MethodSpec) -> MethodSpec:
+    """A method entering an API that takes either (``hooks.register``, ``run_scenario``):
+    a spec passes unchanged, a text is parsed here, once; the layers below take the spec."""
+    return method if isinstance(method, MethodSpec) else parse(method)
+
+
+def split_level(key: str) -> tuple[str, float]:
+    """A ladder level key's label and kept fraction (``topk:0.01`` -> ``("topk", 0.01)``,
+    ``fp16`` -> ``("fp16", 1.0)``); a ValueError for a ratio that is no number."""
+    label, _, arg = key.partition(":")
+    return label, float(arg) if arg else 1.0
+
+
+def level_spec(key: str) -> MethodSpec:
+    """The method that measures the ladder level ``key`` (``none`` -> ``allreduce``,
+    ``topk:0.01`` -> ``topk:0.01``); a ValueError naming the key and the levels."""
+    label, sep, arg = key.partition(":")
+    for info in ladder():
+        if info.label == label:
+            return parse(f"{info.name}{sep}{arg}")
+    raise ValueError(f"unknown level {key!r}; accepted: "
+                     f"{', '.join(i.label for i in ladder())} (top-k as topk:R)")
 
 
 def check(text: object) -> str:

@@ -162,7 +162,7 @@ def powersgd_state(group: Any, spec: Any, error_feedback: bool, options: dict[st
     if unknown:
         raise ValueError(f"payload mode: PowerSGD options {unknown} have no payload meaning; "
                          f"allowed: {sorted(known)}")
-    return PowerSGDPayload(group, spec.rank, **options)
+    return PowerSGDPayload(group, spec.rank, **{"start_powerSGD_iter": spec.dense_steps, **options})
 
 
 def powersgd_hook(state: PowerSGDPayload, bucket: Any) -> torch.futures.Future[torch.Tensor]:

@@ -353,7 +353,8 @@ class NetSenseState:
     @property
     def powersgd(self) -> Any:
         """torch's ``PowerSGDState`` (``powersgd`` only, else None)."""
-        return self.hook_state if self.method.name == "powersgd" else None
+        own = self.method.info is not None and self.method.info.state is not None
+        return self.hook_state if own else None
 
     def in_warmup(self) -> bool:
         """The step just ended ran the method's declared warm-up, not its steady state:

@@ -69,7 +69,7 @@ def _timed(fn: Callable[[], None], sync: Callable[[], None] = _noop) -> float:
     return time.perf_counter() - t
 
 
-def codec_seconds(spec: str, x: torch.Tensor, world: int,
+def codec_seconds(spec: methods.MethodSpec, x: torch.Tensor, world: int,
                   sync: Callable[[], None] = _noop) -> tuple[str, float]:
     """The level's label (as the hook and a profile's ``codec_s_per_mb`` name it: ``dgc``,
     not its compressor's ``topk-sampled``) and the seconds of a compress, residual update and
@@ -78,7 +78,7 @@ def codec_seconds(spec: str, x: torch.Tensor, world: int,
     return level, wall
 
 
-def codec_times(spec: str, x: torch.Tensor, world: int,
+def codec_times(spec: methods.MethodSpec, x: torch.Tensor, world: int,
                 sync: Callable[[], None] = _noop) -> tuple[str, float, float]:
     """:func:`codec_seconds` with the CPU seconds of the same work (least of three each)."""
     c = methods.resolve(spec).build()
@@ -97,7 +97,7 @@ def codec_times(spec: str, x: torch.Tensor, world: int,
         c0 = time.process_time()
         walls.append(_timed(once, sync))
         cpus.append(time.process_time() - c0)
-    return methods.parse(spec).level, min(walls), min(cpus)
+    return spec.level, min(walls), min(cpus)
 
 
 @dataclass
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
 
     times = time_steps(job, a.steps, at_warm=barrier if a.barrier else None, grads=a.grads)
     grad = gradient(job.model)
-    specs = [c for c in a.codecs.split(",") if c]
+    specs = [methods.parse(c) for c in a.codecs.split(",") if c]  # the codecs enter here
     result: dict[str, Any] = {k: statistics.median(v) for k, v in times.items()}
     result["elements"] = grad.numel()
     timed = [codec_times(spec, grad, a.world) for spec in specs]

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from netsenseml import accelerator
+from netsenseml import accelerator, methods
 from workloads import pace_probe, registry
 from workloads.datasets import DatasetError
 
@@ -182,7 +182,7 @@ def measure(a: argparse.Namespace) -> tuple[dict[str, Any], str]:
     mb = grad.numel() * 4 / 1e6
     sync = pace_probe.syncer(device)
     codecs = {}
-    for spec in (c.strip() for c in a.codecs.split(",") if c.strip()):
+    for spec in (methods.parse(c) for c in a.codecs.split(",") if c.strip()):  # enter here
         level, seconds = pace_probe.codec_seconds(spec, grad, a.world, sync)
         codecs[level] = _sig(seconds / mb)
     name = device_name(device)

@@ -310,7 +310,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         tag = re.sub(r"[^A-Za-z0-9_.=-]+", "-", f"{args.model}-{args.dataset}-{args.method}")
         args.log_dir = str(Path("runs") / f"{tag.strip('-')}-s{args.seed}")
     try:
-        methods.load(args.method)  # imports a plug-in (pkg.mod:Name) now: one line if it fails
+        # where the method enters the worker: parsed once, carried as args.spec; a plug-in
+        # (pkg.mod:Name) is imported now: one line if it fails
+        args.spec = methods.load(args.method).spec
     except ValueError as e:
         bad_args(f"argument --method: {e}")
     try:
@@ -344,7 +346,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except accelerator.ProfileError as e:
         bad_args(f"argument --accelerator: {e}")
     if args.convergence is not None:
-        if methods.parse(args.method).name != "netsenseml":
+        if not args.spec.reads_prior:
             bad_args("argument --convergence: only the netsenseml method reads a convergence table")
         try:
             convergence.load(args.convergence)
@@ -362,8 +364,7 @@ def _check_grads(args: argparse.Namespace) -> None:
         if given:
             bad_args(f"argument --grads: {args.grads} gradients do not train the model, so "
                      f"{', '.join(given)} cannot be measured; drop them")
-        spec = methods.parse(args.method)
-        if spec.info is not None and spec.info.needs_values:  # Accordion: gradient norms
+        if args.spec.needs_values:  # Accordion: gradient norms
             bad_args(f"argument --grads: method {args.method} decides from gradient values, "
                      f"which {args.grads} mode does not give it; use --grads real")
     if args.grads == "payload" and args.step_ms is None and args.accelerator is None:
@@ -553,10 +554,10 @@ def evaluate(model: nn.Module, data: Data, n: int, batch: int, rank: int, world:
     return correct / max(count, 1), loss_sum / max(count, 1)
 
 
-def sgd_momentum(entry: registry.ModelEntry, method: str, error_feedback: bool) -> float:
-    """The model's SGD momentum, 0 for dgc with error feedback (see module docstring)."""
-    dgc = methods.parse(method).name == "dgc" and error_feedback
-    return 0.0 if dgc else entry.momentum
+def sgd_momentum(entry: registry.ModelEntry, spec: methods.MethodSpec, error_feedback: bool) -> float:
+    """The model's SGD momentum, 0 for a method whose error feedback corrects momentum
+    (dgc) when it is on (see module docstring)."""
+    return 0.0 if spec.momentum_correction and error_feedback else entry.momentum
 
 
 def make_optimizer(model: nn.Module, entry: registry.ModelEntry, lr: float,
@@ -626,7 +627,7 @@ def setup(args: argparse.Namespace) -> Setup:
     t = time.perf_counter()
     ddp, state = _ddp(args, model, device)
     lr = args.lr or entry.lr
-    momentum = sgd_momentum(entry, args.method, not args.no_error_feedback)
+    momentum = sgd_momentum(entry, args.spec, not args.no_error_feedback)
     opt = make_optimizer(ddp, entry, lr, momentum)
     phases["ddp"] = time.perf_counter() - t
 
@@ -663,7 +664,7 @@ def _payload_setup(args: argparse.Namespace, rank: int, world: int, data: Data,
     extra: dict[str, Any] = {"convergence": args.convergence} if args.convergence else {}
     pacer = accelerator.Pacer(args.timing, lay.elements)
     try:
-        state, hook = hooks.build(args.method, lay.elements, device, payload=True, pacer=pacer,
+        state, hook = hooks.build(args.spec, lay.elements, device, payload=True, pacer=pacer,
                                   seed=args.seed, **extra)
     except ValueError as e:
         bad_args(f"argument --method: {e}")
@@ -673,7 +674,7 @@ def _payload_setup(args: argparse.Namespace, rank: int, world: int, data: Data,
     t = time.perf_counter()
     dist.barrier()
     phases["barrier"] = time.perf_counter() - t
-    momentum = sgd_momentum(entry, args.method, not args.no_error_feedback)
+    momentum = sgd_momentum(entry, args.spec, not args.no_error_feedback)
     return Setup(rank, world, data, None, state, None, sampler, loader, device, backend, info,
                  args.lr or entry.lr, entry, momentum, knobs,
                  {k: round(v, 4) for k, v in phases.items()}, None, steps)
@@ -772,7 +773,7 @@ def _ddp(args: argparse.Namespace, model: nn.Module, device: torch.device) -> tu
     if args.timing is not None:
         extra["pacer"] = accelerator.Pacer(
             args.timing, sum(p.numel() for p in model.parameters() if p.requires_grad))
-    state = hooks.register(ddp, args.method, error_feedback=not args.no_error_feedback,
+    state = hooks.register(ddp, args.spec, error_feedback=not args.no_error_feedback,
                            seed=args.seed, **extra)  # random-k draws its shared indices from seed
     return ddp, state
 

@@ -128,15 +128,16 @@ def run(
 
 
 def _methods_and_seeds(scn: Any, method: list[str] | None,
-                       seed: list[int] | None) -> tuple[list[str], list[int]]:
-    """The runs' methods and seeds: those given (each checked), else the scenario's."""
-    from testbed.config.scenario import MAX_SEED, ScenarioError, check_method
+                       seed: list[int] | None) -> tuple[list[Any], list[int]]:
+    """The runs' methods (``MethodSpec``: those given, each parsed here where it enters,
+    else the scenario's, parsed with it) and seeds."""
+    from testbed.config.scenario import MAX_SEED, ScenarioError
 
     try:
-        methods = list(method) if method else list(scn.methods)
-        for m in methods:
+        methods = []
+        for m in list(method) if method else list(scn.methods):
             try:
-                check_method(m)
+                methods.append(scn.method_spec(m))
             except ValueError as exc:
                 raise ScenarioError(f"--method: {exc}") from None
         for s in list(seed or []):
@@ -162,7 +163,7 @@ def _faithful_note(scn: Any) -> None:
         typer.echo(f"warning: {text}", err=True)
 
 
-def _print_run_plan(scn: Any, methods: list[str], seeds: list[int], root: Path) -> None:
+def _print_run_plan(scn: Any, methods: list[Any], seeds: list[int], root: Path) -> None:
     """``run --dry-run``: the runs, their folders and the estimated minutes."""
     from testbed.config.sweep import estimate_run_s
 
@@ -173,11 +174,11 @@ def _print_run_plan(scn: Any, methods: list[str], seeds: list[int], root: Path) 
     for s in seeds:
         for m in methods:
             # the folder's name as make_run_id writes it: the method's slug (no ':')
-            typer.echo(f"  {m:<18} seed {s:<3} -> {root}/<time>-{slug(m)}-s{s}/")
+            typer.echo(f"  {str(m):<18} seed {s:<3} -> {root}/<time>-{slug(str(m))}-s{s}/")
     typer.echo("nothing run (--dry-run); `netsense show` prints the resolved scenario")
 
 
-def _run_all(scn: Any, methods: list[str], seeds: list[int], root: Path, quiet: bool) -> None:
+def _run_all(scn: Any, methods: list[Any], seeds: list[int], root: Path, quiet: bool) -> None:
     """Every seed x method into its own folder under ``root``, then the table; exits 1 when a
     run failed, 130/143 when interrupted (the table covers the runs done)."""
     from testbed.common.files import NoSpace
@@ -190,7 +191,7 @@ def _run_all(scn: Any, methods: list[str], seeds: list[int], root: Path, quiet: 
         with launcher.shared():  # one pre-imported worker for every run of this command
             for s in seeds:
                 for m in methods:
-                    run_dir = _unique(root / make_run_id(m, s))
+                    run_dir = _unique(root / make_run_id(str(m), s))
                     outcomes.append(run_scenario(scn, m, s, run_dir, progress=not quiet))
     except RunInterrupted as exc:
         _drop_if_empty(run_dir)
@@ -396,7 +397,7 @@ def _accelerator_plan(spec: str | None, model: str | None, batch_size: int | Non
         if model is not None or batch_size is not None:
             fail("--model/--batch-size: only with --profile NAME|FILE")
         return None
-    from netsenseml import accelerator
+    from netsenseml import accelerator, methods
     from testbed.config.accelerator import Accelerator
     from testbed.orchestration import dilation
 
@@ -413,7 +414,7 @@ def _accelerator_plan(spec: str | None, model: str | None, batch_size: int | Non
     if rate_mbit is not None and not rate_mbit > 0:
         fail(f"--rate-mbit: {rate_mbit:g}; allowed: a rate > 0 (virtual Mbit/s)")
     try:
-        codecs = dilation.codec_specs(method)
+        codecs = dilation.codec_specs(methods.parse(method))  # the method enters here
     except ValueError as exc:
         fail(f"--method: {exc}")
     label = f"{spec} {model}{_knob_text(knobs)} batch {batch_size} ({dataset})"

@@ -208,7 +208,7 @@ def _check_measure_options(device: str, steps: int, threads: int, codecs: str) -
             parsed = methods.parse(spec, "compressor")
         except ValueError as exc:
             fail(f"--codecs: {exc}")
-        if parsed.name == "allreduce":
+        if not parsed.codecs():
             fail(f"--codecs: {spec!r} has no codec to time; allowed: fp16, bf16, int8, "
                  "topk:R, randomk:R, dgc:R")
 

@@ -62,6 +62,7 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    PrivateAttr,
     SerializeAsAny,
     ValidationError,
     ValidationInfo,
@@ -372,11 +373,13 @@ def _method_ok(spec: str) -> str:
 
 
 # Per item, so an error is located as methods[i].
-MethodSpec = Annotated[str, AfterValidator(_method_ok)]
+MethodText = Annotated[str, AfterValidator(_method_ok)]
 
 
 class Scenario(StrictModel):
     """One experiment: a network, a workload, methods x seeds, and a timeline."""
+
+    _specs: dict[str, Any] = PrivateAttr(default_factory=dict)  # method text -> its MethodSpec
 
     name: str = Field(max_length=MAX_NAME_LEN)
     """Scenario name: the results folder's name (letters, digits, '.', '_', '-')."""
@@ -386,7 +389,7 @@ class Scenario(StrictModel):
     """The emulated network: kind (star, dumbbell, leafspine, hosts, or package.module:Class) and that kind's fields; `netsense list` shows each kind's hosts and links."""
     workload: Workload
     """The training job every method runs."""
-    methods: list[MethodSpec] = Field(min_length=1)
+    methods: list[MethodText] = Field(min_length=1)
     """Methods to compare (`netsense list`): e.g. allreduce, fp16, int8, topk:0.01, powersgd:4, netsenseml; one run each per seed."""
     seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
         default_factory=lambda: [0], min_length=1, max_length=1000)
@@ -449,6 +452,20 @@ class Scenario(StrictModel):
         return v
 
     @model_validator(mode="after")
+    def _keep_specs(self) -> Scenario:
+        """The methods, parsed once where they enter (the file): the runs ask these specs."""
+        self._specs = {m: methods.parse(m) for m in self.methods}
+        return self
+
+    def method_spec(self, method: str | methods.MethodSpec) -> methods.MethodSpec:
+        """The spec of one of the scenario's methods (parsed with the scenario), a spec
+        given as is, or another method text checked as the scenario checks its own (the CLI
+        and the API may run any valid method)."""
+        if isinstance(method, methods.MethodSpec):
+            return method
+        return self._specs.get(method) or check_method(method)
+
+    @model_validator(mode="after")
     def _values_needed(self) -> Scenario:
         """A method that decides from gradient values (the registry's ``needs_values``:
         Accordion's norms) learns nothing from recorded gradients, the same every step, and
@@ -458,8 +475,7 @@ class Scenario(StrictModel):
         why = {"recorded": "grads: recorded hands DDP the same gradient every step",
                "payload": "grads: payload sends no gradient values"}[self.workload.grads]
         for i, m in enumerate(self.methods):
-            info = methods.parse(m).info
-            if info is not None and info.needs_values:
+            if self.method_spec(m).needs_values:
                 raise ValueError(f"methods[{i}]: {m} decides from gradient values, and "
                                  f"{why}; use grads: real or drop the method")
         return self
@@ -621,8 +637,9 @@ class Scenario(StrictModel):
         return 600.0
 
 
-def check_method(spec: str) -> None:
-    """Raise ValueError naming the spec and the accepted forms if it is not a method.
+def check_method(spec: str) -> methods.MethodSpec:
+    """The method ``spec`` names, parsed; a ValueError naming the spec and the accepted
+    forms if it is not a method.
 
     Grammar (``netsenseml.methods``, no torch), and for a plug-in ``pkg.mod:Name`` that its
     module is found on the Python path (not imported: that may need torch), as for model
@@ -631,7 +648,7 @@ def check_method(spec: str) -> None:
     if not isinstance(spec, str) or len(spec) > MAX_METHOD_LEN:
         raise ValueError(f"method spec longer than {MAX_METHOD_LEN} characters (it names "
                          "the run folder)")
-    methods.check_findable(spec)
+    return methods.check_findable(spec)
 
 
 # --------------------------------------------------------------------------- loading

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netsenseml.methods import MethodSpec
 from testbed.common import files
 from testbed.common.names import slug
 from testbed.config.scenario import MAX_SEED, Scenario, check_method
@@ -63,9 +64,14 @@ class Arm:
     """One arm: its label as given, its method, and the revision it runs (None: this code)."""
 
     label: str
-    method: str
+    spec: MethodSpec  # parsed where the arm entered (--arm)
     rev: str | None = None
     commit: str | None = None  # the revision resolved (full hash), once checked
+
+    @property
+    def method(self) -> str:
+        """The method's text, as the run folders and another revision's command take it."""
+        return str(self.spec)
 
     @property
     def slug(self) -> str:
@@ -80,10 +86,10 @@ def parse_arm(text: str) -> Arm:
     if at and not rev.strip():
         raise ABError(f"--arm {text!r}: no revision after '@' (METHOD@REV)")
     try:
-        check_method(method)
+        spec = check_method(method)
     except ValueError as exc:
         raise ABError(f"--arm {text!r}: {exc}") from None
-    return Arm(text.strip(), method, rev.strip() if at else None)
+    return Arm(text.strip(), spec, rev.strip() if at else None)
 
 
 def parse_arms(texts: list[str], *, least: int = 2) -> list[Arm]:
@@ -163,7 +169,7 @@ def resolve_revisions(arms: list[Arm], repo: Path = REPO) -> list[Arm]:
             inside = _git("rev-parse", "--git-dir", cwd=repo).returncode == 0
             raise ABError(f"--arm {a.label!r}: no revision {a.rev!r} in {repo}" if inside else
                           f"--arm {a.label!r}: {repo} is not a git checkout; no revisions")
-        out.append(Arm(a.label, a.method, a.rev, res.stdout.strip()))
+        out.append(Arm(a.label, a.spec, a.rev, res.stdout.strip()))
     return out
 
 
@@ -233,7 +239,7 @@ class Runner:
         if checkout is None:
             run_dir = unique_dir(self.arm_dir(arm) / make_run_id(arm.method, seed))
             try:
-                return run_scenario(self.scenario, arm.method, seed, run_dir, progress=False)
+                return run_scenario(self.scenario, arm.spec, seed, run_dir, progress=False)
             except BaseException:
                 _drop_if_empty(run_dir)
                 raise

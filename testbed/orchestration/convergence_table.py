@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from netsenseml import convergence
+from netsenseml import convergence, methods
 from testbed.common.files import write_json
 from testbed.common.ports import free_port
 from testbed.config.scenario import Scenario, ScenarioError, apply_overrides
@@ -58,14 +58,15 @@ def training_scenario(scn: Scenario, max_steps: int) -> Scenario:
         raise CalibrateError(str(exc)) from None
 
 
-def run_one(scn: Scenario, method: str, seed: int, folder: Path, timeout_s: float) -> list[int | None]:
-    """One loopback run of ``method``: ``world`` ranks, logs in ``folder``; exit codes.
+def run_one(scn: Scenario, spec: methods.MethodSpec, seed: int, folder: Path,
+            timeout_s: float) -> list[int | None]:
+    """One loopback run of ``spec``: ``world`` ranks, logs in ``folder``; exit codes.
 
     Every rank is killed by its PID if the run overruns ``timeout_s``.
     """
     folder.mkdir(parents=True, exist_ok=True)
     world = scn.world_size
-    argv = worker_argv(scn, method, seed, folder, device="cpu", backend="gloo")
+    argv = worker_argv(scn, spec, seed, folder, device="cpu", backend="gloo")
     port = free_port()
     procs = []
     try:
@@ -134,9 +135,9 @@ def check(scn: Scenario, seeds: Sequence[int], levels: Sequence[str] | None,
     levels = tuple(levels) if levels else convergence.calibrate_levels()
     for key in levels:
         try:
-            if convergence.level_key(convergence.level_method(key)) != key:
-                raise convergence.ConvergenceError(f"write {key!r} as "
-                                                   f"{convergence.level_key(convergence.level_method(key))!r}")
+            written = convergence.level_method(key).level_key
+            if written != key:
+                raise convergence.ConvergenceError(f"write {key!r} as {written!r}")
         except ValueError as exc:
             raise CalibrateError(f"--levels: {key}: {exc}") from None
     if "none" not in levels:
@@ -151,24 +152,24 @@ def calibrate(scn: Scenario, *, out: Path, work: Path, seeds: Sequence[int],
     train, levels = check(scn, seeds, levels, max_steps)
     rows: dict[str, Any] = {}
     for key in levels:
-        method = convergence.level_method(key)
+        spec = convergence.level_method(key)
         runs = []
         for seed in seeds:
             folder = work / f"{key.replace(':', '-')}-s{seed}"
             r = read_run(folder)
             if r is None:
                 t0 = time.monotonic()
-                codes = run_one(train, method, seed, folder, timeout_s)
+                codes = run_one(train, spec, seed, folder, timeout_s)
                 r = read_run(folder)
                 if r is None:
                     tail = (folder / "rank0.out").read_text()[-300:] if (folder / "rank0.out").is_file() else ""
-                    raise RunFailed(f"{method} seed {seed}: the run failed (exit codes "
+                    raise RunFailed(f"{spec} seed {seed}: the run failed (exit codes "
                                     f"{codes}; {folder}/rank0.out): {' '.join(tail.split())}")
                 got = f"{r['steps']} steps" if r["steps"] else f"not reached in {r['steps_run']} steps"
                 say(f"  {key:<12} seed {seed}: {got} ({time.monotonic() - t0:.0f} s)")
             runs.append(r)
         steps = [r["steps"] for r in runs]
-        rows[key] = {"method": method, "steps": steps,
+        rows[key] = {"method": str(spec), "steps": steps,
                      "reached": sum(s is not None for s in steps), "runs": len(steps),
                      "step_ms": [r["step_ms"] for r in runs]}
     wl = train.workload
@@ -185,15 +186,10 @@ def calibrate(scn: Scenario, *, out: Path, work: Path, seeds: Sequence[int],
         "levels": rows,
     }
     prior = convergence.from_table(table, source=str(out))
-    table["factors"] = {k: round(prior.factor(*_level_args(k)), 4) for k in levels}
+    table["factors"] = {k: round(prior.factor(*methods.split_level(k)), 4) for k in levels}
     table["resolution"] = round(prior.resolution, 4)
     write_json(out, table)
     return table
-
-
-def _level_args(key: str) -> tuple[str, float]:
-    head, _, arg = key.partition(":")
-    return head, float(arg) if arg else 1.0
 
 
 def markdown(table: dict[str, Any]) -> str:

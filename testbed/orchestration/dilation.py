@@ -103,17 +103,13 @@ def virtual_reports(reports: list[dict[str, Any]], k: float) -> list[dict[str, A
     return out
 
 
-def codec_specs(method: str) -> list[str]:
-    """The compressors a method can run in its hook (the codecs ``auto`` must time)."""
-    spec = methods.parse(method)
-    if spec.kind == "adaptive":
-        return ["fp16", "int8", "topk:0.01"]
-    if spec.kind == "compressor" and spec.name != "allreduce":
-        return [method]
-    return []  # dense, or a hook whose codec the pacer does not hold (PowerSGD, plug-ins)
+def codec_specs(method: methods.MethodSpec) -> list[str]:
+    """The compressors a method can run in its hook (the codecs ``auto`` must time), as the
+    probe's ``--codecs`` takes them (``MethodSpec.codecs``)."""
+    return [str(c) for c in method.codecs()]
 
 
-def measure(scn: Any, method: str) -> dict[str, Any]:
+def measure(scn: Any, method: methods.MethodSpec) -> dict[str, Any]:
     """One ``workloads.pace_probe`` per worker at once; the slowest of their medians."""
     wl = scn.workload
     context = {k.replace("_", "-"): v for k, v in wl.args.items()}.get("context")
@@ -185,7 +181,7 @@ def _worst(results: list[dict[str, Any]], threads: int) -> dict[str, Any]:
     return worst
 
 
-def choose(scn: Any, method: str) -> tuple[float, dict[str, Any]]:
+def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]:
     """``(k, facts)`` for this run: 1 for a native run, the scenario's number, or ``auto``:
     in payload mode the rule alone (nothing real is timed), otherwise measured on this host,
     once per configuration while the host, the code and the host's load stay (cached in

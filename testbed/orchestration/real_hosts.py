@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from netsenseml.methods import MethodSpec
 from testbed.orchestration import run_records
 from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle
 from testbed.orchestration.timeline import Action, Timeline, expand
@@ -44,9 +45,9 @@ CMD_TIMEOUT_S = 60
 IPERF_PORT0 = 5301
 
 
-def host_plan(scenario: Any, method: str, seed: int, run_id: str) -> list[host_plans.HostPlan]:
+def host_plan(scenario: Any, spec: MethodSpec, seed: int, run_id: str) -> list[host_plans.HostPlan]:
     """The per-host commands for this scenario, method and seed (no side effects)."""
-    argv = worker_argv(scenario, method, seed, Path("X"))[3:]  # drop: python -m workloads.train
+    argv = worker_argv(scenario, spec, seed, Path("X"))[3:]  # drop: python -m workloads.train
     i = argv.index("--log-dir")
     del argv[i:i + 2]
     return host_plans.plan(scenario.topology, argv, run_id, local_is_root=os.geteuid() == 0)
@@ -95,10 +96,10 @@ class _Proc:
 class HostsRun(RunLifecycle):
     """One run on real machines (see the module docstring)."""
 
-    def __init__(self, scenario: Any, method: str, seed: int, run_dir: Path,
+    def __init__(self, scenario: Any, spec: MethodSpec, seed: int, run_dir: Path,
                  progress: bool = True, meta: dict[str, Any] | None = None) -> None:
-        super().__init__(scenario, method, seed, run_dir, progress, meta)
-        self.plans = host_plan(scenario, method, seed, self.folder.path.name)
+        super().__init__(scenario, spec, seed, run_dir, progress, meta)
+        self.plans = host_plan(scenario, spec, seed, self.folder.path.name)
         self.by_name = {p.name: p for p in self.plans}
         self.train: list[_Proc] = []
         self.shaped: list[host_plans.HostPlan] = []

@@ -48,8 +48,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from netsenseml.methods import MethodSpec
 from testbed.common.names import slug
-from testbed.config.scenario import Scenario, check_method
+from testbed.config.scenario import Scenario
 from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records, stacks
@@ -96,12 +97,12 @@ class _Run(RunLifecycle):
     phases; every resource it creates is torn down in ``_teardown_all``."""
 
     def __init__(
-        self, scenario: Scenario, method: str, seed: int, run_dir: Path, progress: bool,
+        self, scenario: Scenario, spec: MethodSpec, seed: int, run_dir: Path, progress: bool,
         meta: dict[str, Any] | None = None,
         gpu_plan: gpus.GpuPlan | None = None,
         pace: tuple[float, dict[str, Any]] = (1.0, {"mode": "native"}),
     ) -> None:
-        super().__init__(scenario, method, seed, run_dir, progress, meta)
+        super().__init__(scenario, spec, seed, run_dir, progress, meta)
         self.gpu_plan = gpu_plan or gpus.GpuPlan("cpu", "gloo", None)
         self.k, self.pace_facts = pace
         self.hostload: hostload.HostLoad | None = None
@@ -222,7 +223,7 @@ class _Run(RunLifecycle):
         self.workers.launch(
             hosts, self.config["worker_argv"], self.config["master_port"],
             zygote, on_spawn=self._write_pids,
-            extra_env=[job_env(self.scn, self.method, self.seed, self.folder.workers, r,
+            extra_env=[job_env(self.scn, self.spec, self.seed, self.folder.workers, r,
                                self.folder.path.name, self.k) for r in range(len(hosts))]
             if own else None,
             cwd=[str(h) for h in homes] if own else None)
@@ -616,7 +617,7 @@ class _Run(RunLifecycle):
         return {
             "master_port": 29500 + random.randrange(1000),
             "worker_argv": job_argv(self.scn) if self.scn.workload.own_job else worker_argv(
-                self.scn, self.method, self.seed, self.folder.workers, self.gpu_plan.device,
+                self.scn, self.spec, self.seed, self.folder.workers, self.gpu_plan.device,
                 self.gpu_plan.backend, self.k),
             "accelerator": {**self.pace_facts, "dilation": self.k},
             "gpu_plan": vars(self.gpu_plan),
@@ -667,7 +668,7 @@ ACTIONS: dict[str, Callable[[_Run, Action], str]] = {
 
 
 def run_scenario(
-    scenario: Scenario, method: str, seed: int, run_dir: Path, *, progress: bool = True,
+    scenario: Scenario, method: str | MethodSpec, seed: int, run_dir: Path, *, progress: bool = True,
     meta: dict[str, Any] | None = None,
 ) -> RunOutcome:
     """Run one (scenario, method, seed) into ``run_dir``; never raises for run failures.
@@ -681,20 +682,21 @@ def run_scenario(
     (a ValueError) before anything exists when the scenario needs GPUs this machine does
     not have.
     """
-    if method not in scenario.methods:
-        check_method(method)  # allowed (the CLI may run any valid method), validated the same way
+    # the scenario's own methods were parsed with it; another (the CLI and the API may run
+    # any valid method) is checked as the scenario checks its own; a spec passes as is
+    spec = scenario.method_spec(method)
     if scenario.topology.kind == "hosts":  # real machines: torchrun + tc on their NICs
-        return HostsRun(scenario, method, seed, Path(run_dir).absolute(), progress,
+        return HostsRun(scenario, spec, seed, Path(run_dir).absolute(), progress,
                         meta).execute()
     wl = scenario.workload
     plan = gpus.plan(wl.device, wl.backend, scenario.world_size, gpus.visible_gpus())
     health.check_space(Path(run_dir), scenario)  # files.NotEnoughSpace: nothing is written
     try:
-        pace = dilation.choose(scenario, method)
+        pace = dilation.choose(scenario, spec)
     except dilation.DilationError as exc:  # the run fails with that reason, in its folder
         pace = (1.0, {"mode": "paced", "error": str(exc)})
     # absolute: workers (forked by the zygote, which works elsewhere) open files under it
-    return _Run(scenario, method, seed, Path(run_dir).absolute(), progress, meta,
+    return _Run(scenario, spec, seed, Path(run_dir).absolute(), progress, meta,
                 plan, pace).execute()
 
 

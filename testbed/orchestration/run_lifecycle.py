@@ -44,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from netsenseml.methods import MethodSpec
 from testbed.common import files
 from testbed.emulation import leftovers
 from testbed.orchestration import health, run_records
@@ -103,10 +104,11 @@ def bounded(fn: Callable[[], Any], timeout_s: float) -> str | None:
 class RunLifecycle:
     """The phases every run goes through; subclasses implement the work and its teardown."""
 
-    def __init__(self, scenario: Any, method: str, seed: int, run_dir: Path, progress: bool,
+    def __init__(self, scenario: Any, spec: MethodSpec, seed: int, run_dir: Path, progress: bool,
                  meta: dict[str, Any] | None = None) -> None:
         self.scn = scenario
-        self.method = method
+        self.spec = spec  # the run's method, parsed where it entered (netsenseml.methods)
+        self.method = method = str(spec)  # its text, as the records and the folder carry it
         self.seed = seed
         self.folder = RunFolder(run_dir)
         self.progress = RunProgress(progress, f"[{scenario.name}] {method} seed {seed}")

@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 JOBRUN = REPO_ROOT / "workloads" / "jobrun.py"
 
 
-def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
+def worker_argv(scenario: Scenario, spec: methods.MethodSpec, seed: int, log_dir: Path,
                 device: str | None = None, backend: str | None = None,
                 dilation: float = 1.0) -> list[str]:
     """``python -m workloads.train`` command line for this scenario/method/seed.
@@ -51,7 +51,7 @@ def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
     wl = scenario.workload
     argv = [
         sys.executable, "-m", "workloads.train", "--model", wl.model, "--dataset", wl.dataset,
-        "--method", method, "--batch-size", str(wl.batch_size), "--seed", str(seed),
+        "--method", str(spec), "--batch-size", str(wl.batch_size), "--seed", str(seed),
         "--log-dir", str(log_dir), "--threads", str(wl.threads),
     ]
     if device is not None:
@@ -74,7 +74,7 @@ def worker_argv(scenario: Scenario, method: str, seed: int, log_dir: Path,
         argv += scenario.accelerator.worker_args()
     if dilation != 1:
         argv += ["--dilation", f"{dilation:g}"]
-    if scenario.convergence is not None and methods.parse(method).name == "netsenseml":
+    if scenario.convergence is not None and spec.reads_prior:
         argv += ["--convergence", scenario.convergence]
     for key, value in wl.args.items():
         flag = "--" + key.replace("_", "-")
@@ -104,7 +104,7 @@ def forkable(argv: list[str]) -> bool:
         argv[1] in ("-m", "-c") and len(argv) >= 3 or not argv[1].startswith("-"))
 
 
-def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int,
+def job_env(scenario: Scenario, spec: methods.MethodSpec, seed: int, records: Path, rank: int,
             run_id: str, dilation: float) -> dict[str, str]:
     """What torchrun gives a rank (one process per emulated host: LOCAL_RANK 0 and
     LOCAL_WORLD_SIZE 1, each host a node) and what the hook reads (``netsenseml.job``).
@@ -120,7 +120,7 @@ def job_env(scenario: Scenario, method: str, seed: int, records: Path, rank: int
            "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
            "TORCHELASTIC_MAX_RESTARTS": "0", "OMP_NUM_THREADS": str(wl.threads),
            "MKL_NUM_THREADS": str(wl.threads),
-           "NETSENSE_METHOD": method, "NETSENSE_RECORDS": str(records),
+           "NETSENSE_METHOD": str(spec), "NETSENSE_RECORDS": str(records),
            "NETSENSE_SEED": str(seed), "NETSENSE_DILATION": repr(float(dilation)),
            # the job's folder: its modules import as they did from there (`-m module`
            # included) though each host runs in a working directory of its own

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from netsenseml import compress, hooks
+from netsenseml import compress, hooks, methods
 from netsenseml.comm import pack, unpack
 from netsenseml.memory import MomentumCorrectionMemory, ResidualMemory
 
@@ -93,15 +93,15 @@ def test_compress_malformed_spec_names_spec_and_forms(spec):
 )
 def test_compress_parse_method_rejects_with_accepted_forms(spec):
     with pytest.raises(ValueError) as err:
-        hooks.parse_method(spec)
+        methods.parse(spec)
     assert repr(spec) in str(err.value) and hooks.METHOD_FORMS in str(err.value)
 
 
 def test_compress_parse_method_accepts_table():
-    assert hooks.parse_method("topk:0.01").ratio == 0.01
-    assert hooks.parse_method("powersgd:4").rank == 4
+    assert methods.parse("topk:0.01").ratio == 0.01
+    assert methods.parse("powersgd:4").rank == 4
     for m in ("allreduce", "fp16", "bf16", "int8", "netsenseml", "randomk:0.5", "dgc:1"):
-        assert hooks.parse_method(m).text == m
+        assert methods.parse(m).text == m
 
 
 def test_compress_error_feedback_invariant_single_process():

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from netsenseml import convergence
+from netsenseml import convergence, methods
 from netsenseml.policy import Decision, NetSensePolicy
 
 
 def table(steps: dict[str, list], **extra) -> dict:
-    levels = {k: {"method": convergence.level_method(k), "steps": v} for k, v in steps.items()}
+    levels = {k: {"method": str(convergence.level_method(k)), "steps": v} for k, v in steps.items()}
     return {"format": convergence.FORMAT, "workload": {"eval_every": 20}, "max_steps": 1500,
             "levels": levels, **extra}
 
@@ -100,9 +100,9 @@ def test_scenario_field_resolves_next_to_the_file_and_reaches_only_netsenseml(tm
     (tmp_path / "s.yaml").write_text(src + "convergence: conv.json\n")
     scn = load_scenario(tmp_path / "s.yaml")
     assert scn.convergence == str((tmp_path / "conv.json").resolve())
-    argv = worker_argv(scn, "netsenseml", 0, tmp_path)
+    argv = worker_argv(scn, methods.parse("netsenseml"), 0, tmp_path)
     assert argv[argv.index("--convergence") + 1] == scn.convergence
-    assert "--convergence" not in worker_argv(scn, "allreduce", 0, tmp_path)
+    assert "--convergence" not in worker_argv(scn, methods.parse("allreduce"), 0, tmp_path)
     (tmp_path / "bad.yaml").write_text(src + "convergence: nothere.json\n")
     with pytest.raises(ScenarioError, match="convergence.*cannot read") as err:
         load_scenario(tmp_path / "bad.yaml")
@@ -114,4 +114,5 @@ def test_calibrate_levels_come_from_the_registry_ladder():
     assert levels[0] == "none" and "fp16" in levels and "int8" in levels
     assert [k for k in levels if k.startswith("topk:")] == ["topk:0.1", "topk:0.01", "topk:0.001"]
     for k in levels:
-        assert convergence.level_key(convergence.level_method(k)) == k
+        assert convergence.level_method(k).level_key == k
+        assert convergence.level_key(str(convergence.level_method(k))) == k

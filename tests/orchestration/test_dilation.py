@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from netsenseml import accelerator
+from netsenseml import accelerator, methods
 from testbed.common import metrics
 from testbed.config import factor
 from testbed.config.events import Action
@@ -121,9 +121,9 @@ def test_least_factor_fits_every_part_with_margin(monkeypatch: pytest.MonkeyPatc
 
 def test_a_native_run_is_k_1_and_a_given_factor_is_kept() -> None:
     scn = load_scenario("xover-static")
-    assert dilation.choose(scn, "fp16") == (1.0, {"mode": "native"})
+    assert dilation.choose(scn, methods.parse("fp16")) == (1.0, {"mode": "native"})
     paced = apply_overrides(scn, {"accelerator": {"step_ms": 20, "dilation": 3}})
-    k, facts = dilation.choose(paced, "fp16")
+    k, facts = dilation.choose(paced, methods.parse("fp16"))
     assert k == 3 and facts["mode"] == "paced" and facts["dilation_source"] == "given"
     assert facts["timing"]["forward_s"] == pytest.approx(0.006)
 
@@ -138,22 +138,22 @@ def test_auto_measures_a_configuration_once_per_host_and_code(
     # measure again that this test is not about
     monkeypatch.setattr(dilation, "RECALIBRATE_PCT", 100.0)
     scn = load_scenario("accel-static")  # dilation: auto, 2 workers of the small MLP
-    k1, first = dilation.choose(scn, "fp16")
+    k1, first = dilation.choose(scn, methods.parse("fp16"))
     assert first["probe_s"] > 0 and first["probe_cached"] is None
     assert len(list(tmp_path.glob("*.json"))) == 1
     monkeypatch.setattr(dilation, "_cache", {})  # a new process
-    k2, again = dilation.choose(scn, "fp16")
+    k2, again = dilation.choose(scn, methods.parse("fp16"))
     assert again["probe_s"] == 0 and again["probe_cached"] and k2 == k1
     assert again["host_real_s"] == first["host_real_s"]
     monkeypatch.setattr(dilation, "_cache", {})
     monkeypatch.setattr(dilation, "code_id", lambda: "other code")
-    _, changed = dilation.choose(scn, "fp16")
+    _, changed = dilation.choose(scn, methods.parse("fp16"))
     assert changed["probe_s"] > 0 and changed["probe_cached"] is None
 
 
 def test_payload_mode_needs_no_probe() -> None:
     scn = apply_overrides(load_scenario("paper-resnet18-star"), {"workload.grads": "payload"})
-    k, facts = dilation.choose(scn, "topk:0.01")
+    k, facts = dilation.choose(scn, methods.parse("topk:0.01"))
     assert facts["probe_s"] == 0 and facts["host_rule"] == "payload" and "host_real_s" not in facts
     assert 1 <= k < 10  # not the host's codec work (recorded: 150-230)
 
@@ -185,10 +185,10 @@ def test_payload_factor_follows_what_sets_the_step() -> None:
 
 
 def test_codecs_timed_for_auto_follow_the_method() -> None:
-    assert dilation.codec_specs("allreduce") == []
-    assert dilation.codec_specs("topk:0.01") == ["topk:0.01"]
-    assert dilation.codec_specs("netsenseml") == ["fp16", "int8", "topk:0.01"]
-    assert dilation.codec_specs("powersgd:4") == []
+    assert dilation.codec_specs(methods.parse("allreduce")) == []
+    assert dilation.codec_specs(methods.parse("topk:0.01")) == ["topk:0.01"]
+    assert dilation.codec_specs(methods.parse("netsenseml")) == ["fp16", "int8", "topk:0.01"]
+    assert dilation.codec_specs(methods.parse("powersgd:4")) == []
 
 
 def test_overruns_count_each_ranks_steps_after_the_first() -> None:
@@ -221,11 +221,11 @@ def test_the_worker_argv_carries_the_accelerator_and_the_factor(tmp_path: Path) 
     from testbed.orchestration.workers import worker_argv
 
     scn = load_scenario("accel-static")
-    argv = worker_argv(scn, "fp16", 0, tmp_path, dilation=40)
+    argv = worker_argv(scn, methods.parse("fp16"), 0, tmp_path, dilation=40)
     assert argv[argv.index("--accelerator") + 1] == "a100-estimated"
     assert argv[argv.index("--dilation") + 1] == "40"
     assert argv[argv.index("--time-limit") + 1] == "2"  # virtual: the worker's clock is too
-    assert "--dilation" not in worker_argv(scn, "fp16", 0, tmp_path)
+    assert "--dilation" not in worker_argv(scn, methods.parse("fp16"), 0, tmp_path)
     json.dumps(argv)
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from netsenseml import lifecycle
+from netsenseml import lifecycle, methods
 from testbed.common.ports import free_port
 from testbed.config.scenario import validate_scenario
 from testbed.orchestration import launcher, stacks, workers
@@ -131,7 +131,7 @@ def test_tiny_job_on_two_forked_ranks_skips_the_imports(zygote, tmp_path: Path) 
     ranks = []
     for rank in range(2):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                   WORLD_SIZE="2", **workers.job_env(scn, "fp16", 0, tmp_path / "workers", rank,
+                   WORLD_SIZE="2", **workers.job_env(scn, methods.parse("fp16"), 0, tmp_path / "workers", rank,
                                                      "run", 1.0),
                    **workers.transport_env("lo", rank, "nst", None))
         ranks.append(zygote.spawn(argv[1:], env=env, cwd=str(tmp_path),

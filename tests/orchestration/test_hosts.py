@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from netsenseml import methods
 from testbed.config.scenario import validate_scenario
 from testbed.orchestration.real_hosts import host_plan
 
@@ -41,7 +42,7 @@ THREE = [
 def test_three_host_commands() -> None:
     scn = _scenario(THREE, procs_per_host=2, python="/opt/venv/bin/python")
     assert scn.world_size == 6
-    plans = host_plan(scn, "netsenseml", 3, "run-x")
+    plans = host_plan(scn, methods.parse("netsenseml"), 3, "run-x")
     assert [p.name for p in plans] == ["h0", "h1", "h2"]
 
     # host 0: root over ssh, no sudo; HTB tree on eth1 exactly as the emulated links get it

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from netsenseml import methods
 from tests.workloads.ranks import REPO, outputs, read_log, run_ranks
 from workloads import registry
 from workloads.models import build_model, model_info
@@ -132,6 +133,6 @@ def test_scenario_names_a_plugin_model_and_the_worker_argv_carries_it(plugin_dir
         "workload": {"model": "my_models:deep_mlp", "dataset": "mixture", "batch_size": 8,
                      "steps": 3, "args": {"model-args": "hidden=32,depth=1"}},
         "methods": ["allreduce"], "seeds": [0]}, skip_kernel_checks=True)
-    argv = worker_argv(scn, "allreduce", 0, plugin_dir / "logs")
+    argv = worker_argv(scn, methods.parse("allreduce"), 0, plugin_dir / "logs")
     assert argv[argv.index("--model") + 1] == "my_models:deep_mlp"
     assert argv[argv.index("--model-args") + 1] == "hidden=32,depth=1"
