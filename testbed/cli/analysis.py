@@ -258,9 +258,11 @@ def _estimate_basis(rows: list[dict[str, Any]]) -> str:
         ks = sorted(r["k"] for r in paced)
         basis = (f"{basis}; {len(paced)} runs on the emulated accelerator: virtual "
                  f"training time (time limit, or steps x the profile's step + codec + the "
-                 f"closed-form transfer) x the dilation factor k (given, or for auto "
+                 f"closed-form transfer; to the target from the convergence table where the run "
+                 f"stops at it) x the dilation factor k (given, or for auto "
                  f"estimated from this host's measured costs: k {ks[0]:.0f}-{ks[-1]:.0f}), "
-                 "+ the recorded-gradient step and the auto probe before each run; testbed/config/estimate.py")
+                 "+ the recorded-gradient step and the auto probe, once per configuration; "
+                 "testbed/config/estimate.py")
     return basis
 
 

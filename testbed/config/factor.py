@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from netsenseml import accelerator
+from netsenseml import accelerator, methods
 from testbed.emulation import faithful
 
 
@@ -134,3 +134,22 @@ def payload_need(timing: accelerator.Timing, elements: int, workers: int, cores:
     per_core = max(1.0, workers * max(threads, 1) / max(cores, 1))
     work = PAYLOAD_STEP_S + PAYLOAD_BUCKET_S * payload_buckets(elements)
     return margin * per_core * work / timing.step_s
+
+
+def codec_specs(method: str) -> list[str]:
+    """The compressors a method can run in its hook (the codecs ``auto`` must time)."""
+    spec = methods.parse(method)
+    if spec.kind == "adaptive":
+        return ["fp16", "int8", "topk:0.01"]
+    if spec.kind == "compressor" and spec.name != "allreduce":
+        return [method]
+    return []  # dense, or a hook whose codec the pacer does not hold (PowerSGD, plug-ins)
+
+
+def probe_key(scn: Any, method: str) -> tuple:
+    """What ``auto``'s probe measures depends on (not the profile or the margin): one
+    measurement per key, cached (``testbed.orchestration.dilation``); the estimate counts
+    the probe once per key."""
+    wl = scn.workload
+    return (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
+            tuple(codec_specs(method)), scn.world_size, wl.threads)
