@@ -31,6 +31,7 @@ from testbed.cli.common import (
     fail,
     parse_overrides,
 )
+from testbed.common.names import slug
 
 ArmOption = Annotated[list[str] | None, typer.Option(
     "--arm", "-a", metavar="METHOD[@REV]", help="an arm: a method, or METHOD@REV to run it "
@@ -121,7 +122,6 @@ def _print_plan(scn: Any, arms: list[Any], seeds: list[int], root: Path,
                 until_width: float | None, max_seeds: int) -> None:
     """``ab --dry-run``: the runs in order, their folders, and the estimated minutes (this
     code's estimate for every arm, a revision's too: ``testbed.config.estimate``)."""
-    from testbed.common.names import slug
     from testbed.config.estimate import estimate_runs
     from testbed.orchestration import ab as run_ab
     from testbed.orchestration.dilation import is_cached
