@@ -267,6 +267,10 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
         "rate_mbit": _rate_of(params, cfg),
         "throughput": _nan(metrics.throughput(step_dicts)),
         "throughput_summary": summ.get("throughput_samples_per_s"),
+        # a packed copy keeps some of rank 0's rows: its steps/s is the summary's
+        "steps_per_s": _nan(summ.get("steps_per_s")) if summ.get("packed")
+        else _nan(metrics.steps_per_s(step_dicts)),
+        "accuracy_reported": accuracy_reported(cfg, summ, step_dicts),
         "target_accuracy": target,
         "tta_s": _nan(metrics.time_to_accuracy(step_dicts, target)),
         "tta_s_summary": summ.get("time_to_accuracy_s"),
@@ -285,6 +289,22 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
     for k, v in params.items():
         row.setdefault(f"param.{k}", v)
     return row
+
+
+#: What an accuracy cell says for an own job that reported no accuracy (``hooks.report``):
+#: its runs did not miss the target, nothing measured it.
+NOT_REPORTED = "not reported by the job"
+
+
+def accuracy_reported(config: dict[str, Any], summary: dict[str, Any],
+                      rows: list[dict[str, Any]]) -> bool:
+    """False for an own job that reported no accuracy (summary.json's
+    ``accuracy_reported``; a run folder from before it: an own job, ``workload.command``,
+    without an evaluation row); True for every built-in worker's run."""
+    if "accuracy_reported" in summary:
+        return bool(summary["accuracy_reported"])
+    own = ((config.get("scenario") or {}).get("workload") or {}).get("command")
+    return not own or bool(metrics.evaluations(rows))
 
 
 def accelerator_columns(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -396,7 +416,7 @@ def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
     r = ok_runs(runs)
     cols = ["experiment", "rate_mbit", "method", "target_accuracy", "reached", "seeds",
             "tta_mean_s", "tta_ci95_s", "tta_min_s", "tta_max_s", "final_accuracy_mean",
-            "final_accuracy_ci95", "final_loss_mean"]
+            "final_accuracy_ci95", "final_loss_mean", "accuracy_reported"]
     if r.empty:
         return pd.DataFrame(columns=cols)
     out = []
@@ -413,7 +433,8 @@ def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
                     "tta_min_s": hit.min() if len(hit) else math.nan,
                     "tta_max_s": hit.max() if len(hit) else math.nan,
                     "final_accuracy_mean": fa, "final_accuracy_ci95": fh,
-                    "final_loss_mean": g["final_loss"].mean()})
+                    "final_loss_mean": g["final_loss"].mean(),
+                    "accuracy_reported": _reported(g)})
     return pd.DataFrame(out, columns=cols)
 
 
@@ -424,7 +445,8 @@ SPEEDUP_COLUMNS = [
     "baseline_throughput_ci95", "netsenseml_tta_s", "netsenseml_tta_ci95_s", "baseline_tta_s",
     "baseline_tta_ci95_s", "netsenseml_reached", "baseline_reached", "netsenseml_seeds",
     "baseline_seeds", "netsenseml_final_accuracy", "baseline_final_accuracy",
-    "oracle_throughput_method", "oracle_tta_method",
+    "oracle_throughput_method", "oracle_tta_method", "netsenseml_reported",
+    "baseline_reported",
 ]
 
 
@@ -435,6 +457,7 @@ def _side(g: pd.DataFrame) -> dict[str, Any]:
     tta, tta_h, _ = ci95(g["tta_s"]) if all_hit else (math.nan, math.nan, 0)
     return {"thr": thr, "thr_h": thr_h, "tta": tta, "tta_h": tta_h, "all_hit": all_hit,
             "reached": int(g["reached_target"].sum()), "seeds": len(g),
+            "reported": _reported(g),
             "acc": g["final_accuracy"].mean(), "thr_v": g["throughput"],
             "tta_v": g["tta_s"] if all_hit else pd.Series(dtype=float)}
 
@@ -526,6 +549,7 @@ def _speedup_row(exp: str, g: pd.DataFrame, rate: float, base: str, ns: dict, bt
         "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": bq["acc"],
         "oracle_throughput_method": best_thr if base == ORACLE else None,
         "oracle_tta_method": best_tta if base == ORACLE else None,
+        "netsenseml_reported": ns["reported"], "baseline_reported": bq["reported"],
     }
 
 
@@ -554,6 +578,7 @@ def _ideal_row(exp: str, g: pd.DataFrame, rate: float, ns: dict, iv: pd.DataFram
         "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": nan,
         "oracle_throughput_method": None,
         "oracle_tta_method": str(iv["schedule"].mode().iloc[0]) if len(iv) else None,
+        "netsenseml_reported": ns["reported"], "baseline_reported": len(iv),
     }
 
 
@@ -658,9 +683,23 @@ def _ci_text(v: float, lo: float, hi: float, fmt: str = ".2f") -> str:
     return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if pd.notna(lo) else f"{v:{fmt}}"
 
 
-def _tta_text(mean: float, half: float, reached: int, seeds: int) -> str:
+def _reported(g: pd.DataFrame) -> int:
+    """Runs of a group that reported an accuracy (every built-in worker's run does)."""
+    if "accuracy_reported" not in g.columns:
+        return len(g)
+    return int(g["accuracy_reported"].fillna(True).astype(bool).sum())
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None or v != v else int(v)
+
+
+def _tta_text(mean: float, half: float, reached: int, seeds: int,
+              reported: int | None = None) -> str:
     if seeds == 0:
         return "-"
+    if reported == 0:
+        return NOT_REPORTED
     if reached < seeds:
         return f"not reached ({reached}/{seeds})"
     # three significant digits: a dilated run's times are fractions of a virtual second
@@ -682,8 +721,8 @@ def speedup_markdown(sp: pd.DataFrame) -> str:
             f"| {r['experiment']} | {r['rate_mbit']:g} | {base} "
             f"| {_ci_text(r['throughput_speedup'], r['throughput_speedup_lo'], r['throughput_speedup_hi'])} "
             f"| {_ci_text(r['tta_speedup'], r['tta_speedup_lo'], r['tta_speedup_hi']) or 'n/a'} "
-            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']))} "
-            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']))} |")
+            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']), _int(r.get('netsenseml_reported')))} "
+            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']), _int(r.get('baseline_reported')))} |")
     return "\n".join(lines)
 
 
