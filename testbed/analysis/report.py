@@ -137,16 +137,18 @@ def claim_table(tta: pd.DataFrame, sp: pd.DataFrame, runs: pd.DataFrame | None =
         timing_only = set(runs.loc[runs["kind"] == "throughput", "experiment"])
         tta = tta[~tta["experiment"].isin(timing_only)]
     rows = []
+    rep = tables.reported_by(runs)
     for r in tta.itertuples(index=False):
         x = sp[(sp["experiment"] == r.experiment) & (sp["rate_mbit"] == r.rate_mbit)
                & (sp["baseline"] == r.method)] if not sp.empty else sp
         x = x.iloc[0] if len(x) else None
-        silent = int(r.accuracy_reported) == 0  # an own job without hooks.report(accuracy)
+        # an own job without hooks.report(accuracy=...)
+        silent = tables.silent(rep, r.experiment, r.rate_mbit, r.method)
         rows.append({
             "experiment": r.experiment, "rate_mbit": r.rate_mbit, "method": r.method,
             "seeds": f"{int(r.seeds)} run(s)" if silent else f"{int(r.reached)}/{int(r.seeds)}",
             "tta": tables._tta_text(r.tta_mean_s, r.tta_ci95_s, int(r.reached), int(r.seeds),
-                                    int(r.accuracy_reported)),
+                                    0 if silent else None),
             "x": ("(NetSenseML)" if r.method == tables.ADAPTIVE else
                   (tables._ci_text(x["tta_speedup"], x["tta_speedup_lo"], x["tta_speedup_hi"])
                    or "n/a") if x is not None else "–"),
@@ -407,27 +409,31 @@ def _figures(figs: dict[str, list[Path]], missing: dict[str, str],
     return figures
 
 
-def _reached_text(tta: pd.DataFrame) -> pd.DataFrame:
+def _reached_text(tta: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The TTA table's ``reached`` as text: "not reported by the job" for an own job's
     group that reported no accuracy (its runs did not miss the target)."""
     tta = tta.copy()
+    rep = tables.reported_by(runs)
     if not tta.empty:
-        tta["reached"] = [tables.NOT_REPORTED if int(rep) == 0 else str(int(n))
-                          for n, rep in zip(tta["reached"], tta["accuracy_reported"],
-                                            strict=True)]
+        tta["reached"] = [tables.NOT_REPORTED if tables.silent(rep, r.experiment, r.rate_mbit,
+                                                               r.method)
+                          else str(int(r.reached)) for r in tta.itertuples(index=False)]
     return tta
 
 
-def _reached_sides(sp: pd.DataFrame) -> pd.DataFrame:
+def _reached_sides(sp: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The speedup table's reached columns as text: yes / no, or "not reported by the job"
     for a side of an own job that reported no accuracy."""
     sp = sp.copy()
+    rep = tables.reported_by(runs)
     for side in ("netsenseml", "baseline"):
-        rep = sp.get(f"{side}_reported", pd.Series([None] * len(sp), index=sp.index))
         sp[f"{side}_reached"] = [
-            tables.NOT_REPORTED if r is not None and r == r and int(r) == 0
-            else ("yes" if n == n and int(n) else "no")
-            for n, r in zip(sp[f"{side}_reached"], rep, strict=True)]
+            tables.NOT_REPORTED if tables.silent(
+                rep, r["experiment"], r["rate_mbit"],
+                tables.ADAPTIVE if side == "netsenseml" else tables.baseline_method(r))
+            else ("yes" if r[f"{side}_reached"] == r[f"{side}_reached"]
+                  and int(r[f"{side}_reached"]) else "no")
+            for _, r in sp.iterrows()]
     return sp
 
 
@@ -440,7 +446,7 @@ def _main_tables(res: Results, sp: pd.DataFrame, tta_note: str) -> list[dict[str
     return [
         {"title": "Speedup per experiment, rate and baseline",
          "note": "n/a (–) where the target was not reached by every seed of one side.",
-         "html": html_table(_reached_sides(sp), [
+         "html": html_table(_reached_sides(sp, res.runs), [
              Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("baseline", "baseline"), Col("throughput_speedup", "throughput speedup", "x"),
              Col("tta_speedup", "TTA speedup", "x"),
@@ -458,7 +464,7 @@ def _main_tables(res: Results, sp: pd.DataFrame, tta_note: str) -> list[dict[str
              Col("ci", "± 95 % CI (samples/s)", "f1"), Col("n", "seeds", "int")])},
         {"title": "Time to accuracy and final accuracy",
          "note": " ".join(x for x in (tta_note, footer and f"{footer}.") if x),
-         "html": html_table(_reached_text(res.tta()), [
+         "html": html_table(_reached_text(res.tta(), res.runs), [
              Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("method", "method"), Col("target_accuracy", "target accuracy", "f2"),
              Col("reached", "seeds reaching it"), Col("seeds", "seeds", "int"),

@@ -416,7 +416,7 @@ def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
     r = ok_runs(runs)
     cols = ["experiment", "rate_mbit", "method", "target_accuracy", "reached", "seeds",
             "tta_mean_s", "tta_ci95_s", "tta_min_s", "tta_max_s", "final_accuracy_mean",
-            "final_accuracy_ci95", "final_loss_mean", "accuracy_reported"]
+            "final_accuracy_ci95", "final_loss_mean"]
     if r.empty:
         return pd.DataFrame(columns=cols)
     out = []
@@ -433,8 +433,7 @@ def tta_table(runs: pd.DataFrame) -> pd.DataFrame:
                     "tta_min_s": hit.min() if len(hit) else math.nan,
                     "tta_max_s": hit.max() if len(hit) else math.nan,
                     "final_accuracy_mean": fa, "final_accuracy_ci95": fh,
-                    "final_loss_mean": g["final_loss"].mean(),
-                    "accuracy_reported": _reported(g)})
+                    "final_loss_mean": g["final_loss"].mean()})
     return pd.DataFrame(out, columns=cols)
 
 
@@ -445,8 +444,7 @@ SPEEDUP_COLUMNS = [
     "baseline_throughput_ci95", "netsenseml_tta_s", "netsenseml_tta_ci95_s", "baseline_tta_s",
     "baseline_tta_ci95_s", "netsenseml_reached", "baseline_reached", "netsenseml_seeds",
     "baseline_seeds", "netsenseml_final_accuracy", "baseline_final_accuracy",
-    "oracle_throughput_method", "oracle_tta_method", "netsenseml_reported",
-    "baseline_reported",
+    "oracle_throughput_method", "oracle_tta_method",
 ]
 
 
@@ -457,7 +455,6 @@ def _side(g: pd.DataFrame) -> dict[str, Any]:
     tta, tta_h, _ = ci95(g["tta_s"]) if all_hit else (math.nan, math.nan, 0)
     return {"thr": thr, "thr_h": thr_h, "tta": tta, "tta_h": tta_h, "all_hit": all_hit,
             "reached": int(g["reached_target"].sum()), "seeds": len(g),
-            "reported": _reported(g),
             "acc": g["final_accuracy"].mean(), "thr_v": g["throughput"],
             "tta_v": g["tta_s"] if all_hit else pd.Series(dtype=float)}
 
@@ -549,7 +546,6 @@ def _speedup_row(exp: str, g: pd.DataFrame, rate: float, base: str, ns: dict, bt
         "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": bq["acc"],
         "oracle_throughput_method": best_thr if base == ORACLE else None,
         "oracle_tta_method": best_tta if base == ORACLE else None,
-        "netsenseml_reported": ns["reported"], "baseline_reported": bq["reported"],
     }
 
 
@@ -578,7 +574,6 @@ def _ideal_row(exp: str, g: pd.DataFrame, rate: float, ns: dict, iv: pd.DataFram
         "netsenseml_final_accuracy": ns["acc"], "baseline_final_accuracy": nan,
         "oracle_throughput_method": None,
         "oracle_tta_method": str(iv["schedule"].mode().iloc[0]) if len(iv) else None,
-        "netsenseml_reported": ns["reported"], "baseline_reported": len(iv),
     }
 
 
@@ -690,8 +685,35 @@ def _reported(g: pd.DataFrame) -> int:
     return int(g["accuracy_reported"].fillna(True).astype(bool).sum())
 
 
-def _int(v: Any) -> int | None:
-    return None if v is None or v != v else int(v)
+def _key(exp: Any, rate: Any, method: Any) -> tuple[str, float | None, str]:
+    return str(exp), None if pd.isna(rate) else float(rate), str(method)
+
+
+def reported_by(runs: pd.DataFrame | None) -> dict[tuple[str, float | None, str], int]:
+    """{(experiment, rate, method): runs that reported an accuracy} of the finished runs
+    (``accuracy_reported``: an own job without ``hooks.report(accuracy=...)`` did not): the
+    accuracy cells of a group with none say :data:`NOT_REPORTED`. Kept out of the tables'
+    columns (tta.csv, speedup.csv are committed and quoted)."""
+    if runs is None or runs.empty:
+        return {}
+    ok = ok_runs(runs)
+    return {_key(*k): _reported(g)
+            for k, g in ok.groupby(["experiment", "rate_mbit", "method"], dropna=False)}
+
+
+def baseline_method(row: Any) -> str:
+    """A speedup row's baseline as a method: the oracle's (its TTA method, else its
+    throughput method) for the oracle row."""
+    if row["baseline"] == ORACLE:
+        tta = row["oracle_tta_method"]
+        return str(tta if isinstance(tta, str) else row["oracle_throughput_method"])
+    return str(row["baseline"])
+
+
+def silent(reported: dict[tuple[str, float | None, str], int], exp: Any, rate: Any,
+           method: Any) -> bool:
+    """No run of this group reported an accuracy (:func:`reported_by`)."""
+    return reported.get(_key(exp, rate, method)) == 0
 
 
 def _tta_text(mean: float, half: float, reached: int, seeds: int,
@@ -706,13 +728,16 @@ def _tta_text(mean: float, half: float, reached: int, seeds: int,
     return f"{mean:.3g} +- {half:.2g}" if pd.notna(half) else f"{mean:.3g}"
 
 
-def speedup_markdown(sp: pd.DataFrame) -> str:
+def speedup_markdown(sp: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
     """speedup.csv as a Markdown table: ratios with their 95 % intervals, TTA mean +- half
     interval (s), "not reached (k/n)" where a side missed the target in some seed."""
     head = ("| experiment | rate Mbit/s | baseline | throughput x [95 % CI] | TTA x [95 % CI] "
             "| NetSenseML TTA s | baseline TTA s |")
     lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
+    rep = reported_by(runs)
     for _, r in sp.iterrows():
+        quiet = [0 if silent(rep, r["experiment"], r["rate_mbit"], m) else None
+                 for m in (ADAPTIVE, baseline_method(r))]
         base = r["baseline"]
         if base == ORACLE:
             base = (f"oracle (thr: {r['oracle_throughput_method']}, "
@@ -721,8 +746,8 @@ def speedup_markdown(sp: pd.DataFrame) -> str:
             f"| {r['experiment']} | {r['rate_mbit']:g} | {base} "
             f"| {_ci_text(r['throughput_speedup'], r['throughput_speedup_lo'], r['throughput_speedup_hi'])} "
             f"| {_ci_text(r['tta_speedup'], r['tta_speedup_lo'], r['tta_speedup_hi']) or 'n/a'} "
-            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']), _int(r.get('netsenseml_reported')))} "
-            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']), _int(r.get('baseline_reported')))} |")
+            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']), quiet[0])} "
+            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']), quiet[1])} |")
     return "\n".join(lines)
 
 
