@@ -13,6 +13,8 @@ built-in worker gets on its command line:
 ``NETSENSE_STEP_MS``        an emulated accelerator's step time (ms): the hook paces what it can
 ``NETSENSE_DILATION``       the time-dilation factor (``netsenseml.clock`` reads it itself)
 ``NETSENSE_SEED``           the run's seed, for the job to use if it wants
+``NETSENSE_SAMPLES``        the scenario's samples per rank and step
+                            (``workload.samples_per_step``), for a job that reports none
 ``NETSENSE_STACK_FILE``     where the rank writes its Python stacks when the testbed asks
                             (a hang at the deadline; ``netsenseml.lifecycle``)
 ==========================  ===========================================================
@@ -36,9 +38,19 @@ under ``no_sync()`` (gradient accumulation) calls no hook: its micro-steps are o
 
 **What only the job knows** (:func:`JobRecorder.report`): ``samples`` (this rank's samples in
 the step; the record holds samples x world size, equal shares as a DistributedSampler
-gives; 0 when never reported, and samples/s is then not given), ``loss`` (the step's, this
+gives), ``loss`` (the step's, this
 rank's) and ``accuracy`` (held-out, an evaluation record on the current step: time to
 accuracy counts from it). A report belongs to the step whose backward began last.
+
+**Samples without a report.** A job that never reports samples still gets samples/s, from,
+in this order: the scenario's ``workload.samples_per_step`` (``NETSENSE_SAMPLES``), else
+what the hook sees of the job's data: the first dimension of the first tensor the DDP
+model's training forward passes are given (a forward pre-hook; forward passes under
+``torch.no_grad`` or in ``eval()`` mode are not counted, those of ``no_sync()`` micro-steps
+are), the forward passes before a step's backward counting to that step. The summary
+record says which (``samples_from``: ``report``, ``scenario``, ``model input``; none when
+no step had any). A model whose first input is not batch-first (a sequence-first RNN) is
+miscounted: report samples, or state them in the scenario.
 
 **The emulated accelerator** (``NETSENSE_STEP_MS``; ``netsenseml.accelerator``): the hook
 paces what passes through it. Bucket ``i`` is released at its profiled share of the
@@ -75,6 +87,7 @@ ENV_RECORDS = "NETSENSE_RECORDS"
 ENV_TARGET = "NETSENSE_TARGET_ACCURACY"
 ENV_STEP_MS = "NETSENSE_STEP_MS"
 ENV_SEED = "NETSENSE_SEED"
+ENV_SAMPLES = "NETSENSE_SAMPLES"
 #: Without the testbed and without a method named: DDP's own fp32 allreduce.
 DEFAULT_METHOD = "allreduce"
 
@@ -152,6 +165,12 @@ class JobRecorder:
         self.last_report: float | None = None
         self._samples: int | None = None
         self._loss: float | None = None
+        stated = os.environ.get(ENV_SAMPLES, "").strip()
+        self.stated = int(stated) if stated.isdigit() and int(stated) > 0 else None
+        self._seen = 0  # samples of the training forwards since the last backward began
+        self._step_seen = 0  # ... of those before the step in progress
+        self.samples_from: set[str] = set()
+        ddp_model.register_forward_pre_hook(self._forward)
         self.closed = False
         self._error: str | None = None
         params = [p for p in ddp_model.parameters() if p.requires_grad]
@@ -211,11 +230,35 @@ class JobRecorder:
             if self.step_start is not None and not self.closed:
                 self._step_record(now - self.step_start)
             self.step_start = now
+            self._step_seen, self._seen = self._seen, 0
+
+    def _forward(self, module: Any, args: Any) -> None:
+        """A forward pass of the DDP model: its batch counted when it trains (module doc)."""
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+        if first is not None:
+            with self._lock:
+                self._seen += int(first.shape[0])
+
+    def _rank_samples(self) -> int | None:
+        """This rank's samples of the step being recorded, and where they come from."""
+        if self._samples is not None:
+            self.samples_from.add("report")
+            return self._samples
+        if self.stated is not None:
+            self.samples_from.add("scenario")
+            return self.stated
+        if self._step_seen:
+            self.samples_from.add("model input")
+            return self._step_seen
+        return None
 
     def _step_record(self, step_s: float, at: float | None = None) -> None:
         stats = dict(self.state.pop_job_stats())
         self.steps += 1
-        samples = 0 if self._samples is None else self._samples * self.world
+        mine = self._rank_samples()
+        samples = 0 if mine is None else mine * self.world
         self.samples_total += samples
         comm_s = min(float(stats.pop("comm_s", 0.0)), step_s)
         rec: dict[str, Any] = {
@@ -275,6 +318,7 @@ class JobRecorder:
                          "status": "failed" if failed else "ok",
                          "final_accuracy": self.accuracy, "train_time_s": last_t,
                          "target_reached_t": self.target_t,
+                         "samples_from": ", ".join(sorted(self.samples_from)) or None,
                          **({"error": error} if error else {})}, at=end)
             self.closed = True
             self.fh.close()

@@ -652,3 +652,7 @@ def _check_compressor(text: str, c: Any) -> None:
 
 METHOD_FORMS = forms()
 """The accepted method forms (built-ins registered at import time, plus plug-ins)."""
+
+# The adaptive codecs parsed once, when the registry is complete: every spec's ``codecs()``
+# is then an answer, never a parse below where the method entered.
+_adaptive_codecs()

@@ -119,7 +119,8 @@ class StartRecord(Record):
     """What the rank runs and what its set-up cost (module doc)."""
 
     KIND: ClassVar[str] = "start"
-    OMIT_NONE: ClassVar[tuple[str, ...]] = ("convergence", "accelerator", "recorded_loss")
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("convergence", "accelerator", "recorded_loss",
+                                            "own_job")
 
     rank: int | None = None
     world_size: int | None = None
@@ -157,6 +158,8 @@ class StartRecord(Record):
     grads: str = "real"
     #: with recorded gradients: the loss of the real step that made them
     recorded_loss: float | None = None
+    #: True for an own job's records (``netsenseml.job``), absent for the built-in worker's
+    own_job: bool | None = None
 
 
 #: Step-record fields the worker owns; a hook stat of the same name is logged as hook_<name>.
@@ -221,7 +224,7 @@ class SummaryRecord(Record):
     evaluation stands for the closing one."""
 
     KIND: ClassVar[str] = "summary"
-    OMIT_NONE: ClassVar[tuple[str, ...]] = ("error", "final_eval_s")
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("error", "final_eval_s", "samples_from")
 
     steps: int | None = None
     samples: int | None = None
@@ -231,6 +234,8 @@ class SummaryRecord(Record):
     target_reached_t: float | None = None
     final_eval_s: float | None = None
     error: str | None = None  # when failed
+    #: an own job's samples came from: "report", "scenario", "model input" (netsenseml.job)
+    samples_from: str | None = None
 
 
 KINDS: dict[str, type[Record]] = {

@@ -47,3 +47,14 @@ def gpt2_params(num_classes: int = 50257, layers: int = 12, d_model: int = 768,
     d = d_model
     block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
     return num_classes * d + positions * d + layers * block + 2 * d
+
+
+#: The ``mixture`` dataset's features and classes (``workloads.datasets``, which imports
+#: torch): the MLP's size on it, for the estimate.
+MIXTURE_SHAPE = (256, 300)
+
+
+def mlp_params(in_features: int, num_classes: int, width: int = 1024) -> int:
+    """Parameters of ``workloads.models.mlp.MLP`` (three linear layers with biases)."""
+    return (in_features * width + width + width * width + width + width * num_classes
+            + num_classes)

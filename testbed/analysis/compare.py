@@ -28,7 +28,8 @@ from testbed.analysis.figures import NoData, style
 from testbed.analysis.figures import timeline as timeline_figure
 
 COLUMNS = ["group", "source", "experiment", "rate_mbit", "method", "runs", "throughput",
-           "throughput_ci", "tta_s", "tta_ci", "reached", "final_accuracy",
+           "throughput_ci", "steps_per_s", "steps_per_s_ci", "tta_s", "tta_ci", "reached",
+           "final_accuracy",
            "final_accuracy_ci", "mb_sent", "compute", "dilation", "overrun_share",
            "host_other_pct", "degraded"]
 
@@ -108,14 +109,17 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
         thr, thr_ci, n = tables.ci95(g["throughput"])
         reached = int(g["reached_target"].sum())
         tta, tta_ci, _ = tables.ci95(g["tta_s"]) if reached == len(g) else (math.nan,) * 3
+        sps, sps_ci, _ = tables.ci95(g["steps_per_s"]) if "steps_per_s" in g else (math.nan,) * 3
+        silent = tables._reported(g) == 0  # an own job that reported no accuracy
         acc, acc_ci, _ = tables.ci95(g["final_accuracy"])
         sent = pd.to_numeric(g["bytes_sent_total"], errors="coerce").mean() / 1e6
         compute = ", ".join(dict.fromkeys(g["compute"].astype(str))) \
             if "compute" in g.columns else "native"
         rows.append({"group": _group_label(src, exp, rate, m, multi), "source": src,
                      "experiment": exp, "rate_mbit": rate, "method": m, "runs": n,
-                     "throughput": thr, "throughput_ci": thr_ci, "tta_s": tta,
-                     "tta_ci": tta_ci, "reached": f"{reached}/{len(g)}",
+                     "throughput": thr, "throughput_ci": thr_ci, "steps_per_s": sps,
+                     "steps_per_s_ci": sps_ci, "tta_s": tta, "tta_ci": tta_ci,
+                     "reached": tables.NOT_REPORTED if silent else f"{reached}/{len(g)}",
                      "final_accuracy": acc, "final_accuracy_ci": acc_ci, "mb_sent": sent,
                      "compute": compute,
                      "dilation": float(g["dilation"].max()) if "dilation" in g else 1.0,

@@ -114,7 +114,9 @@ def headline(sp: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame
             thr = g.groupby("method")["throughput"].mean().dropna()
             methods = sorted(g["method"].astype(str).unique())
             why = ("no NetSenseML run" if tables.ADAPTIVE not in methods
-                   else "NetSenseML only: no baseline")
+                   else "NetSenseML only: no baseline" if len(methods) == 1
+                   else "no samples/s to compare (samples neither reported by the job nor "
+                        "seen by the hook)")
             rows.append({"experiment": exp, "rate_mbit": rate,
                          "best_baseline": str(thr.idxmax()) if len(thr) else "",
                          "vs_best": math.nan, "lo": math.nan, "hi": math.nan,
@@ -135,20 +137,24 @@ def claim_table(tta: pd.DataFrame, sp: pd.DataFrame, runs: pd.DataFrame | None =
         timing_only = set(runs.loc[runs["kind"] == "throughput", "experiment"])
         tta = tta[~tta["experiment"].isin(timing_only)]
     rows = []
+    rep = tables.reported_by(runs)
     for r in tta.itertuples(index=False):
         x = sp[(sp["experiment"] == r.experiment) & (sp["rate_mbit"] == r.rate_mbit)
                & (sp["baseline"] == r.method)] if not sp.empty else sp
         x = x.iloc[0] if len(x) else None
+        # an own job without hooks.report(accuracy=...)
+        silent = tables.silent(rep, r.experiment, r.rate_mbit, r.method)
         rows.append({
             "experiment": r.experiment, "rate_mbit": r.rate_mbit, "method": r.method,
-            "seeds": f"{int(r.reached)}/{int(r.seeds)}",
-            "tta": tables._tta_text(r.tta_mean_s, r.tta_ci95_s, int(r.reached), int(r.seeds)),
+            "seeds": f"{int(r.seeds)} run(s)" if silent else f"{int(r.reached)}/{int(r.seeds)}",
+            "tta": tables._tta_text(r.tta_mean_s, r.tta_ci95_s, int(r.reached), int(r.seeds),
+                                    0 if silent else None),
             "x": ("(NetSenseML)" if r.method == tables.ADAPTIVE else
                   (tables._ci_text(x["tta_speedup"], x["tta_speedup_lo"], x["tta_speedup_hi"])
                    or "n/a") if x is not None else "–"),
-            "final": tables._ci_text(r.final_accuracy_mean, max(0.0, r.final_accuracy_mean
-                                     - r.final_accuracy_ci95), min(1.0, r.final_accuracy_mean
-                                     + r.final_accuracy_ci95), ".3f")
+            "final": tables.NOT_REPORTED if silent else tables._ci_text(
+                r.final_accuracy_mean, max(0.0, r.final_accuracy_mean - r.final_accuracy_ci95),
+                min(1.0, r.final_accuracy_mean + r.final_accuracy_ci95), ".3f")
             if pd.notna(r.final_accuracy_ci95) else tables._ci_text(
                 r.final_accuracy_mean, math.nan, math.nan, ".3f"),
         })
@@ -378,6 +384,7 @@ _RUN_COLS = [Col("run", "run folder", "run"), Col("method", "method"),
              Col("seed", "seed", "int"), Col("status", "status"),
              Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("throughput", "throughput (samples/s)", "f1"),
+             Col("steps_per_s", "steps/s", "f1"),
              Col("tta_s", "time to target (s)", "f1"),
              Col("final_accuracy", "final accuracy", "f3"), Col("steps", "steps", "int"),
              Col("bytes_sent_total", "sent (MB)", "mb"),
@@ -402,6 +409,34 @@ def _figures(figs: dict[str, list[Path]], missing: dict[str, str],
     return figures
 
 
+def _reached_text(tta: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The TTA table's ``reached`` as text: "not reported by the job" for an own job's
+    group that reported no accuracy (its runs did not miss the target)."""
+    tta = tta.copy()
+    rep = tables.reported_by(runs)
+    if not tta.empty:
+        tta["reached"] = [tables.NOT_REPORTED if tables.silent(rep, r.experiment, r.rate_mbit,
+                                                               r.method)
+                          else str(int(r.reached)) for r in tta.itertuples(index=False)]
+    return tta
+
+
+def _reached_sides(sp: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The speedup table's reached columns as text: yes / no, or "not reported by the job"
+    for a side of an own job that reported no accuracy."""
+    sp = sp.copy()
+    rep = tables.reported_by(runs)
+    for side in ("netsenseml", "baseline"):
+        sp[f"{side}_reached"] = [
+            tables.NOT_REPORTED if tables.silent(
+                rep, r["experiment"], r["rate_mbit"],
+                tables.ADAPTIVE if side == "netsenseml" else tables.baseline_method(r))
+            else ("yes" if r[f"{side}_reached"] == r[f"{side}_reached"]
+                  and int(r[f"{side}_reached"]) else "no")
+            for _, r in sp.iterrows()]
+    return sp
+
+
 def _main_tables(res: Results, sp: pd.DataFrame, tta_note: str) -> list[dict[str, Any]]:
     """Speedup, the extra tables, throughput, time to accuracy and every run."""
     by = ["experiment", "rate_mbit", "method"]
@@ -411,14 +446,14 @@ def _main_tables(res: Results, sp: pd.DataFrame, tta_note: str) -> list[dict[str
     return [
         {"title": "Speedup per experiment, rate and baseline",
          "note": "n/a (–) where the target was not reached by every seed of one side.",
-         "html": html_table(sp, [
+         "html": html_table(_reached_sides(sp, res.runs), [
              Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("baseline", "baseline"), Col("throughput_speedup", "throughput speedup", "x"),
              Col("tta_speedup", "TTA speedup", "x"),
              Col("netsenseml_throughput", "NetSenseML (samples/s)", "f1"),
              Col("baseline_throughput", "baseline (samples/s)", "f1"),
-             Col("netsenseml_reached", "NetSenseML reached target", "bool"),
-             Col("baseline_reached", "baseline reached target", "bool")])},
+             Col("netsenseml_reached", "NetSenseML reached target"),
+             Col("baseline_reached", "baseline reached target")])},
         *_extra_tables(res, sp),
         {"title": "Throughput per experiment, rate and method",
          "note": "Mean over seeds and the half-width of the 95 % t-interval (– with one seed)."
@@ -429,10 +464,10 @@ def _main_tables(res: Results, sp: pd.DataFrame, tta_note: str) -> list[dict[str
              Col("ci", "± 95 % CI (samples/s)", "f1"), Col("n", "seeds", "int")])},
         {"title": "Time to accuracy and final accuracy",
          "note": " ".join(x for x in (tta_note, footer and f"{footer}.") if x),
-         "html": html_table(res.tta(), [
+         "html": html_table(_reached_text(res.tta(), res.runs), [
              Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
              Col("method", "method"), Col("target_accuracy", "target accuracy", "f2"),
-             Col("reached", "seeds reaching it", "int"), Col("seeds", "seeds", "int"),
+             Col("reached", "seeds reaching it"), Col("seeds", "seeds", "int"),
              Col("tta_mean_s", "mean time to target (s)", "f1"),
              Col("tta_ci95_s", "± 95 % CI (s)", "f1"),
              Col("final_accuracy_mean", "final accuracy", "f3")])},

@@ -267,6 +267,10 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
         "rate_mbit": _rate_of(params, cfg),
         "throughput": _nan(metrics.throughput(step_dicts)),
         "throughput_summary": summ.get("throughput_samples_per_s"),
+        # a packed copy keeps some of rank 0's rows: its steps/s is the summary's
+        "steps_per_s": _nan(summ.get("steps_per_s")) if summ.get("packed")
+        else _nan(metrics.steps_per_s(step_dicts)),
+        "accuracy_reported": accuracy_reported(cfg, summ, step_dicts),
         "target_accuracy": target,
         "tta_s": _nan(metrics.time_to_accuracy(step_dicts, target)),
         "tta_s_summary": summ.get("time_to_accuracy_s"),
@@ -294,6 +298,22 @@ def _per_sample(summ: dict[str, Any]) -> float:
     sent, samples = summ.get("bytes_sent_total"), summ.get("samples_total")
     ok = isinstance(sent, int | float) and isinstance(samples, int | float) and samples > 0
     return float(sent) / float(samples) if ok else math.nan
+
+
+#: What an accuracy cell says for an own job that reported no accuracy (``hooks.report``):
+#: its runs did not miss the target, nothing measured it.
+NOT_REPORTED = "not reported by the job"
+
+
+def accuracy_reported(config: dict[str, Any], summary: dict[str, Any],
+                      rows: list[dict[str, Any]]) -> bool:
+    """False for an own job that reported no accuracy (summary.json's
+    ``accuracy_reported``; a run folder from before it: an own job, ``workload.command``,
+    without an evaluation row); True for every built-in worker's run."""
+    if "accuracy_reported" in summary:
+        return bool(summary["accuracy_reported"])
+    own = ((config.get("scenario") or {}).get("workload") or {}).get("command")
+    return not own or bool(metrics.evaluations(rows))
 
 
 def accelerator_columns(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -671,22 +691,66 @@ def _ci_text(v: float, lo: float, hi: float, fmt: str = ".2f") -> str:
     return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if pd.notna(lo) else f"{v:{fmt}}"
 
 
-def _tta_text(mean: float, half: float, reached: int, seeds: int) -> str:
+def _reported(g: pd.DataFrame) -> int:
+    """Runs of a group that reported an accuracy (every built-in worker's run does)."""
+    if "accuracy_reported" not in g.columns:
+        return len(g)
+    return int(g["accuracy_reported"].fillna(True).astype(bool).sum())
+
+
+def _key(exp: Any, rate: Any, method: Any) -> tuple[str, float | None, str]:
+    return str(exp), None if pd.isna(rate) else float(rate), str(method)
+
+
+def reported_by(runs: pd.DataFrame | None) -> dict[tuple[str, float | None, str], int]:
+    """{(experiment, rate, method): runs that reported an accuracy} of the finished runs
+    (``accuracy_reported``: an own job without ``hooks.report(accuracy=...)`` did not): the
+    accuracy cells of a group with none say :data:`NOT_REPORTED`. Kept out of the tables'
+    columns (tta.csv, speedup.csv are committed and quoted)."""
+    if runs is None or runs.empty:
+        return {}
+    ok = ok_runs(runs)
+    return {_key(*k): _reported(g)
+            for k, g in ok.groupby(["experiment", "rate_mbit", "method"], dropna=False)}
+
+
+def baseline_method(row: Any) -> str:
+    """A speedup row's baseline as a method: the oracle's (its TTA method, else its
+    throughput method) for the oracle row."""
+    if row["baseline"] == ORACLE:
+        tta = row["oracle_tta_method"]
+        return str(tta if isinstance(tta, str) else row["oracle_throughput_method"])
+    return str(row["baseline"])
+
+
+def silent(reported: dict[tuple[str, float | None, str], int], exp: Any, rate: Any,
+           method: Any) -> bool:
+    """No run of this group reported an accuracy (:func:`reported_by`)."""
+    return reported.get(_key(exp, rate, method)) == 0
+
+
+def _tta_text(mean: float, half: float, reached: int, seeds: int,
+              reported: int | None = None) -> str:
     if seeds == 0:
         return "-"
+    if reported == 0:
+        return NOT_REPORTED
     if reached < seeds:
         return f"not reached ({reached}/{seeds})"
     # three significant digits: a dilated run's times are fractions of a virtual second
     return f"{mean:.3g} +- {half:.2g}" if pd.notna(half) else f"{mean:.3g}"
 
 
-def speedup_markdown(sp: pd.DataFrame) -> str:
+def speedup_markdown(sp: pd.DataFrame, runs: pd.DataFrame | None = None) -> str:
     """speedup.csv as a Markdown table: ratios with their 95 % intervals, TTA mean +- half
     interval (s), "not reached (k/n)" where a side missed the target in some seed."""
     head = ("| experiment | rate Mbit/s | baseline | throughput x [95 % CI] | TTA x [95 % CI] "
             "| NetSenseML TTA s | baseline TTA s | kB a sample (NetSenseML / baseline) |")
     lines = [head, "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rep = reported_by(runs)
     for _, r in sp.iterrows():
+        quiet = [0 if silent(rep, r["experiment"], r["rate_mbit"], m) else None
+                 for m in (ADAPTIVE, baseline_method(r))]
         base = r["baseline"]
         if base == ORACLE:
             base = (f"oracle (thr: {r['oracle_throughput_method']}, "
@@ -695,8 +759,8 @@ def speedup_markdown(sp: pd.DataFrame) -> str:
             f"| {r['experiment']} | {r['rate_mbit']:g} | {base} "
             f"| {_ci_text(r['throughput_speedup'], r['throughput_speedup_lo'], r['throughput_speedup_hi'])} "
             f"| {_ci_text(r['tta_speedup'], r['tta_speedup_lo'], r['tta_speedup_hi']) or 'n/a'} "
-            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']))} "
-            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']))} "
+            f"| {_tta_text(r['netsenseml_tta_s'], r['netsenseml_tta_ci95_s'], int(r['netsenseml_reached']), int(r['netsenseml_seeds']), quiet[0])} "
+            f"| {_tta_text(r['baseline_tta_s'], r['baseline_tta_ci95_s'], int(r['baseline_reached']), int(r['baseline_seeds']), quiet[1])} "
             f"| {_kb(r.get('netsenseml_bytes_per_sample'))} / {_kb(r.get('baseline_bytes_per_sample'))} |")
     return "\n".join(lines)
 

@@ -31,6 +31,7 @@ from testbed.cli.common import (
     fail,
     parse_overrides,
 )
+from testbed.common.names import slug
 
 ArmOption = Annotated[list[str] | None, typer.Option(
     "--arm", "-a", metavar="METHOD[@REV]", help="an arm: a method, or METHOD@REV to run it "
@@ -53,6 +54,9 @@ FromRunsOption = Annotated[Path | None, typer.Option(
     "--from-runs", metavar="DIR", help="run nothing: compare the run folders under DIR "
     "(arms: --arm, else DIR's ab.json, else the runs' methods)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no line per run")]
+DryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", "-n", help="print the runs in their interleaved order, where they go and an "
+    "estimate of the time; run nothing")]
 
 
 def ab_cmd(
@@ -66,6 +70,7 @@ def ab_cmd(
     set_: SetOption = None,
     from_runs: FromRunsOption = None,
     quiet: QuietOption = False,
+    dry_run: DryRunOption = False,
 ) -> None:
     """A/B: every arm once per seed, in alternating order, then each arm's mean, its ratio
     to the first arm (geometric means) with a 95 % Welch t-interval on the logs, a
@@ -86,6 +91,9 @@ def ab_cmd(
     field, arms, seed_list = _plan(arm, seeds, metric, until_width, max_seeds)
     scn, path = _scenario(scenario, set_)
     root = results / f"ab-{scn.name}"
+    if dry_run:
+        _print_plan(scn, arms, seed_list, root, until_width, max_seeds)
+        return
     check_runnable(scn, root)
     _run(scn, path, list(set_ or []), arms, seed_list, root, field, metric, until_width,
          max_seeds, quiet)
@@ -108,6 +116,31 @@ def _plan(arm: list[str] | None, seeds: str, metric: str, until_width: float | N
         return field, run_ab.resolve_revisions(arms), seed_list
     except (run_ab.ABError, stats_ab.ABInputError) as exc:
         fail(str(exc))
+
+
+def _print_plan(scn: Any, arms: list[Any], seeds: list[int], root: Path,
+                until_width: float | None, max_seeds: int) -> None:
+    """``ab --dry-run``: the runs in order, their folders, and the estimated minutes (this
+    code's estimate for every arm, a revision's too: ``testbed.config.estimate``)."""
+    from testbed.config.estimate import estimate_runs
+    from testbed.orchestration import ab as run_ab
+    from testbed.orchestration.dilation import is_cached
+
+    order = run_ab.plan(arms, seeds)
+    est = estimate_runs([(scn, a.method) for a, _ in order], is_cached)
+    total = sum(e["seconds"] for e in est)
+    per_seed = total / max(len(seeds), 1)
+    typer.echo(f"ab {scn.name}: {len(arms)} arms x {len(seeds)} seeds = {len(order)} runs, "
+               f"interleaved, {scn.world_size} workers; about {total / 60:.1f} min")
+    for (a, seed), e in zip(order, est, strict=True):
+        rev = f" @ {a.commit[:12]}" if a.commit else ""
+        typer.echo(f"  {a.label:<22} seed {seed:<3} ~{e['seconds']:>6.0f} s -> "
+                   f"{root}/{a.slug}/{scn.name}/<time>-{slug(a.method)}-s{seed}/{rev}")
+    if until_width is not None:
+        more = max(max_seeds - len(seeds), 0)
+        typer.echo(f"--until-width {until_width:g}: up to {more} more seeds per arm, about "
+                   f"{more * per_seed / 60:.1f} min more at most")
+    typer.echo("nothing run (--dry-run)")
 
 
 def _scenario(scenario: str, set_: list[str] | None) -> tuple[Any, Path]:

@@ -258,9 +258,11 @@ def _estimate_basis(rows: list[dict[str, Any]]) -> str:
         ks = sorted(r["k"] for r in paced)
         basis = (f"{basis}; {len(paced)} runs on the emulated accelerator: virtual "
                  f"training time (time limit, or steps x the profile's step + codec + the "
-                 f"closed-form transfer) x the dilation factor k (given, or for auto "
+                 f"closed-form transfer; to the target from the convergence table where the run "
+                 f"stops at it) x the dilation factor k (given, or for auto "
                  f"estimated from this host's measured costs: k {ks[0]:.0f}-{ks[-1]:.0f}), "
-                 "+ the recorded-gradient step and the auto probe before each run; testbed/config/estimate.py")
+                 "+ the recorded-gradient step and the auto probe, once per configuration; "
+                 "testbed/config/estimate.py")
     return basis
 
 
@@ -465,18 +467,22 @@ def _pm(v: float, ci: float, fmt: str) -> str:
 
 def _compare_table(groups: Any) -> Table:
     """``compare``'s table: one row per group of runs."""
+    from testbed.analysis.tables import NOT_REPORTED
+
     t = Table(title=f"compare: {len(groups)} groups", title_justify="left")
-    for c in ("group", "runs", "compute", "samples/s", "TTA s", "reached", "final acc",
-              "MB sent", "overruns", "host other %", "degraded"):
+    for c in ("group", "runs", "compute", "samples/s", "steps/s", "TTA s", "reached",
+              "final acc", "MB sent", "overruns", "host other %", "degraded"):
         # text columns wrap, never end in "...": netsenseml and netsenseml-paper were both
         # cut to "netsense..." in a narrow terminal
-        text = c in ("group", "compute", "degraded")
+        text = c in ("group", "compute", "degraded", "reached")
         t.add_column(c, justify="left" if text else "right",
                      overflow="fold" if text else "ellipsis", min_width=12 if c == "group" else None)
     for g in groups.itertuples():
         t.add_row(g.group, str(g.runs), g.compute, _pm(g.throughput, g.throughput_ci, ".1f"),
+                  _pm(g.steps_per_s, g.steps_per_s_ci, ".1f"),
                   _pm(g.tta_s, g.tta_ci, ".2f"), g.reached,
-                  _pm(g.final_accuracy, g.final_accuracy_ci, ".3f"),
+                  g.reached if g.reached == NOT_REPORTED
+                  else _pm(g.final_accuracy, g.final_accuracy_ci, ".3f"),
                   "-" if g.mb_sent != g.mb_sent else f"{g.mb_sent:.1f}",
                   "-" if g.overrun_share != g.overrun_share else f"{100 * g.overrun_share:.1f} %",
                   "-" if g.host_other_pct != g.host_other_pct else f"{g.host_other_pct:.0f}",

@@ -165,12 +165,14 @@ def _faithful_note(scn: Any) -> None:
 
 def _print_run_plan(scn: Any, methods: list[Any], seeds: list[int], root: Path) -> None:
     """``run --dry-run``: the runs, their folders and the estimated minutes."""
-    from testbed.config.sweep import estimate_run_s
+    from testbed.config.estimate import estimate_runs
+    from testbed.orchestration.dilation import is_cached
 
-    est = sum(estimate_run_s(scn, m) for m in methods)
+    est = sum(e["seconds"] for e in estimate_runs([(scn, m) for _ in seeds for m in methods],
+                                                   is_cached))
     typer.echo(f"scenario {scn.name}: {len(methods) * len(seeds)} runs "
                f"({len(methods)} methods x {len(seeds)} seeds), {scn.world_size} workers; "
-               f"about {est * len(seeds) / 60:.1f} min")
+               f"about {est / 60:.1f} min")
     for s in seeds:
         for m in methods:
             # the folder's name as make_run_id writes it: the method's slug (no ':')

@@ -17,7 +17,11 @@ batch x world size):
   out: it holds the rendezvous and DDP's bucket set-up, not steady-state training; so are
   the steps a method marks as its own warm-up (``warmup``: PowerSGD's dense steps before
   ``start_powerSGD_iter``), and the first step after them is the reference point. None
-  with fewer than two steps (one step is all warm-up) or no elapsed time.
+  with fewer than two steps (one step is all warm-up) or no elapsed time, and None (not 0)
+  where no step after the first has samples: an own job that neither reported samples nor
+  let the hook see its batch (``netsenseml.job``) trained an unknown number, not none.
+- **steps/s**: the training steps after the first (and the warm-up) over the same span:
+  what a run has even where its samples are unknown.
 - **time to accuracy** (s): the training clock (``t_worker``: the worker's own clock,
   0 right before its first training step, so python/torch start-up and the rendezvous are
   not in it) of the earliest row whose ``accuracy`` is at least the target. A row's
@@ -100,7 +104,14 @@ def throughput(rows: Iterable[Row]) -> float | None:
         return None
     span = num(steps[-1]["t"]) - num(steps[0]["t"])  # type: ignore[operator]
     samples = sum(num(r["samples"]) or 0.0 for r in steps[1:])
-    return samples / span if span > 0 else None
+    return samples / span if span > 0 and samples > 0 else None
+
+
+def steps_per_s(rows: Iterable[Row]) -> float | None:
+    """Training steps/s after the first and the method's warm-up (module doc)."""
+    steps = steady_steps(rows)
+    span = train_span_s(steps)
+    return (len(steps) - 1) / span if span else None
 
 
 def train_span_s(rows: Iterable[Row]) -> float | None:

@@ -29,6 +29,20 @@ not known before the run and are estimated here, each from stated figures:
   a worker does between two steps; ``CODEC_NS`` per element per codec level. ``auto``
   also costs its probe before the run (:func:`probe_s`).
 
+A run that stops at its target (``stop-at-target``) lasts at most the steps to it: the mean
+steps of the method's level in the scenario's convergence table, or in the shipped table
+measured for the same workload and world size (``testbed/scenarios/convergence``), x the
+step (a native run: the table's own loopback step, + the transfer). Adaptive methods take
+the table's plain steps (their policy trades steps only where the network pays for them),
+DGC and PowerSGD the table's top-k factor at their share. The probe is counted once per
+configuration the run caches it by (``factor.probe_key``; :func:`estimate_runs`), and not
+at all where this host holds its measurement already.
+
+Before 2026-12-07 a small model's host work was ``HOST_REAL_PER_PROFILE`` x its profile
+(300x, fitted on ResNet-18 at 224 px): the crossover MLP came out at ~135 ms a step where
+the probe times ~10 ms, ``k`` ~ 790 instead of ~130, and the time limit was taken where the
+run stops at its target (``netsense run accel-static -n``: 25 min a run, ~35 s real).
+
 The estimate says so: ``--dry-run`` prints its basis, and the ETA of a running sweep scales
 the pending estimates by how the finished runs compared with theirs.
 """
@@ -36,12 +50,15 @@ the pending estimates by how the finished runs compared with theirs.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from netsenseml import accelerator, methods
-from testbed.config import factor
+from netsenseml import accelerator, convergence, methods
+from testbed.common import files
+from testbed.config import events, factor
 from testbed.emulation import faithful
-from workloads import registry
+from workloads import registry, sizes
 
 #: Seconds each run costs on top of its training time (build, workers forked from the
 #: pre-imported zygote up to their first step, final evaluation, exit, teardown), well above
@@ -56,14 +73,21 @@ FALLBACK_STEP_S = 0.25
 #: (benchmarks/paper_models.py); the larger ratio, the forward's. For a model not in
 #: ``HOST_MEASURED``.
 HOST_REAL_PER_PROFILE = 300.0
-#: A real step's forward, backward and optimizer seconds on this host (1 thread, batch 32,
-#: alone) where measured: benchmarks/paper_models.py (224 px) and workloads.pace_probe
-#: (32 px).
-HOST_MEASURED: dict[tuple[str, str], tuple[float, float, float]] = {
-    ("resnet18-imagenet", "cifar100-224-synth"): (2.02, 2.73, 0.020),
-    ("resnet18-imagenet", "cifar100-synth"): (0.040, 0.098, 0.020),
-    ("vgg16", "cifar100-224-synth"): (28.73, 29.13, 0.639),
+#: A real step's forward, backward and optimizer seconds on this host (1 thread, alone) where
+#: measured, and the batch they were measured at: benchmarks/paper_models.py (224 px) and
+#: workloads.pace_probe (32 px; the MLP: the crossover workload, width 512, the ``auto``
+#: probe of the committed accel-crossover runs, 2 copies on 2 cores: 2.6 + 3.9 + 0.74 ms,
+#: where ``HOST_REAL_PER_PROFILE`` x its 0.45 ms profile made 135 ms and k ~ 790, not ~130).
+#: Another batch scales forward and backward linearly; another width (parameter count) of
+#: the same model scales all three by the parameters.
+HOST_MEASURED: dict[tuple[str, str], tuple[float, float, float, int]] = {
+    ("resnet18-imagenet", "cifar100-224-synth"): (2.02, 2.73, 0.020, 32),
+    ("resnet18-imagenet", "cifar100-synth"): (0.040, 0.098, 0.020, 32),
+    ("vgg16", "cifar100-224-synth"): (28.73, 29.13, 0.639, 32),
+    ("mlp", "mixture"): (0.0026, 0.0039, 0.00074, 256),
 }
+#: The parameter count each ``HOST_MEASURED`` entry was measured at (where a knob changes it).
+HOST_MEASURED_PARAMS: dict[str, int] = {"mlp": 548_140}
 #: The optimizer's host cost per parameter where not measured (SGD with momentum, 1 thread:
 #: 20 ms for 11.2 M).
 OPTIMIZER_NS = 1.8
@@ -76,10 +100,22 @@ RECORDED_NS = {"forward": 1.3, "backward": 1.9}
 #: 20 ms, int8 509 ms, exact top-k 849 ms, DGC's sampled top-k 423 ms, random-k 64 ms for
 #: 11.2 M elements.
 CODEC_NS = {"fp16": 1.8, "bf16": 1.8, "int8": 45.0, "topk": 76.0, "dgc": 38.0, "randomk": 5.7}
-#: What a worker does between two steps, per gradient element (ns, 1 thread): the
-#: gradient's health norm and the step's records (pace_probe's ``between_s``: ~23 ms for
-#: ResNet-18's 11.2 M with 8 copies on 2 cores, ~2.2x alone).
-BETWEEN_NS = 0.95
+#: The same for a small gradient decoded for few ranks, where it stays in cache: the
+#: committed accel-crossover probes (the MLP's 548 k elements, 2 ranks) timed fp16 0.9 ms,
+#: int8 2.4-2.8 ms, top-k 6.5-9.2 ms, DGC 2.8 ms -- 5-10x below ``CODEC_NS`` per element
+#: (at ``CODEC_NS`` int8's codec alone made the backward's need k ~ 200 where the probe
+#: gave 130). Used below ``CODEC_SMALL_BELOW`` elements x ranks (the two measured points
+#: are 1.1 M and 90 M; the boundary is their geometric middle).
+CODEC_NS_SMALL = {"fp16": 1.7, "bf16": 1.7, "int8": 5.0, "topk": 14.0, "dgc": 5.1,
+                  "randomk": 1.0}
+CODEC_SMALL_BELOW = 10_000_000
+#: What a worker does between two steps: a fixed part (the next batch, the step's records:
+#: the MLP's 548 k elements took 2.6 ms in the committed accel-crossover probes) and a part
+#: per gradient element (ns, 1 thread: the gradient's health norm; pace_probe's
+#: ``between_s``: ~23 ms for ResNet-18's 11.2 M with 8 copies on 2 cores, ~2.2x alone, i.e.
+#: ~10.6 ms = the fixed part + 0.77 ns x 11.2 M).
+BETWEEN_FIXED_S = 0.0022
+BETWEEN_NS = 0.77
 #: How much slower a part runs with ``n`` one-thread copies on ``cores`` cores than alone,
 #: per ``n / cores``: the probe's 8 copies on this 2-core host timed the surrogate's
 #: passes and the codecs 2.1-2.3x their one-copy times, not 4x (they do not all compute
@@ -97,6 +133,9 @@ PROBE_IMPORT_S = 3.0
 #: (``start_powerSGD_iter``, hooks.powersgd_state).
 ADAPTIVE_AS = factor.ADAPTIVE_AS
 POWERSGD_SHARE = factor.POWERSGD_SHARE
+#: An adaptive method's steps to the target over plain training's: NetSenseML took 220-260
+#: where the table's allreduce took 213 (the committed accel-crossover and accel-policy runs).
+ADAPTIVE_STEPS = 1.1
 POWERSGD_DENSE_STEPS = 2
 
 
@@ -117,82 +156,226 @@ def _get(obj: Any, dotted: str) -> Any:
     return obj
 
 
-def _native(scenario: Any) -> dict[str, Any]:
+def _native(scenario: Any, method: str | None = None) -> dict[str, Any]:
     limit = _get(scenario, "workload.time_limit_s")
     steps = _get(scenario, "workload.steps")
     train = float(limit) if limit else float(steps) * FALLBACK_STEP_S if steps else 30.0
+    target = _to_target(scenario, method) if hasattr(scenario, "world_size") else None
+    if target is not None and target[1]:  # stops at the target: the table's steps, its step
+        rates = faithful.training_rates(scenario.model_dump(mode="json"))
+        wl = scenario.workload
+        _, share, reduction = _level(method or "allreduce")
+        elements = gradient_elements(wl.model, wl.knobs(), wl.dataset)
+        step = target[1] + _comm_s(scenario.world_size, elements, rates, share, reduction)
+        train = min(train, target[0] * step)
     return {"seconds": train + PER_RUN_OVERHEAD_S, "k": 1.0, "virtual_s": train}
+
+
+def _comm_s(n: int, elements: int, rates: list[float], share: float, reduction: str) -> float:
+    """A step's transfer over the slowest training link (``factor.transfer_s``)."""
+    if not (rates and min(rates) > 0):
+        return 0.0
+    return factor.transfer_s(elements, n, min(rates), share, reduction)
+
+
+#: Messages a DDP step's collectives send per bucket and ring phase: all-gather two (values
+#: and indices, or a codec's payload and its scale), allreduce one.
+MESSAGES = {"allreduce": 1, "allgather": 2}
+
+
+def _queue_wait_s(scenario: Any, elements: int, rates: list[float], reduction: str) -> float:
+    """The standing queue cross traffic keeps at the bottleneck, waited per message (a ring
+    phase of each bucket's collectives: ``testbed.simulation``'s short-message wait), for
+    the share of the run the streams run. Without it the committed accel-d70 runs of small
+    payloads (int8, top-k) took 1.3-1.6x the estimate's step; with it 0.9-1.15x."""
+    share = congested_share(scenario)
+    if not (share and rates and min(rates) > 0):
+        return 0.0
+    n = scenario.world_size
+    queue = int(getattr(scenario.topology, "queue_pkts", 100) or 100)
+    phases = 2 * (n - 1) if reduction == "allreduce" else n - 1
+    messages = factor.payload_buckets(elements) * phases * MESSAGES.get(reduction, 1)
+    return share * messages * queue * 1500 * 8 / (min(rates) * 1e6)
+
+
+def congested_share(scenario: Any) -> float:
+    """The share of the run's time limit some cross traffic runs (0 without a limit)."""
+    limit = scenario.workload.time_limit_s
+    timeline = getattr(scenario, "timeline", None)
+    if not (limit and timeline):
+        return 0.0
+    actions, _ = events.expand(timeline, end_s=limit)
+    running: set[str] = set()
+    since, total = 0.0, 0.0
+    for a in actions:
+        if a.kind not in ("cross_start", "cross_stop"):
+            continue
+        if running:
+            total += min(a.at, limit) - since
+        since = min(a.at, limit)
+        (running.add if a.kind == "cross_start" else running.discard)(str(a.target))
+    if running:
+        total += limit - since
+    return min(max(total / limit, 0.0), 1.0)
 
 
 def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     """``seconds`` (real, the whole run), ``k`` (the factor assumed), ``virtual_s`` (the
-    training time on the run's clock), ``step_s`` (virtual, when estimated) and
-    ``probe_s`` (the ``auto`` probe's real seconds before the run, in ``seconds``)."""
+    training time on the run's clock), ``step_s`` (virtual, when estimated), ``probe_s``
+    (the ``auto`` probe's real seconds before the run, in ``seconds``) and ``probe_key``
+    (what the probe is cached by: runs of one key after the first pay no probe)."""
     acc = getattr(scenario, "accelerator", None)
     if acc is None or not hasattr(scenario, "world_size"):
-        return _native(scenario)
+        return _native(scenario, method)
     wl = scenario.workload
     try:
         timing = acc.timing(wl.model, wl.knobs(), wl.batch_size)
     except accelerator.ProfileError:
-        return _native(scenario)
+        return _native(scenario, method)
     n = scenario.world_size
-    elements = registry.param_count(wl.model, wl.knobs(), wl.dataset) or 0
+    elements = gradient_elements(wl.model, wl.knobs(), wl.dataset)
     level, share, reduction = _level(method or "allreduce")
-    mb = 4 * elements / 1e6
-    codec_v = timing.codec_s(level, int(mb * 1e6)) if level else 0.0
     rates = faithful.training_rates(scenario.model_dump(mode="json"))
 
-    def comm(share: float, rate: float | None = None) -> float:
-        if not (rates and min(rates) > 0):
-            return 0.0
-        return factor.transfer_s(elements, n, rate or min(rates), share, reduction)
+    def step_of(lv: tuple[str | None, float, str]) -> float:
+        codec_v = timing.codec_s(lv[0], 4 * elements) if lv[0] else 0.0
+        return (timing.step_s + codec_v + _comm_s(n, elements, rates, lv[1], lv[2])
+                + _queue_wait_s(scenario, elements, rates, lv[2]))
 
-    step_v = timing.step_s + codec_v + comm(share)
+    step_v = step_of((level, share, reduction))
+    if methods.parse(method or "allreduce").kind == "adaptive":  # the fastest level it has
+        step_v = min([step_v, *(step_of(_level(i.name)) for i in methods.ladder()
+                                if i.arg is None)])
     limit, steps = wl.time_limit_s, wl.steps
     virtual = float(limit) if limit else float(steps or 0) * step_v
+    target = _to_target(scenario, method)
+    if target is not None:  # stops at the target: at most its steps
+        virtual = min(virtual, target[0] * step_v)
     if not limit and steps and methods.parse(method or "allreduce").name == "powersgd":
         dense = min(int(steps), POWERSGD_DENSE_STEPS)  # torch's hook: plain allreduce first
-        virtual += dense * (comm(1.0) - comm(share))
-    shared = max(1.0, SHARED_SLOWDOWN * n / cores())
-    fwd, bwd, opt = _host_real(wl.model, wl.dataset, timing, elements)
-    record = (fwd + bwd) * max(1.0, n / cores()) if wl.grads == "recorded" else 0.0
-    probe = 0.0
-    if acc.dilation != "auto":
-        k = float(acc.dilation)
-    elif wl.grads == "payload":  # nothing real is timed: no probe, no recording
-        record = 0.0
-        least = comm(share, max(rates)) if rates else 0.0  # the fastest rate's transfer
-        k = max(factor.rate_factor(max(rates, default=0.0)), factor.round_up(
-            factor.payload_need(timing, elements, n, cores(), acc.margin, wl.threads,
-                                least, acc.max_overrun)))
-    else:
-        part = _host_parts(wl.grads, fwd, bwd, opt, elements, level)
-        # the parts as the probe would time them, for the rule auto applies to its probe's
-        real = {"forward_s": part["forward"] * shared, "backward_s": part["backward"] * shared,
-                "optimizer_s": part["optimizer"] * shared, "between_s": part["between"] * shared,
-                "codec_s": {level: part["codec"] * shared} if level else {},
-                "elements": elements, "processes": n, "threads": wl.threads, "cores": cores(),
-                # CPU seconds of a whole step and of the codec, one copy (lockstep_need)
-                "step_cpu_s": part["forward"] + part["backward"] + part["optimizer"]
-                + part["between"]}
-        k = max(factor.rate_factor(max(rates, default=0.0)),
-                factor.least_factor(timing, real, acc.margin))
-        probe = probe_s(part, record, n, shared)
+        virtual += dense * (_comm_s(n, elements, rates, 1.0, reduction)
+                            - _comm_s(n, elements, rates, share, reduction))
+    k, record, probe = _dilation(scenario, timing, elements, level, rates,
+                                 share, reduction)
     return {"seconds": virtual * k + PER_RUN_OVERHEAD_S + record + probe, "k": k,
-            "virtual_s": virtual, "step_s": step_v, "probe_s": probe}
+            "virtual_s": virtual, "step_s": step_v, "probe_s": probe,
+            "probe_key": factor.probe_key(scenario, method or "allreduce") if probe else None}
+
+
+def _dilation(scenario: Any, timing: accelerator.Timing, elements: int, level: str | None,
+              rates: list[float], share: float = 1.0, reduction: str = "allreduce"
+              ) -> tuple[float, float, float]:
+    """``(k, the recorded-gradient step's real s, the probe's real s)`` as the run picks k."""
+    acc, wl, n = scenario.accelerator, scenario.workload, scenario.world_size
+    shared = max(1.0, SHARED_SLOWDOWN * n / cores())
+    fwd, bwd, opt = _host_real(wl.model, wl.dataset, timing, elements, wl.batch_size)
+    record = (fwd + bwd) * max(1.0, n / cores()) if wl.grads == "recorded" else 0.0
+    if acc.dilation != "auto":
+        return float(acc.dilation), record, 0.0
+    if wl.grads == "payload":  # nothing real is timed: no probe, no recording
+        fastest = max(rates, default=0.0)  # the least transfer the run can see
+        least = factor.transfer_s(elements, n, fastest, share, reduction)
+        return max(factor.rate_factor(fastest), factor.round_up(
+            factor.payload_need(timing, elements, n, cores(), acc.margin, wl.threads,
+                                least, acc.max_overrun))), 0.0, 0.0
+    part = _host_parts(wl.grads, fwd, bwd, opt, elements, level, n)
+    # the parts as the probe would time them, for the rule auto applies to its probe's
+    real = {"forward_s": part["forward"] * shared, "backward_s": part["backward"] * shared,
+            "optimizer_s": part["optimizer"] * shared, "between_s": part["between"] * shared,
+            "codec_s": {level: part["codec"] * shared} if level else {},
+            "elements": elements, "processes": n, "threads": wl.threads, "cores": cores(),
+            # CPU seconds of a whole step and of the codec, one copy (lockstep_need)
+            "step_cpu_s": part["forward"] + part["backward"] + part["optimizer"]
+            + part["between"]}
+    k = max(factor.rate_factor(max(rates, default=0.0)),
+            factor.least_factor(timing, real, acc.margin))
+    return k, record, probe_s(part, record, n, shared)
+
+
+#: Where the shipped convergence tables are: a scenario that stops at its target and names
+#: none is estimated from the one measured for its workload, where there is one.
+CONVERGENCE_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "convergence"
+
+
+def _to_target(scenario: Any, method: str | None) -> tuple[float, float | None] | None:
+    """``(steps, loopback step s or None)`` to the scenario's target for the method, where
+    the run stops at the target (``stop-at-target``) and a convergence table for its
+    workload is known (its own ``convergence``, or a shipped one of the same workload and
+    world size); None otherwise (the run is estimated to its time limit)."""
+    wl = scenario.workload
+    args = {k.replace("_", "-"): v for k, v in (wl.args or {}).items()}
+    if not args.get("stop-at-target") or wl.target_accuracy is None:
+        return None
+    table = _table_for(scenario)
+    if table is None:
+        return None
+    levels = table["levels"]
+    cap = float(table.get("max_steps") or 0)
+
+    def mean(key: str, field: str) -> float | None:
+        vals = [cap if v is None else float(v) for v in (levels.get(key) or {}).get(field) or []]
+        return sum(vals) / len(vals) if vals and all(vals) else None
+
+    spec = methods.parse(method or "allreduce")
+    base = mean("none", "steps")
+    if base is None:
+        return None
+    try:
+        key = convergence.level_key(method or "allreduce")
+    except convergence.ConvergenceError:  # adaptive: near the base; DGC, PowerSGD: as top-k
+        key = None
+    if key is not None and mean(key, "steps"):
+        ms = mean(key, "step_ms")
+        return mean(key, "steps"), None if ms is None else ms / 1e3
+    ratio = spec.arg if spec.name == "dgc" and isinstance(spec.arg, float) else POWERSGD_SHARE
+    c = (ADAPTIVE_STEPS if spec.kind == "adaptive"
+         else convergence.from_table(table).factor("topk", ratio))
+    ms = mean("none", "step_ms")
+    return base * c, None if ms is None else ms / 1e3
+
+
+def _table_for(scenario: Any) -> dict[str, Any] | None:
+    """The scenario's convergence table, or a shipped one measured for its workload."""
+    if getattr(scenario, "convergence", None):
+        return files.read_json(Path(scenario.convergence))
+    wl = scenario.workload
+    for path in sorted(CONVERGENCE_DIR.glob("*.json")):
+        data = files.read_json(path) or {}
+        w = data.get("workload") or {}
+        if (w.get("model"), w.get("dataset"), w.get("batch_size"), w.get("target_accuracy"),
+                w.get("eval_every"), data.get("world_size")) == (
+                wl.model, wl.dataset, wl.batch_size, wl.target_accuracy, wl.eval_every,
+                scenario.world_size) and all(wl.knobs().get(k) == v for k, v in
+                                             (w.get("args") or {}).items()):
+            return data
+    return None
+
+
+def gradient_elements(model: str, knobs: dict[str, Any], dataset: str) -> int:
+    """The model's parameters (0 where unknown): the registry's count, or the MLP's on the
+    ``mixture`` vectors (the crossover workload), which the registry cannot count (its
+    count takes the classes only, an MLP's size depends on the input too)."""
+    n = registry.param_count(model, knobs, dataset)
+    if n is None and model == "mlp" and dataset == "mixture":
+        n = sizes.mlp_params(*sizes.MIXTURE_SHAPE, width=int(knobs.get("width", 1024)))
+    return int(n or 0)
 
 
 def _host_parts(grads: str, fwd: float, bwd: float, opt: float, elements: int,
-                level: str | None) -> dict[str, float]:
+                level: str | None, world: int = 8) -> dict[str, float]:
     """One worker's real seconds per step part, alone on a core (1 thread)."""
     if grads == "recorded" and elements:  # the surrogate; no optimizer step
         fwd = elements * RECORDED_NS["forward"] * 1e-9
         bwd = elements * RECORDED_NS["backward"] * 1e-9
         opt = 0.0
     return {"forward": fwd, "backward": bwd, "optimizer": opt,
-            "between": elements * BETWEEN_NS * 1e-9,
-            "codec": elements * CODEC_NS.get(level or "", 0.0) * 1e-9}
+            "between": BETWEEN_FIXED_S + elements * BETWEEN_NS * 1e-9,
+            "codec": elements * codec_ns(elements, world).get(level or "", 0.0) * 1e-9}
+
+
+def codec_ns(elements: int, world: int) -> dict[str, float]:
+    """The codecs' host ns per element for this gradient size and world size."""
+    return CODEC_NS_SMALL if elements * world < CODEC_SMALL_BELOW else CODEC_NS
 
 
 def probe_s(part: dict[str, float], record: float, n: int, shared: float) -> float:
@@ -205,13 +388,35 @@ def probe_s(part: dict[str, float], record: float, n: int, shared: float) -> flo
 
 
 def _host_real(model: str, dataset: str, timing: accelerator.Timing,
-               elements: int | None) -> tuple[float, float, float]:
+               elements: int | None, batch: int) -> tuple[float, float, float]:
     """A real step's forward, backward, optimizer seconds on this host (1 thread)."""
     if (model, dataset) in HOST_MEASURED:
-        return HOST_MEASURED[(model, dataset)]
+        fwd, bwd, opt, at_batch = HOST_MEASURED[(model, dataset)]
+        size = elements / HOST_MEASURED_PARAMS[model] if (
+            elements and model in HOST_MEASURED_PARAMS) else 1.0
+        per_batch = size * batch / at_batch
+        return fwd * per_batch, bwd * per_batch, opt * size
     opt = (elements or 0) * OPTIMIZER_NS * 1e-9
     return (timing.forward_s * HOST_REAL_PER_PROFILE, timing.backward_s * HOST_REAL_PER_PROFILE,
             opt)
+
+
+def estimate_runs(pairs: list[tuple[Any, str | None]],
+                  cached: Callable[[tuple], bool] | None = None) -> list[dict[str, Any]]:
+    """:func:`estimate` of each ``(scenario, method)`` in the order they run, the ``auto``
+    probe counted once per configuration, as the run caches it (``probe_key``), and not at
+    all where ``cached(key)`` says this host holds a measurement already."""
+    seen: set[tuple] = set()
+    out = []
+    for scenario, method in pairs:
+        e = estimate(scenario, method)
+        key = e.get("probe_key")
+        if key is not None and (key in seen or (cached is not None and cached(key))):
+            e = {**e, "seconds": e["seconds"] - e["probe_s"], "probe_s": 0.0}
+        if key is not None:
+            seen.add(key)
+        out.append(e)
+    return out
 
 
 def estimate_run_s(scenario: Any, method: str | None = None) -> float:

@@ -152,13 +152,15 @@ def payload_need(timing: accelerator.Timing, elements: int, workers: int, cores:
 ADAPTIVE_AS = "topk:0.005"
 #: PowerSGD's (and a plug-in's) wire share of fp32 when its rank is not known: low rank.
 POWERSGD_SHARE = 0.01
+_ADAPTIVE_SPEC = methods.parse(ADAPTIVE_AS)
 
 
-def wire_share(method: str) -> tuple[str | None, float, str]:
-    """``(codec level, wire share of fp32, reduction)`` of the bytes ``method`` sends."""
-    spec = methods.parse(method)
+def wire_share(method: Any) -> tuple[str | None, float, str]:
+    """``(codec level, wire share of fp32, reduction)`` of the bytes ``method`` (a spec, or
+    text entering here) sends."""
+    spec = methods.as_spec(method)
     if spec.kind == "adaptive":
-        spec = methods.parse(ADAPTIVE_AS)
+        spec = _ADAPTIVE_SPEC
     info = methods.get(spec.name) if spec.name in methods.names() else None
     if info is None or info.wire is None:  # PowerSGD, plug-ins: a low-rank share
         return None, POWERSGD_SHARE, "allreduce"
@@ -176,3 +178,18 @@ def transfer_s(elements: int, workers: int, mbit: float, share: float, reduction
     n = workers
     sent = 2 * (n - 1) / n * payload if reduction == "allreduce" else (n - 1) * payload
     return sent * 8 / (mbit * 1e6)
+
+
+def codec_specs(method: Any) -> list[str]:
+    """The compressors a method can run in its hook (the codecs ``auto`` must time), as the
+    probe's ``--codecs`` takes them (``MethodSpec.codecs``; text is parsed once here)."""
+    return [str(c) for c in methods.as_spec(method).codecs()]
+
+
+def probe_key(scn: Any, method: Any) -> tuple:
+    """What ``auto``'s probe measures depends on (not the profile or the margin): one
+    measurement per key, cached (``testbed.orchestration.dilation``); the estimate counts
+    the probe once per key."""
+    wl = scn.workload
+    return (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
+            tuple(codec_specs(method)), scn.world_size, wl.threads)

@@ -170,6 +170,8 @@ class Workload(StrictModel):
     env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)],
               Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict)
     """With command: more environment variables for the job (the testbed's own RANK, NETSENSE_* ... cannot be overridden)."""
+    samples_per_step: int | None = Field(None, gt=0, le=2**31 - 1)
+    """With command: the samples each rank trains per step (the job's per-rank batch, its micro-batches together), for samples/s when the job does not report them (hooks.report(samples=...)); none: the batch the hook sees the model's training forward passes given (netsenseml.job)."""
 
     model: str = "mlp"  # a name in workloads.registry or package.module:factory
     """Model to train: a name of `netsense list` (mlp, resnet18, gpt, ...) or package.module:factory for your own. Default mlp."""
@@ -221,7 +223,7 @@ class Workload(StrictModel):
         """A command: built-in fields refused, its script and folder found (made absolute,
         so config.json and overrides re-validate anywhere)."""
         if self.command is None:
-            for name in ("cwd", "env"):
+            for name in ("cwd", "env", "samples_per_step"):
                 if getattr(self, name):
                     raise ValueError(f"{name}: only for an own job (workload.command)")
             return self
@@ -231,7 +233,9 @@ class Workload(StrictModel):
             if getattr(self, name) != defaults[name]:
                 raise ValueError(
                     f"{name}: a field of the built-in worker; an own job (workload.command) "
-                    "sets it with its own arguments; remove it (or drop the command)")
+                    "sets it with its own arguments; remove it (or drop the command)"
+                    + ("; samples_per_step states its batch for samples/s"
+                       if name == "batch_size" else ""))
         base = Path((info.context or {}).get("base_dir") or Path.cwd())
         cwd = Path(self.cwd).expanduser() if self.cwd else base
         cwd = (cwd if cwd.is_absolute() else base / cwd).resolve()

@@ -45,6 +45,7 @@ from typing import Any
 from netsenseml import methods
 from testbed.common import files
 from testbed.config import factor  # the rule, shared with the estimate
+from testbed.config.factor import codec_specs, probe_key
 from testbed.emulation import faithful
 from testbed.orchestration.hostload import cpu_times
 from workloads import registry
@@ -101,12 +102,6 @@ def virtual_reports(reports: list[dict[str, Any]], k: float) -> list[dict[str, A
                           for a, b, m in r[key]]
         out.append(r)
     return out
-
-
-def codec_specs(method: methods.MethodSpec) -> list[str]:
-    """The compressors a method can run in its hook (the codecs ``auto`` must time), as the
-    probe's ``--codecs`` takes them (``MethodSpec.codecs``)."""
-    return [str(c) for c in method.codecs()]
 
 
 def measure(scn: Any, method: methods.MethodSpec) -> dict[str, Any]:
@@ -210,8 +205,7 @@ def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]
                                     "margin": acc.margin, "k_host": k_host, "k_network": k_net,
                                     "host_rule": "payload", "host_busy_pct": round(host_busy_pct(), 1)}
     # what the probe measures depends on these, not on the profile or the margin
-    key = (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
-           tuple(codec_specs(method)), scn.world_size, wl.threads)
+    key = probe_key(scn, method)
     busy = host_busy_pct()
     cached = _cache.get(key) or _load_cached(key)
     probe_s = 0.0
@@ -296,6 +290,12 @@ def _load_cached(key: tuple) -> tuple[dict[str, Any], float, str] | None:
             or data.get("code") != code_id() or not isinstance(data.get("real"), dict):
         return None
     return data["real"], float(data.get("busy_pct", 0.0)), str(data.get("measured_at"))
+
+
+def is_cached(key: tuple) -> bool:
+    """Whether this host holds ``auto``'s measurement of ``key`` (the next run pays no probe,
+    unless the host's load moved: the estimate does not guess that)."""
+    return key in _cache or _load_cached(key) is not None
 
 
 def _store(key: tuple, real: dict[str, Any], busy: float) -> None:

@@ -147,6 +147,7 @@ def metrics(
         "samples_total": int(sum(st.samples or 0 for st in r0.steps)),
         "train_time_s": round(train_time, 4) if train_time else None,
         "throughput_samples_per_s": round(throughput, 3) if throughput else None,
+        "steps_per_s": round(sps, 3) if (sps := run_metrics.steps_per_s(rows)) else None,
         "final_accuracy": final_acc,
         "target_accuracy": target_accuracy,
         "time_to_accuracy_s": run_metrics.time_to_accuracy(rows, target_accuracy),
@@ -155,8 +156,20 @@ def metrics(
         "comm_s_mean": round(comm, 5) if comm is not None else None,
         "kept_ratio_mean": round(kept, 5) if kept is not None else None,
         "worker_status": r0.summary.status if r0.summary else None,
+        **_own_job_facts(typed),
         **({"overruns": over} if (over := run_metrics.overruns(rows)) is not None else {}),
     }
+
+
+def _own_job_facts(typed: dict[int, RankRecords]) -> dict[str, Any]:
+    """An own job's: whether it reported any accuracy (``accuracy_reported``: the tables
+    then say "not reported by the job", not "not reached") and where its samples came from
+    (``samples_from``, ``netsenseml.job``); nothing for the built-in worker."""
+    r0 = typed.get(0, RankRecords())
+    if r0.start is None or not r0.start.own_job:
+        return {}
+    return {"accuracy_reported": any(recs.evals for recs in typed.values()),
+            "samples_from": r0.summary.samples_from if r0.summary else None}
 
 
 def last_step(path: Path) -> dict[str, Any] | None:

@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed.common.files import NoSpace, is_no_space, read_json, write_json
-from testbed.config.sweep import RunSpec, estimate, estimate_run_s, param_slug
+from testbed.config.estimate import estimate_runs
+from testbed.config.sweep import RunSpec, estimate, param_slug
+from testbed.orchestration import dilation
 from testbed.orchestration.executors import Finished, LocalExecutor, sweep_meta
 
 
@@ -191,7 +193,8 @@ def _run_pending(pending: list[RunSpec], executor: Any, console: Any, rep: Sweep
                  bar: Any, task: Any) -> None:
     """The pending runs through ``executor``, each finished one reported and the bar's time
     left updated; a KeyboardInterrupt (raised after a run's teardown) stops the sweep."""
-    eta = SweepEta([estimate_run_s(r.scenario, r.method) for r in pending])
+    eta = SweepEta([e["seconds"] for e in estimate_runs(
+        [(r.scenario, r.method) for r in pending], dilation.is_cached)])
     index = {r.label: i for i, r in enumerate(pending)}
     running: list[str] = []
     bar.update(task, eta=eta.text())
@@ -275,9 +278,13 @@ def _report(fin: Finished, console: Any, rep: SweepReport) -> None:
 def dry_run_rows(runs: list[RunSpec]) -> tuple[list[dict[str, Any]], float]:
     """Rows for --dry-run and the estimated seconds of the pending runs."""
     rows, total = [], 0.0
-    for r in runs:
-        done = is_done(r.run_dir)
-        guess = estimate(r.scenario, r.method)
+    done_at = [is_done(r.run_dir) for r in runs]
+    guesses = dict(zip([i for i, d in enumerate(done_at) if not d], estimate_runs(
+        [(r.scenario, r.method) for r, d in zip(runs, done_at, strict=True) if not d],
+        dilation.is_cached), strict=True))
+    for i, r in enumerate(runs):
+        done = done_at[i]
+        guess = guesses.get(i) or estimate(r.scenario, r.method)
         est = 0.0 if done else guess["seconds"]
         total += est
         rows.append({"experiment": r.experiment, "params": param_slug(r.params),

@@ -131,6 +131,8 @@ def job_env(scenario: Scenario, spec: methods.MethodSpec, seed: int, records: Pa
                                                      str(REPO_ROOT)) if p)}
     if wl.target_accuracy is not None:
         env["NETSENSE_TARGET_ACCURACY"] = f"{wl.target_accuracy:g}"
+    if wl.samples_per_step is not None:  # samples/s of a job that reports none
+        env["NETSENSE_SAMPLES"] = str(wl.samples_per_step)
     acc = scenario.accelerator
     if acc is not None and acc.step_ms is not None:
         env["NETSENSE_STEP_MS"] = f"{acc.step_ms:g}"

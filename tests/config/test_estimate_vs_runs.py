@@ -1,13 +1,19 @@
-"""The sweep's ``--dry-run`` estimate against the real time of the committed paper-scale runs.
+"""The ``--dry-run`` estimate against the real time of every committed run tree.
 
-Why: the paper-scale sweep is planned from its estimate (hundreds of hours on a 2-core
-host), so the estimate is a figure users act on; the committed runs
-(``results/runs/paper-scale``, packed) carry what each really took (``summary.json``'s
+Why: a sweep is planned from its estimate (the paper-scale one: hundreds of hours on a
+2-core host), so the estimate is a figure users act on; the committed runs (every tree
+under ``results/runs`` whose scenario ships: paper-scale and paper-grid on ResNet-18,
+recorded and payload mode; accel-crossover and accel-policy on the crossover MLP, which
+stops at its target; payload-agreement) carry what each really took (``summary.json``'s
 ``wall_s`` and the ``auto`` probe's ``probe_s`` before it) and the scenario each ran, so the
 estimate is checked on them, on the host they ran on (its core count from their probe), not
 on whichever machine runs this test. A run's factor ``k`` is checked too: the estimate's
 ``k`` drives most of its time. ``ESTIMATE_RUNS=<a sweep's folder>`` checks another set
 (a sweep just run on another host, say).
+
+The accel-crossover and accel-policy runs came from code older than 46dc3f6 (commits
+6252552, ded9c1b, 104f932, 42898967, 6361c91, 634d5a8): their probe's time was not
+recorded, so they are held to the estimate without its probe.
 """
 
 from __future__ import annotations
@@ -21,15 +27,22 @@ import pytest
 from netsenseml import accelerator
 from testbed.config import estimate
 from testbed.config.accelerator import Accelerator
-from testbed.config.scenario import validate_scenario
+from testbed.config.scenario import list_scenarios, validate_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the committed paper-scale runs (recorded gradients) and paper-grid runs (payload mode)
+#: every committed run tree (those whose scenario ships are checked)
+ESTIMATE_ENV = bool(os.environ.get("ESTIMATE_RUNS"))
 RUNS = ([Path(os.environ["ESTIMATE_RUNS"])] if os.environ.get("ESTIMATE_RUNS") else
-        [ROOT / "results" / "runs" / "paper-scale", ROOT / "results" / "runs" / "paper-grid"])
+        sorted(p for p in (ROOT / "results" / "runs").iterdir() if p.is_dir()))
 #: How far one run's estimate may be from its real time (either way): the estimate knows
-#: the host only by constants measured on the build machine.
+#: the host only by constants measured on the build machine, and not the seed (two seeds of
+#: the prototype's rule on accel-d70 took 46 and 63 s at the same k) ...
 WITHIN = 1.6
+#: ... or this many seconds (runs of 2-6 s: the per-run overhead alone moved 1.4-4.8 s).
+WITHIN_S = 3.0
+#: How far the estimate of a whole tree (what a user plans: one experiment of a sweep, the
+#: tree's first two folders) may be from its runs' real time: issue 50's target.
+TREE_WITHIN = 1.5
 #: The same for ``k``, wider: ``auto``'s own factor moves between runs of one configuration
 #: (its probe is timed on a shared host: top-k 0.01 at 300 Mbit/s and 1 Gbit/s took 160-230),
 #: and the estimate knows one figure per codec level (top-k 0.001 and 0.01 alike).
@@ -37,7 +50,10 @@ K_WITHIN = 2.1
 
 
 def committed_runs() -> list[Path]:
-    return sorted(p.parent for runs in RUNS if runs.is_dir() for p in runs.rglob("summary.json"))
+    shipped = {name for name, _ in list_scenarios()}
+    return sorted(p.parent for runs in RUNS if runs.is_dir() for p in runs.rglob("summary.json")
+                  if json.loads((p.parent / "config.json").read_text())["scenario"].get("name")
+                  in shipped)
 
 
 def _timed_and_paced(run: Path) -> bool:
@@ -46,8 +62,11 @@ def _timed_and_paced(run: Path) -> bool:
     host's time (PowerSGD's codec is not paced), which no estimate of a paced run models."""
     summ = json.loads((run / "summary.json").read_text())
     late = (summ.get("overruns") or {}).get("late_share") or 0.0
+    acc = json.loads((run / "config.json").read_text())["accelerator"]
+    # a paced run from before the probe's time was recorded: only if its probe ran (k
+    # measured, not cached: older code recorded no probe_cached either)
     return (summ.get("status") == "ok" and late <= HOST_BOUND
-            and "probe_s" in json.loads((run / "config.json").read_text())["accelerator"])
+            and ("probe_s" in acc or "host_real_s" in acc))
 
 
 HOST_BOUND = 0.1
@@ -64,7 +83,10 @@ def _estimate_and_real(run: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict
     monkeypatch.setattr(Accelerator, "timing", lambda self, *_a: ran)
     scn = validate_scenario(cfg["scenario"], base_dir=ROOT, skip_kernel_checks=True,
                             label=str(run.name))
-    return estimate.estimate(scn, cfg["method"]), summ["wall_s"] + acc["probe_s"], acc
+    est = estimate.estimate(scn, cfg["method"])
+    if "probe_s" not in acc:  # older code: the probe's time unknown, held without it
+        est = {**est, "seconds": est["seconds"] - est.get("probe_s", 0.0)}
+    return est, summ["wall_s"] + acc.get("probe_s", 0.0), acc
 
 
 @pytest.mark.skipif(not any(r.is_dir() for r in RUNS), reason="no committed paper-scale runs")
@@ -77,11 +99,24 @@ def test_the_dry_run_estimate_is_within_its_stated_factor_of_each_runs_real_time
         est, real, acc = _estimate_and_real(run, monkeypatch)
         rows.append((run.relative_to(ROOT / "results" / "runs") if run.is_relative_to(
             ROOT / "results" / "runs") else run, est["seconds"], real, est["k"], acc["dilation"]))
-    assert rows, "no run folders under results/runs/paper-scale"
+    assert rows, "no run folders under results/runs"
+    assert ESTIMATE_ENV or {str(r[0]).split("/")[0] for r in rows} >= {
+        "paper-scale", "paper-grid", "accel-crossover", "accel-policy"}
     for name, est_s, real_s, est_k, k in rows:
         print(f"{name}: estimated {est_s:.0f} s (k {est_k:g}), took {real_s:.0f} s (k {k:g})")
-    off = [(str(n), round(e / r, 2)) for n, e, r, _, _ in rows if not 1 / WITHIN <= e / r <= WITHIN]
+    off = [(str(n), round(e / r, 2)) for n, e, r, _, _ in rows
+           if not 1 / WITHIN <= e / r <= WITHIN and abs(e - r) > WITHIN_S]
     assert not off, f"estimate / real outside [1/{WITHIN}, {WITHIN}]: {off}"
+    trees: dict[str, list[float]] = {}
+    for name, est_s, real_s, _, _ in rows:
+        tree = trees.setdefault("/".join(Path(name).parts[:2]), [0.0, 0.0])
+        tree[0] += est_s
+        tree[1] += real_s
+    for tree, (est_s, real_s) in sorted(trees.items()):
+        print(f"{tree}: estimated {est_s / 60:.1f} min, took {real_s / 60:.1f} min")
+    tree_off = {t: round(e / r, 2) for t, (e, r) in trees.items()
+                if not 1 / TREE_WITHIN <= e / r <= TREE_WITHIN}
+    assert not tree_off, f"a tree's estimate / real outside 1.5x: {tree_off}"
     k_off = [(str(n), ek, k) for n, _, _, ek, k in rows
              if not 1 / K_WITHIN <= ek / k <= K_WITHIN]
     assert not k_off, f"estimated k / the run's k outside [1/{K_WITHIN}, {K_WITHIN}]: {k_off}"

@@ -77,16 +77,19 @@ def test_outside_the_testbed_register_keeps_todays_default_and_writes_nothing(tm
     assert not list(tmp_path.rglob("*.jsonl"))
 
 
-def test_a_job_that_reports_nothing_still_gets_steps_and_bytes(tmp_path: Path) -> None:
+def test_a_job_that_reports_nothing_still_gets_steps_bytes_and_samples(tmp_path: Path) -> None:
     out = tmp_path / "workers"
     p = _torchrun(["--steps", "5", "--no-report"],
                   {"NETSENSE_METHOD": "topk:0.1", "NETSENSE_RECORDS": str(out)}, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     _, recs = _records(out, 0)
     assert len(recs.steps) == 5 and not recs.evals
-    assert all(s.samples == 0 and s.loss is None and s.bytes_sent > 0 for s in recs.steps)
+    # the samples: the batch the hook saw the model's training forwards given (32 a rank,
+    # the evaluation's forward under no_grad not counted), x 2 ranks
+    assert all(s.samples == 64 and s.loss is None and s.bytes_sent > 0 for s in recs.steps)
     assert all(s.level == "topk" for s in recs.steps)
     assert recs.summary.status == "ok" and recs.summary.final_accuracy is None
+    assert recs.summary.samples_from == "model input" and recs.start.own_job is True
 
 
 def test_an_own_jobs_bucket_0_is_held_until_optimizer_and_forward_took_their_slot() -> None:

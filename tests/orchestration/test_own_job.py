@@ -12,6 +12,7 @@ each run is 2 workers for a few seconds.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -79,6 +80,32 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
                 ["compare", str(root), "-o", str(tmp_path / "compare")]):
         q = subprocess.run([str(NETSENSE), *cmd], capture_output=True, text=True, timeout=300)
         assert q.returncode == 0, (cmd, q.stdout, q.stderr)
+
+
+def test_a_job_that_reports_nothing_gets_the_scenarios_samples_and_no_accuracy_cell(
+        tmp_path: Path) -> None:
+    """Issue 50: an own job without hooks.report under `netsense run`: samples/s from the
+    scenario's samples_per_step (NETSENSE_SAMPLES), steps/s, and "not reported by the job"
+    where its accuracy would be (the tables' own checks: tests/analysis/test_own_job_tables)."""
+    path = _scenario(tmp_path, ["--steps", "40", "--no-report"])
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["samples_per_step"] = 48
+    path.write_text(yaml.safe_dump(data))
+    root = tmp_path / "results"
+    p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for d in run_dirs(root):
+        s = json.loads((d / "summary.json").read_text())
+        assert s["status"] == "ok" and s["samples_total"] == 40 * 48 * 2, s
+        assert s["samples_from"] == "scenario" and s["accuracy_reported"] is False
+        assert s["throughput_samples_per_s"] > 0 and s["steps_per_s"] > 0
+        assert_nothing_left(d)
+    q = subprocess.run([str(NETSENSE), "compare", str(root), "-o", str(tmp_path / "cmp")],
+                       capture_output=True, text=True, timeout=300, env={**os.environ,
+                                                                         "COLUMNS": "200"})
+    assert q.returncode == 0, q.stdout + q.stderr
+    assert "not reported" in q.stdout and "0/1" not in q.stdout
 
 
 def test_readme_section_4s_job_runs_under_netsense_run(tmp_path: Path) -> None:
