@@ -14,9 +14,10 @@ says how concurrent collectives are combined). Two sensors are kept, like Linux'
   something, filtered over the last ``rate_window`` of them (a window counted in samples,
   i.e. in steps, however long the steps) by ``rate_filter``:
 
-  - ``"sustained"`` (issue 49; opt in with ``monitor_rate_filter``: the default stays
-    ``"max"`` until ``netsense ab`` judges it on accel-d70 and the ramp, the rule for a policy
-    change): each rate sample is tagged *sustained*
+  - ``"sustained"`` (the default since issue 49's ``netsense ab`` against ``"max"`` on
+    accel-d70 and accel-ramp: the same time to accuracy within the intervals, a closer
+    estimate and fewer level changes under congestion; ``HookOptions.monitor_rate_filter``
+    has the numbers): each rate sample is tagged *sustained*
     when the payload period before it was rate-sized too (the job kept its flow busy: int8
     step after int8 step), *isolated* otherwise (a probe after top-k steps). The estimate
     is the maximum of the sustained samples, as BBR's, where the window holds one not older
@@ -37,7 +38,7 @@ says how concurrent collectives are combined). Two sensors are kept, like Linux'
     it (bytes and transfer times summed), which pays that debt; it reads 10-30 % low where
     the next period's own fixed cost is large, and is off by default
     (``benchmarks/rate_filters.py`` replays both on the committed runs).
-  - ``"max"`` (the default; BBR's: a TCP sender's samples err low --
+  - ``"max"`` (the default before issue 49; BBR's: a TCP sender's samples err low --
     app-limited, ACK compression) and ``"median"``: over all the window's samples. A
     sample here is one whole payload period, which under congestion errs both ways (on
     ``eval-onoff``, 40-500 Mbit/s samples where one flow's fair share was 56), and the
@@ -253,7 +254,7 @@ class NetworkMonitor:
     def __init__(self, rate_window: int = 8, rtt_window: int = 200,
                  min_rate_bytes: float = 1 << 19, bdp_multiple: float = 4.0,
                  queue_window: int = 5, tiny_bytes: float = 64, rate_max_age: int = 32,
-                 rate_filter: str = "max", pair_next: bool = False) -> None:
+                 rate_filter: str = "sustained", pair_next: bool = False) -> None:
         if rate_filter not in RATE_FILTERS:
             raise ValueError(f"rate_filter must be one of {', '.join(RATE_FILTERS)}, got {rate_filter!r}")
         if rate_window < 1 or rtt_window < 1 or rate_max_age < 1:

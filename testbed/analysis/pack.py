@@ -30,6 +30,7 @@ so the repository holds one copy per evaluation, not one per re-run.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -122,7 +123,14 @@ def portable(text: str, run: Path) -> str:
     for path, instead in ((str(run.resolve()), "<run>"), (str(REPO) + "/", ""),
                           (str(Path(sys.executable)), "python")):
         text = text.replace(json.dumps(path)[1:-1], instead)
-    return text
+    # a run made from another checkout of this repository (a clean worktree, an A/B arm's
+    # revision) names files of the testbed under that checkout's folder
+    return CHECKOUT_FILE.sub(r'"\1', text)
+
+
+#: An absolute path into a checkout's ``testbed/`` (a scenario's convergence table or
+#: trace), as a JSON string: the checkout's folder is taken out.
+CHECKOUT_FILE = re.compile(r'"/[^"]*?/(testbed/scenarios/[^"]*)')
 
 
 def pack_run(src: Path, dest: Path, rank0_rows: int = RANK0_ROWS,

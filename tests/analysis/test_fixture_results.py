@@ -215,6 +215,16 @@ def test_plot_prints_no_notes_unless_verbose(tmp_path: Path) -> None:
     assert res.exit_code == 0
 
 
+def test_pack_takes_out_any_checkouts_folder(tmp_path: Path) -> None:
+    """A run made from another checkout (a clean worktree, an A/B arm's revision) names the
+    scenario's files under that folder; the packed copy names them from the repository."""
+    text = ('{"convergence": "/srv/ci/wt-ab/testbed/scenarios/convergence/t.json", '
+            '"out": "/data/mine/run", "cmd": "/srv/ci/wt-ab/workloads/train.py"}')
+    out = pack.portable(text, tmp_path / "run")
+    assert '"convergence": "testbed/scenarios/convergence/t.json"' in out
+    assert '"/data/mine/run"' in out  # not the testbed's file: left as it was
+
+
 def test_pack_keeps_the_numbers_and_report_compare_read_it(tmp_path: Path) -> None:
     dest = tmp_path / "runs" / "fx"
     n, size = pack.pack(FIXTURE, dest, rank0_rows=25, log=lambda m: None)

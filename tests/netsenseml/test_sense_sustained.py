@@ -89,7 +89,7 @@ def test_isolated_samples_alone_give_their_minimum():
             mon.add(TOPK, period(TOPK, SHARE))
         mon.add(FP16, period(FP16, speedup * SHARE))
     assert mon.estimate().max_rate == pytest.approx(1.5 * SHARE)
-    assert NetworkMonitor().rate_filter == "max"  # the default until an ab says otherwise
+    assert NetworkMonitor().rate_filter == "sustained"  # the default since issue 49's ab
     assert NetworkMonitor(rate_filter="max").rate_filter == "max"
 
 
