@@ -18,6 +18,7 @@ median <= 5 %, worst <= 10 %. ``--out`` writes ``paper-grid-validation.csv`` and
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,15 @@ sys.path.insert(0, str(ROOT))
 from testbed.simulation import paced_validation as pv  # noqa: E402
 
 TARGET_MEDIAN, TARGET_WORST = 5.0, 10.0
+
+
+def commit() -> str:
+    """This code's commit, ``+dirty`` where the work tree differs from it."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()
+    rev = git("rev-parse", "--short", "HEAD") or "?"
+    return rev + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"targets: median <= {TARGET_MEDIAN:g} %, worst <= {TARGET_WORST:g} %; "
           f"{len(points)} simulations in {time.perf_counter() - t0:.1f} s")
     if args.out:
-        pv.write(points, skipped, Path(args.out), args.runs)
+        pv.write(points, skipped, Path(args.out), args.runs, commit())
     return 0
 
 

@@ -207,8 +207,9 @@ def summary(points: list[Point]) -> list[str]:
     return out
 
 
-def write(points: list[Point], skipped: list[str], out_dir: Path, source: str) -> None:
-    """``paper-grid-validation.csv`` and ``.md`` under ``out_dir``."""
+def write(points: list[Point], skipped: list[str], out_dir: Path, source: str,
+          commit: str = "?") -> None:
+    """``paper-grid-validation.csv`` and ``.md`` under ``out_dir`` (``commit``: the code's)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "paper-grid-validation.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
@@ -217,8 +218,8 @@ def write(points: list[Point], skipped: list[str], out_dir: Path, source: str) -
             w.writerow(p.row())
     md = [f"# The paced simulation against `{source}`", "",
           "Made by `python benchmarks/sim_paper_grid.py " + source + " --out "
-          + str(out_dir) + "`; no number of the simulation was fitted (testbed/simulation/"
-          "paced.py).", "", *table(points), "", *summary(points)]
+          + str(out_dir) + f"` at commit {commit}; no number of the simulation was fitted "
+          "(testbed/simulation/paced.py).", "", *table(points), "", *summary(points)]
     if skipped:
         md += ["", "Left out:", *[f"- {s}" for s in skipped]]
     (out_dir / "paper-grid-validation.md").write_text("\n".join(md) + "\n")
