@@ -62,7 +62,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,9 @@ from netsenseml.loop import Measured, StepLoop
 from netsenseml.policy import Calibration
 from netsenseml.sense import NetworkMonitor
 from testbed.simulation import advise, engine
+from testbed.simulation.calibrate import cross_flows, fabric_of
 from testbed.simulation.platform import Fabric
-from testbed.simulation.sim import Compute, Job, NetCalibration, StepRecord, _Simulation
+from testbed.simulation.sim import Compute, CrossFlow, Job, NetCalibration, StepRecord, _Simulation
 from topologies.shaping import burst_bytes
 
 #: TCP payload per byte HTB counts: 1448 of a 1514-byte frame (MSS at MTU 1500 with
@@ -109,14 +110,27 @@ class PacedJob:
     model: str = ""
     layout_origin: str = ""
     hop_real_s: float = HOP_REAL_S  # one ring message's fixed real cost on the emulating host
+    topology: dict[str, Any] | None = None  # the run's (None: a star of ``rate_mbit``)
+    cross: tuple[CrossFlow, ...] = ()  # its timeline's cross traffic, from the first step
+    time_limit_s: float | None = None  # virtual seconds of training (instead of ``steps``)
 
     @property
     def elements(self) -> int:
         return sum(b.elements for b in self.buckets)
 
+    @property
+    def bottleneck_mbit(self) -> float:
+        """The rate the ring's bottleneck runs at (a dumbbell's bottleneck, a star's links)."""
+        topo = self.topology or {}
+        return float(topo.get("bottleneck_mbit") or self.rate_mbit)
+
     def fabric(self) -> Fabric:
-        return Fabric("star", self.workers, self.rate_mbit, queue_pkts=self.queue_pkts,
-                      link_latency_s=0.0)
+        fab = (fabric_of(self.topology, self.workers) if self.topology is not None
+               else Fabric("star", self.workers, self.rate_mbit, queue_pkts=self.queue_pkts))
+        if fab is None:
+            raise ValueError(f"topology {self.topology.get('kind')!r}: the paced simulation "  # type: ignore[union-attr]
+                             "reads star, dumbbell and leaf-spine runs")
+        return replace(fab, link_latency_s=0.0)
 
     def net(self) -> NetCalibration:
         """SimGrid's factors: the goodput, and the message's real cost on the virtual clock."""
@@ -141,22 +155,38 @@ def from_run(run_dir: Path) -> PacedJob:
     cfg = json.loads((run_dir / "config.json").read_text())
     sc = cfg["scenario"]
     topo, wl, acc = sc["topology"], sc["workload"], cfg.get("accelerator") or {}
-    if topo.get("kind") != "star":
-        raise ValueError(f"{run_dir}: topology {topo.get('kind')!r}; the paced simulation "
-                         "reads star runs")
     if acc.get("mode") != "paced":
         raise ValueError(f"{run_dir}: not a paced run (no accelerator timing)")
+    kinds = {ev.get("kind") for ev in sc.get("timeline") or []} - {"cross_start", "cross_stop"}
+    if kinds:
+        raise ValueError(f"{run_dir}: timeline events {sorted(kinds)} are not simulated "
+                         "(cross_start/cross_stop are)")
+    start = _start_record(run_dir)
     work = advise.load_workload(wl["model"], profile=acc.get("profile") or advise.DEFAULT_PROFILE,
-                                dataset=wl["dataset"], batch_size=int(wl["batch_size"]))
+                                dataset=wl["dataset"], batch_size=int(wl["batch_size"]),
+                                knobs=start.get("knobs"), context=int(start.get("context") or 128))
     method = str(cfg["method"])
     check_method(method)
-    return PacedJob(method=method, workers=int(topo["n_workers"]),
-                    rate_mbit=float(topo["rate_mbit"]),
-                    timing=accelerator.Timing.from_json(acc["timing"]), buckets=work.buckets,
-                    batch_size=int(wl["batch_size"]), dilation=float(acc.get("dilation") or 1.0),
-                    steps=int(wl["steps"]), queue_pkts=int(topo.get("queue_pkts", 100)),
-                    convergence=sc.get("convergence"), model=wl["model"],
-                    layout_origin=work.layout_origin)
+    job = PacedJob(method=method, workers=int(cfg.get("world_size") or topo["n_workers"]),
+                   rate_mbit=float(topo.get("rate_mbit") or topo.get("access_mbit") or 0.0),
+                   timing=accelerator.Timing.from_json(acc["timing"]), buckets=work.buckets,
+                   batch_size=int(wl["batch_size"]), dilation=float(acc.get("dilation") or 1.0),
+                   steps=int(wl["steps"] or 0), queue_pkts=int(topo.get("queue_pkts", 100)),
+                   convergence=sc.get("convergence"), model=wl["model"],
+                   layout_origin=work.layout_origin, topology=dict(topo),
+                   cross=cross_flows(sc.get("timeline") or []),
+                   time_limit_s=None if wl.get("steps") else wl.get("time_limit_s"))
+    job.fabric()  # refuses a topology the platform has not
+    return job
+
+
+def _start_record(run_dir: Path) -> dict[str, Any]:
+    """Rank 0's start record (the model's knobs and context as the run built it); {} where
+    the run has none."""
+    try:
+        return dict(json.loads((run_dir / "start.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
 
 
 # ----------------------------------------------------------------------------- one step's plan
@@ -283,11 +313,14 @@ class _Paced(_Simulation):
         self.buckets.tokens = dict(self.buckets.size)
 
     def controller(self) -> None:
+        """The run's steps (its step count or time limit); its cross traffic from the end
+        of the first step (``timeline_origin: first_step``); then every bulk flow ends."""
         job = self.paced
         loop = _start_loop(job, self.probe, self.timed) if job.method in SIMULATED else None
-        origin = self.e.clock
-        last_done = origin
-        for step in range(1, job.steps + 1):
+        origin = last_done = self.e.clock
+        step = 0
+        while not self.finished_paced(step, origin):
+            step += 1
             if loop is not None:
                 d = loop.next_step()
                 method, level, ratio = level_method(d.level, d.ratio), d.level, d.ratio
@@ -300,7 +333,20 @@ class _Paced(_Simulation):
             if loop is not None:
                 self.feed(loop, colls, last_done, end - t0, codec)
             last_done = max(c.done for c in colls)
+            if step == 1:
+                for flow in job.cross:
+                    self.sg.Actor.create(f"cross-{flow.src}-{flow.dst}", self.hosts[0],
+                                         self.cross_actor, flow, end)
+        for c in self.bulk:
+            c.cancel()
+        self.bulk.clear()
         self.sg.this_actor.exit()
+
+    def finished_paced(self, step: int, origin: float) -> bool:
+        job = self.paced
+        if job.time_limit_s is not None:
+            return step > 0 and self.e.clock - origin >= job.time_limit_s
+        return step >= job.steps
 
     def run_step(self, step: int, method: str, loop: StepLoop | None,
                  t0: float) -> tuple[list[Coll], float, float]:

@@ -218,3 +218,34 @@ def test_the_committed_validation_table_is_reproduced() -> None:
         row = committed[p.point]
         assert float(row["emulated"]) == pytest.approx(p.emulated, rel=1e-4)
         assert float(row["simulated"]) == pytest.approx(p.simulated, rel=1e-3), p.point
+
+
+def test_a_dumbbell_runs_timeline_of_streams_slows_its_steps(tmp_path: Path) -> None:
+    """The topology and the timeline are the run's: a dumbbell's bottleneck, and the
+    iperf3 streams of its cross_start/cross_stop events (from the end of the first step),
+    each a competing flow through the bottleneck; a timeline the simulation cannot follow
+    is refused in one line."""
+    src = GRID / "resnet18-star" / "rate_mbit=1000" / "topk-0.01-s0"
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["scenario"]["topology"] = {"kind": "dumbbell", "n_left": 4, "n_right": 4, "n_cross": 2,
+                                   "bottleneck_mbit": 1000, "access_mbit": 100000,
+                                   "queue_pkts": 100}
+    cfg["scenario"]["workload"].update(steps=None, time_limit_s=4.0)
+    cfg["scenario"]["timeline"] = [
+        {"at_s": 1.0, "kind": "cross_start", "id": "a", "src": "x0", "dst": "x1", "streams": 4},
+        {"at_s": 2.5, "kind": "cross_stop", "id": "a"}]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    job = paced.from_run(tmp_path)
+    assert job.bottleneck_mbit == 1000.0 and job.fabric().kind == "dumbbell"
+    assert job.cross == (paced.CrossFlow("x0", "x1", 4, 1.0, 2.5),)
+    res = paced.simulate_isolated([job])[0]
+    first_end = res.steps[0].t + res.steps[0].step_s
+    busy = [s.step_s for s in res.steps if 1.2 < s.t - first_end < 2.3]
+    idle = [s.step_s for s in res.steps if s.t - first_end > 2.8]
+    assert busy and idle and min(busy) > 2.0 * max(idle)
+    assert res.steps[-1].t + res.steps[-1].step_s >= 4.0
+    cfg["scenario"]["timeline"] = [{"at_s": 1.0, "kind": "set_rate", "link": "s0-s1",
+                                    "rate_mbit": 10}]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"\['set_rate'\] are not simulated"):
+        paced.from_run(tmp_path)
