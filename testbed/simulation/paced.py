@@ -18,8 +18,13 @@ inputs, read from the run's own ``config.json`` where the run recorded them:
   shapes, dense for torch's ``start_powerSGD_iter`` = 2 first steps, as
   ``netsenseml.payload.powersgd_hook`` sends them); ``tests/simulation/test_paced.py``
   holds them equal to each codec's ``wire()`` sizes, per bucket;
-* **the topology and rate**: the run's star (``platform.build``: one simplex link per
-  direction at the configured virtual rate, both ends shaped as HTB shapes them);
+* **the topology and timeline**: the run's star, dumbbell or leaf-spine
+  (``calibrate.fabric_of``, ``platform.build``: one simplex link per direction at the
+  configured virtual rate, each shaped as HTB shapes it) and its timeline's iperf3 streams
+  (``cross_start``/``cross_stop``: competing bulk flows from the end of the first step,
+  ``timeline_origin: first_step``; each a fair flow, the standing queue ``queue_pkts`` full
+  frames: the engine's uncalibrated defaults). Rate changes, ramps and traces are refused
+  (not simulated yet);
 * **the dilation factor k**: the emulation runs the link at rate / k and every host part
   k times slower, and reads its clock divided by k. The simulation runs on the virtual
   clock, so the rate is the configured one, but whatever the emulating host does in real

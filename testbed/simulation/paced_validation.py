@@ -35,7 +35,7 @@ from testbed.simulation import paced
 FAITHFUL_REAL_MBIT = 300.0
 RATIO_TOL = 0.02
 COLUMNS = ("point", "model", "rate_mbit", "method", "k", "real_mbit", "emulated", "simulated",
-           "error_pct", "link_util", "levels_same", "degraded")
+           "error_pct", "link_util", "sim_link_util", "levels_same", "degraded")
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Point:
     emulated: float
     simulated: float
     link_util: float | None = None
+    sim_link_util: float | None = None
     levels_same: float | None = None
     degraded: bool = False
     steps: list[tuple[str, float, float]] = field(default_factory=list, repr=False)
@@ -110,10 +111,11 @@ def validate(root: Path, workers: int = 1, only: str | None = None
             skipped.append(f"{d}: fewer than two simulated steps")
             continue
         emu_steps = rank0_steps(d)
-        p = Point(point=str(d.relative_to(root)), model=job.model, rate_mbit=job.rate_mbit,
+        p = Point(point=str(d.relative_to(root)), model=job.model, rate_mbit=job.bottleneck_mbit,
                   method=job.method, k=job.dilation,
                   emulated=float(summary["throughput_samples_per_s"]), simulated=sim,
-                  link_util=link_util(d, emu_steps), degraded=bool(summary.get("degraded")),
+                  link_util=link_util(d, emu_steps), sim_link_util=sim_link_util(job, res),
+                  degraded=bool(summary.get("degraded")),
                   steps=[(s.level, s.ratio, s.step_s) for s in res.steps])
         if job.method in paced.SIMULATED:
             p.levels_same = levels_same(emu_steps, p.steps)
@@ -149,6 +151,24 @@ def link_util(run: Path, steps: list[dict[str, str]]) -> float | None:
                                  for r in rows), 4)
 
 
+def sim_link_util(job: paced.PacedJob, res: paced.PacedResult) -> float | None:
+    """What :func:`link_util` reads, of the simulation: a worker's bytes on its link toward
+    the switch (the ring's per-rank volume, TCP/IP/Ethernet headers included: 1514 bytes a
+    1448-byte segment) over the bottleneck's rate, from the first step's end to the last's."""
+    steps = res.steps
+    if len(steps) < 2:
+        return None
+    span = steps[-1].t + steps[-1].step_s - (steps[0].t + steps[0].step_s)
+    w = job.workers
+    volume = 0.0
+    for s in steps[1:]:
+        for b in paced.step_plan(job, s.step, paced.level_method(s.level, s.ratio)
+                                 if job.method in paced.SIMULATED else job.method):
+            volume += sum(2 * (w - 1) / w * n if kind == "allreduce" else (w - 1) * n
+                          for kind, n in b.parts)
+    return round(volume / paced.GOODPUT * 8 / (job.bottleneck_mbit * 1e6 * span), 4)
+
+
 def _same(level: str, ratio: float, emu: dict[str, str]) -> bool:
     if level != emu.get("level"):
         return False
@@ -178,12 +198,13 @@ def _fmt(x: float | None, spec: str) -> str:
 def table(points: list[Point]) -> list[str]:
     """The markdown table, one row per point."""
     out = ["| point | method | rate Mbit/s | k | real Mbit/s | emulated samples/s | "
-           "simulated | error % | link util | levels same |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "simulated | error % | link util emulated | simulated | levels same |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         out.append(f"| {p.point}{' (degraded)' if p.degraded else ''} | {p.method} | "
                    f"{p.rate_mbit:g} | {p.k:g} | {p.real_mbit:g} | {p.emulated:.1f} | "
                    f"{p.simulated:.1f} | {p.error_pct:+.1f} | {_fmt(p.link_util, '.3f')} | "
+                   f"{_fmt(p.sim_link_util, '.3f')} | "
                    f"{_fmt(p.levels_same, '.2f')} |")
     return out
 
