@@ -49,8 +49,11 @@ the share the streams just backed off from), so ``k`` streams are entered as
 ``round(k x cross_weight)`` comms, ``cross_weight`` fitted on the congested calibration
 runs (on the build machine 0.5: four iperf3 streams took what two fair flows would).
 
-NetSenseML runs its real policy (``netsenseml.policy.NetSensePolicy``, pure Python) in the
-hook's own step loop (``netsenseml.loop``): the registration probe is simulated (one-element
+The adaptive methods run their real policy, built from the method registry as the hook
+builds it (``netsenseml.policy.NetSensePolicy`` with the job's prior, the prototype's rule,
+StellaTrain), in the hook's own step loop (``netsenseml.loop``). The prototype's rule needs
+no probe and judges each collective's (bytes handed, seconds from launch) itself; for the
+others the registration probe is simulated (one-element
 allreduces, one-byte all-gathers, the fastest of three 1 MiB allreduces); each step's
 payload collective is a sample of a ``netsenseml.sense.NetworkMonitor`` (fp32-allreduce-
 equivalent bytes from the mean rank's launch, as ``netsenseml.comm`` gives it), and where
