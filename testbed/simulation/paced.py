@@ -158,15 +158,24 @@ def check_method(method: str) -> None:
 def from_run(run_dir: Path) -> PacedJob:
     """The inputs of the run in ``run_dir`` (its ``config.json``), as the run had them."""
     cfg = json.loads((run_dir / "config.json").read_text())
+    return from_config(cfg, _start_record(run_dir), str(run_dir))
+
+
+def from_config(cfg: dict[str, Any], start: dict[str, Any] | None = None,
+                where: str = "config") -> PacedJob:
+    """The inputs a run's ``config.json`` holds (``scenario``, ``method``, ``world_size``,
+    ``accelerator``: mode, timing, profile, dilation) and its rank-0 ``start`` record (the
+    model's knobs and context; {} or None: the profile entry's); ValueError (one line,
+    naming ``where``) for what the paced simulation cannot run."""
     sc = cfg["scenario"]
     topo, wl, acc = sc["topology"], sc["workload"], cfg.get("accelerator") or {}
     if acc.get("mode") != "paced":
-        raise ValueError(f"{run_dir}: not a paced run (no accelerator timing)")
+        raise ValueError(f"{where}: not a paced run (no accelerator timing)")
     kinds = {ev.get("kind") for ev in sc.get("timeline") or []} - {"cross_start", "cross_stop"}
     if kinds:
-        raise ValueError(f"{run_dir}: timeline events {sorted(kinds)} are not simulated "
+        raise ValueError(f"{where}: timeline events {sorted(kinds)} are not simulated "
                          "(cross_start/cross_stop are)")
-    start = _start_record(run_dir)
+    start = start or {}
     work = advise.load_workload(wl["model"], profile=acc.get("profile") or advise.DEFAULT_PROFILE,
                                 dataset=wl["dataset"], batch_size=int(wl["batch_size"]),
                                 knobs=start.get("knobs"), context=int(start.get("context") or 128))

@@ -249,3 +249,48 @@ def test_a_dumbbell_runs_timeline_of_streams_slows_its_steps(tmp_path: Path) -> 
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=r"\['set_rate'\] are not simulated"):
         paced.from_run(tmp_path)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    from testbed.cli.app import main
+
+    rc = main(["simulate", "paced", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _row(out: str, method: str) -> list[str]:
+    line = next(x for x in out.splitlines() if x.startswith(f"| {method} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_simulate_paced_reads_a_run_folder_or_the_scenario_it_came_from(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``netsense simulate paced``: a run folder as it ran (its throughput beside), and the
+    scenario it came from with the same overrides gives the same inputs, so the same
+    prediction (the dilation factor from the rule the run's ``auto`` applied)."""
+    run = GRID / "resnet18-star" / "rate_mbit=1000" / "topk-0.01-s0"
+    rc, out, err = _cli(capsys, [str(run), "-j", "1"])
+    assert rc == 0, err
+    method, k, _real, sim, _step, _levels, emulated, error = _row(out, "topk:0.01")
+    assert (k, float(emulated)) == ("3", pytest.approx(3870.578, abs=0.1))
+    assert float(error) == pytest.approx(100 * (float(sim) / float(emulated) - 1), abs=0.1)
+    rc, out, err = _cli(capsys, ["paper-resnet18-star", "--set", "workload.grads=payload",
+                                 "--set", "topology.rate_mbit=1000", "-m",
+                                 "topk:0.01,netsenseml-paper", "-j", "1"])
+    assert rc == 0, err
+    row = _row(out, "topk:0.01")
+    assert row[1] == "3" and float(row[3]) == pytest.approx(float(sim), rel=1e-6)
+    assert _row(out, "netsenseml-paper")[5].startswith("topk:0.75 x1")
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["paper-resnet18-star", "-m", "accordion"], "--methods: method 'accordion': not simulated"),
+    ([str(GRID / "resnet18-star" / "rate_mbit=1000" / "fp16-s0"), "--set", "a.b=1"],
+     "--set: a run folder is simulated as it ran"),
+    (["no-such-scenario"], "no-such-scenario"),
+])
+def test_simulate_paced_refuses_in_one_line(capsys: pytest.CaptureFixture[str],
+                                            argv: list[str], needle: str) -> None:
+    rc, _out, err = _cli(capsys, argv)
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
