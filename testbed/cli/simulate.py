@@ -377,10 +377,14 @@ def paced_cmd(target: PacedTargetArg, methods: PacedMethodsOption = None,
 
     _need_simgrid()
     folder = Path(target)
+    warm: int | None = None  # the method's own warm-up (a scenario: today's rule)
     if (folder / "config.json").is_file():
         if sets:
             fail("--set: a run folder is simulated as it ran; --set is for a scenario")
         cfgs, start, emulated = _run_configs(folder, methods)
+        if emulated:
+            from testbed.simulation import paced_validation as pv
+            warm = pv.marked_warmup(pv.rank0_steps(folder))
     else:
         cfgs, start, emulated = _scenario_configs(target, methods, sets), None, None
     try:
@@ -393,7 +397,8 @@ def paced_cmd(target: PacedTargetArg, methods: PacedMethodsOption = None,
                + (" emulated | error % |" if emulated else ""))
     typer.echo("|---|---|---|---|---|---|" + ("---|---|" if emulated else ""))
     for job, res in zip(jobs_, results, strict=True):
-        thr = res.throughput(job.batch_size, job.workers) or 0.0
+        # a run folder's throughput is read over the steps its own record counted
+        thr = res.throughput(job.batch_size, job.workers, warm) or 0.0
         levels: dict[str, int] = {}
         for st in res.steps[1:]:
             key = paced.level_method(st.level, st.ratio) if job.method in paced.SIMULATED \

@@ -299,16 +299,27 @@ def measured(colls: list[Coll], period: float, codec: float) -> Measured:
 
 
 # ----------------------------------------------------------------------------- the simulation
+def warmup_steps(method: str) -> int:
+    """The leading steps a method declares its warm-up, which a run marks and its
+    throughput leaves out (``netsenseml.state``: PowerSGD's dense steps)."""
+    return POWERSGD_START if methods.parse(method).name == "powersgd" else 0
+
+
 @dataclass
 class PacedResult:
     steps: list[StepRecord]
     wall_s: float
     probe: dict[str, float] = field(default_factory=dict)
+    warmup: int = 0  # leading steps of the method's warm-up (``warmup_steps``)
 
-    def throughput(self, batch_size: int, workers: int) -> float | None:
+    def throughput(self, batch_size: int, workers: int, warmup: int | None = None
+                   ) -> float | None:
         """Samples/s as ``testbed.common.metrics.throughput`` reads a run: the steps after
-        the first over the time from the first's end to the last's."""
-        ends = [s.t + s.step_s for s in self.steps]
+        the first steady one (after the first step and the ``warmup`` leading ones, this
+        result's own by default) over the time from its end to the last's. A run made
+        before its method's warm-up was marked counted it: ``warmup=0`` reads it so."""
+        skip = self.warmup if warmup is None else warmup
+        ends = [s.t + s.step_s for s in self.steps][skip:]
         if len(ends) < 2 or ends[-1] <= ends[0]:
             return None
         return (len(ends) - 1) * batch_size * workers / (ends[-1] - ends[0])
@@ -445,16 +456,18 @@ def simulate(job: PacedJob) -> PacedResult:
     s = _Paced(job)
     s.sg.Actor.create("controller", s.hosts[0], s.controller)
     s.e.run()
-    return PacedResult(s.out, time.perf_counter() - wall0, s.probe)
+    return PacedResult(s.out, time.perf_counter() - wall0, s.probe, warmup_steps(job.method))
 
 
 def _simulate_dict(job: PacedJob) -> dict[str, Any]:
     r = simulate(job)
-    return {"steps": [vars(s) for s in r.steps], "wall_s": r.wall_s, "probe": r.probe}
+    return {"steps": [vars(s) for s in r.steps], "wall_s": r.wall_s, "probe": r.probe,
+            "warmup": r.warmup}
 
 
 def simulate_isolated(jobs: list[PacedJob], workers: int = 1) -> list[PacedResult]:
     """Each job in a fresh process (a SimGrid engine runs once per process)."""
-    return [PacedResult([StepRecord(**s) for s in d["steps"]], d["wall_s"], d["probe"])
+    return [PacedResult([StepRecord(**s) for s in d["steps"]], d["wall_s"], d["probe"],
+                        d["warmup"])
             for d in engine.run_isolated(_simulate_dict, jobs, workers)]
 

@@ -106,11 +106,11 @@ def validate(root: Path, workers: int = 1, only: str | None = None
     results = paced.simulate_isolated([job for _, job, _ in runs], workers)
     points = []
     for (d, job, summary), res in zip(runs, results, strict=True):
-        sim = res.throughput(job.batch_size, job.workers)
+        emu_steps = rank0_steps(d)
+        sim = res.throughput(job.batch_size, job.workers, marked_warmup(emu_steps))
         if sim is None:
             skipped.append(f"{d}: fewer than two simulated steps")
             continue
-        emu_steps = rank0_steps(d)
         p = Point(point=str(d.relative_to(root)), model=job.model, rate_mbit=job.bottleneck_mbit,
                   method=job.method, k=job.dilation,
                   emulated=float(summary["throughput_samples_per_s"]), simulated=sim,
@@ -131,6 +131,13 @@ def rank0_steps(run: Path) -> list[dict[str, str]]:
     except OSError:
         return []
     return sorted(rows, key=lambda r: float(r["t"]))
+
+
+def marked_warmup(steps: list[dict[str, str]]) -> int:
+    """How many steps the run marked as its method's warm-up (``warmup``), which its
+    throughput left out; 0 for a run made before the marking existed (it counted them), so
+    the simulation's throughput is read over the same steps."""
+    return sum(1 for r in steps if (r.get("warmup") or "0") not in ("", "0", "0.0"))
 
 
 def link_util(run: Path, steps: list[dict[str, str]]) -> float | None:

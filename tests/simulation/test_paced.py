@@ -268,7 +268,8 @@ def test_simulate_paced_reads_a_run_folder_or_the_scenario_it_came_from(
         capsys: pytest.CaptureFixture[str]) -> None:
     """``netsense simulate paced``: a run folder as it ran (its throughput beside), and the
     scenario it came from with the same overrides gives the same inputs, so the same
-    prediction (the dilation factor from the rule the run's ``auto`` applied)."""
+    prediction (the dilation factor pinned to the run's: the rule ``auto`` applies has
+    changed since the run was made, and a scenario's is today's)."""
     run = GRID / "resnet18-star" / "rate_mbit=1000" / "topk-0.01-s0"
     rc, out, err = _cli(capsys, [str(run), "-j", "1"])
     assert rc == 0, err
@@ -276,7 +277,8 @@ def test_simulate_paced_reads_a_run_folder_or_the_scenario_it_came_from(
     assert (k, float(emulated)) == ("3", pytest.approx(3870.578, abs=0.1))
     assert float(error) == pytest.approx(100 * (float(sim) / float(emulated) - 1), abs=0.1)
     rc, out, err = _cli(capsys, ["paper-resnet18-star", "--set", "workload.grads=payload",
-                                 "--set", "topology.rate_mbit=1000", "-m",
+                                 "--set", "topology.rate_mbit=1000",
+                                 "--set", "accelerator.dilation=3", "-m",
                                  "topk:0.01,netsenseml-paper", "-j", "1"])
     assert rc == 0, err
     row = _row(out, "topk:0.01")
@@ -294,3 +296,23 @@ def test_simulate_paced_refuses_in_one_line(capsys: pytest.CaptureFixture[str],
                                             argv: list[str], needle: str) -> None:
     rc, _out, err = _cli(capsys, argv)
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_powersgds_dense_warm_up_is_read_as_the_run_read_it() -> None:
+    """A run marks PowerSGD's dense steps as warm-up and leaves them out of its throughput
+    (netsenseml.state, testbed.common.metrics); the committed runs predate the marking and
+    counted one. The simulation's throughput leaves out its own warm-up by default and the
+    run's marked steps where it is compared with a run."""
+    run = GRID / "resnet18-star" / "rate_mbit=1000" / "powersgd-4-s0"
+    assert pv.marked_warmup(pv.rank0_steps(run)) == 0
+    job = paced.from_run(run)
+    res = paced.simulate_isolated([job])[0]
+    assert res.warmup == 2 == paced.warmup_steps("powersgd:4")
+    steady, counted_dense = res.throughput(32, 8), res.throughput(32, 8, 0)
+    assert steady is not None and counted_dense is not None and steady > 3 * counted_dense
+    ends = [s.t + s.step_s for s in res.steps]
+    rows = [{"rank": 0, "t": e, "samples": 256, "kind": "step", "warmup": int(i < 2)}
+            for i, e in enumerate(ends)]
+    assert steady == pytest.approx(metrics.throughput(rows))
+    point, = pv.validate(GRID, only="rate_mbit=1000/powersgd")[0]
+    assert point.simulated == pytest.approx(counted_dense)
