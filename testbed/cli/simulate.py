@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 import typer
 
-from testbed.cli.common import fail
+from testbed.cli.common import SetOption, fail, parse_overrides
 
 app = typer.Typer(help="the SimGrid step model: calibrate on run folders, validate on "
                   "held-out runs, predict at scale", no_args_is_help=True,
@@ -357,6 +357,128 @@ def predict_cmd(
         if figure is not None:
             _draw(out, figure, f"{scn.name}: {fabric}, {background} background flows per "
                   f"leaf, oversubscription {oversub:g}")
+
+
+PacedTargetArg = Annotated[str, typer.Argument(
+    help="a paced run's folder (its config.json), or a scenario name or YAML path with an "
+    "accelerator: block")]
+PacedMethodsOption = Annotated[str | None, typer.Option(
+    "--methods", "-m", metavar="M,M,...", help="methods (default: the run's, or the "
+    "scenario's)")]
+
+
+@app.command("paced")
+def paced_cmd(target: PacedTargetArg, methods: PacedMethodsOption = None,
+              sets: SetOption = None, jobs: JobsOption = CPUS) -> None:
+    """A paced run simulated from its own inputs: profile, DDP's buckets, each method's
+    wire sizes and policy, topology, timeline, k (nothing fitted); a run folder's own
+    throughput beside it."""
+    from testbed.simulation import paced
+
+    _need_simgrid()
+    folder = Path(target)
+    warm: int | None = None  # the method's own warm-up (a scenario: today's rule)
+    if (folder / "config.json").is_file():
+        if sets:
+            fail("--set: a run folder is simulated as it ran; --set is for a scenario")
+        cfgs, start, emulated = _run_configs(folder, methods)
+        if emulated:
+            from testbed.simulation import paced_validation as pv
+            warm = pv.marked_warmup(pv.rank0_steps(folder))
+    else:
+        cfgs, start, emulated = _scenario_configs(target, methods, sets), None, None
+    try:
+        jobs_ = [paced.from_config(c, start, target) for c in cfgs]
+    except (ValueError, KeyError) as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else f"{target}: {type(exc).__name__}")
+    t0 = time.perf_counter()
+    results = paced.simulate_isolated(jobs_, jobs)
+    typer.echo("| method | k | real Mbit/s | simulated samples/s | step ms | levels |"
+               + (" emulated | error % |" if emulated else ""))
+    typer.echo("|---|---|---|---|---|---|" + ("---|---|" if emulated else ""))
+    for job, res in zip(jobs_, results, strict=True):
+        # a run folder's throughput is read over the steps its own record counted
+        thr = res.throughput(job.batch_size, job.workers, warm) or 0.0
+        levels: dict[str, int] = {}
+        for st in res.steps[1:]:
+            key = paced.level_method(st.level, st.ratio) if job.method in paced.SIMULATED \
+                else job.method
+            levels[key] = levels.get(key, 0) + 1
+        top = ", ".join(f"{k} x{v}" for k, v in sorted(levels.items(), key=lambda kv: -kv[1])[:3])
+        row = (f"| {job.method} | {job.dilation:g} | {job.bottleneck_mbit / job.dilation:g} | "
+               f"{thr:.1f} | {1e3 * job.batch_size * job.workers / thr if thr else 0:.1f} | "
+               f"{top} |")
+        if emulated:
+            row += f" {emulated:.1f} | {100 * (thr / emulated - 1):+.1f} |"
+        typer.echo(row)
+    typer.echo(f"{len(jobs_)} simulations in {time.perf_counter() - t0:.1f} s "
+               "(testbed/simulation/paced.py: what is and is not modelled)")
+
+
+def _run_configs(folder: Path, methods: str | None
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any], float | None]:
+    """A run folder's config (one per ``--methods``, else its own), its start record, and
+    its emulated throughput (None when other methods are asked)."""
+    import json
+
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        start = json.loads((folder / "start.json").read_text()) \
+            if (folder / "start.json").is_file() else {}
+        summary = json.loads((folder / "summary.json").read_text()) \
+            if (folder / "summary.json").is_file() else {}
+    except (OSError, ValueError) as exc:
+        fail(f"{folder}: unreadable run record ({exc})")
+    asked = parse_paced_methods(methods) if methods else [str(cfg.get("method"))]
+    emulated = summary.get("throughput_samples_per_s") if asked == [cfg.get("method")] else None
+    return [{**cfg, "method": m} for m in asked], start, emulated
+
+
+def _scenario_configs(scenario: str, methods: str | None,
+                      sets: list[str] | None) -> list[dict[str, Any]]:
+    """What a run of the scenario would write in its config.json, per method: the timing of
+    its accelerator's profile entry, the dilation factor its rule sets (a number, or the
+    estimate of ``auto``, testbed.config.estimate)."""
+    from netsenseml import accelerator
+    from testbed.config.estimate import estimate
+    from testbed.config.scenario import ScenarioError, apply_overrides, load_scenario
+
+    try:
+        scn = apply_overrides(load_scenario(scenario, skip_kernel_checks=True),
+                              parse_overrides(sets))
+    except ScenarioError as exc:
+        fail(str(exc))
+    acc, wl = scn.accelerator, scn.workload
+    if acc is None:
+        fail(f"{scenario}: no accelerator: block (the paced simulation needs a profile)")
+    try:
+        timing = acc.timing(wl.model, wl.knobs(), wl.batch_size)
+    except accelerator.ProfileError as exc:
+        fail(f"accelerator.profile: {exc}")
+    out = []
+    for m in parse_paced_methods(methods) if methods else list(scn.methods):
+        k = float(acc.dilation) if acc.dilation != "auto" else float(estimate(scn, m)["k"])
+        out.append({"scenario": scn.model_dump(mode="json"), "method": m,
+                    "world_size": scn.world_size,
+                    "accelerator": {"mode": "paced", "timing": timing.to_json(),
+                                    "profile": acc.profile, "dilation": k}})
+    return out
+
+
+def parse_paced_methods(text: str) -> list[str]:
+    """``--methods`` of ``simulate paced``: each one the paced simulation can run."""
+    from testbed.simulation.paced import check_method
+
+    out = []
+    for m in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            check_method(m)
+        except ValueError as exc:
+            fail(f"--methods: {exc}")
+        out.append(m)
+    if not out:
+        fail("--methods: empty")
+    return out
 
 
 def _scenario_and_calibration(scenario: str, calibration: list[Path],

@@ -133,7 +133,8 @@ def _f(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _fabric(topo: dict[str, Any], n: int) -> Fabric | None:
+def fabric_of(topo: dict[str, Any], n: int) -> Fabric | None:
+    """A run's topology (star, dumbbell, leaf-spine) as a platform; None for other kinds."""
     kind = topo.get("kind")
     q = int(topo.get("queue_pkts", 100))
     if kind == "star":
@@ -175,7 +176,7 @@ def load_run(run_dir: Path) -> RunFacts | None:
     cfg, summ, method = read
     scn = cfg.get("scenario") or {}
     n = int(cfg["world_size"])
-    fab = _fabric(scn.get("topology") or {}, n)
+    fab = fabric_of(scn.get("topology") or {}, n)
     if fab is None:
         return None
     cross = cross_flows(scn.get("timeline") or [])

@@ -49,8 +49,11 @@ the share the streams just backed off from), so ``k`` streams are entered as
 ``round(k x cross_weight)`` comms, ``cross_weight`` fitted on the congested calibration
 runs (on the build machine 0.5: four iperf3 streams took what two fair flows would).
 
-NetSenseML runs its real policy (``netsenseml.policy.NetSensePolicy``, pure Python) in the
-hook's own step loop (``netsenseml.loop``): the registration probe is simulated (one-element
+The adaptive methods run their real policy, built from the method registry as the hook
+builds it (``netsenseml.policy.NetSensePolicy`` with the job's prior, the prototype's rule,
+StellaTrain), in the hook's own step loop (``netsenseml.loop``). The prototype's rule needs
+no probe and judges each collective's (bytes handed, seconds from launch) itself; for the
+others the registration probe is simulated (one-element
 allreduces, one-byte all-gathers, the fastest of three 1 MiB allreduces); each step's
 payload collective is a sample of a ``netsenseml.sense.NetworkMonitor`` (fp32-allreduce-
 equivalent bytes from the mean rank's launch, as ``netsenseml.comm`` gives it), and where
@@ -76,7 +79,7 @@ from typing import Any
 
 from netsenseml import convergence, methods
 from netsenseml.loop import Measured, StepLoop
-from netsenseml.policy import Calibration, NetSensePolicy, bytes_ratio
+from netsenseml.policy import Calibration, bytes_ratio
 from netsenseml.sense import NetworkMonitor
 from testbed.simulation import engine
 from testbed.simulation.model import oversubscription
@@ -90,11 +93,12 @@ DENSE_LEVELS = ("none", "fp16", "bf16")
 GATHERED_LEVELS = ("int8", "topk")
 PROBE_BYTES = 1 << 20
 PROBE_REPEATS = 3
-#: The adaptive methods the simulation runs, each its real policy in the hook's step loop:
-#: their decisions read times and bytes. Not Accordion (it reads gradient norms: a
-#: simulation has no gradient) nor the prototype's rule (it times every collective on the
-#: real clock, ``netsenseml.paper_rule``).
-SIMULATED_ADAPTIVE = ("netsenseml", "stellatrain")
+#: The adaptive methods the simulation runs, each its real policy (built from the method
+#: registry, as the hook builds it) in the hook's step loop: their decisions read times
+#: and bytes. The prototype's rule (``netsenseml.paper_rule``) takes each collective's
+#: (bytes, seconds) at the simulated clock. Not Accordion (it reads gradient norms: a
+#: simulation has no gradient).
+SIMULATED_ADAPTIVE = ("netsenseml", "netsenseml-paper", "stellatrain")
 
 
 @dataclass(frozen=True)
@@ -481,6 +485,10 @@ class _Simulation:
         (an actor of its own, as gloo's second thread runs it; the step ends with it, as
         the hook's does); the monitor gets both samples in the order they completed.
         Returns (phases simulated, bytes handed)."""
+        if loop.policy.takes_samples:  # the prototype's rule: each collective, bytes handed
+            phases = self.collective(kind, size)
+            loop.policy.add(size, self.e.clock - launch, self.e.clock)  # type: ignore[attr-defined]
+            return phases, size
         tiny: list[float] = []
         start = self.e.clock
         actor = (self.sg.Actor.create("rtt-probe", self.hosts[0],
@@ -576,9 +584,15 @@ class _Simulation:
 
 
 def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
-    """The registration probe, simulated as the hook runs it, and the step loop of the
-    job's adaptive policy (NetSenseML with the job's convergence prior, or StellaTrain)
-    calibrated on it (its first decision)."""
+    """The step loop of the job's adaptive policy, built from the method registry as the
+    hook builds it (NetSenseML with the job's convergence prior); where the policy needs
+    the registration probe (``needs_calibration``), the probe simulated as the hook runs
+    it and the policy calibrated on it (its first decision)."""
+    options = ({"prior": convergence.load(job.convergence)} if job.method == "netsenseml"
+               else {})
+    loop = StepLoop(methods.resolve(job.method).build(**options), NetworkMonitor())
+    if not loop.policy.needs_calibration:
+        return loop
     lat = min(timed("allreduce", 4.0) for _ in range(PROBE_REPEATS))
     glat = min(timed("allgather", 1.0) for _ in range(PROBE_REPEATS))
     n = max(1, min(int(job.dense_bytes // 4), PROBE_BYTES // 4))
@@ -591,9 +605,6 @@ def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
     codec = {"none": 0.0, "fp16": job.compute.at("fp16")[1], "int8": job.compute.at("int8")[1],
              "topk": job.compute.at("topk", 0.01)[1]}
     probe.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
-    policy = (NetSensePolicy(prior=convergence.load(job.convergence)) if job.method == "netsenseml"
-              else methods.resolve(job.method).build())
-    loop = StepLoop(policy, NetworkMonitor())
     loop.calibrate(Calibration(
         dense_bytes=job.dense_bytes, world_size=job.fabric.workers, latency_s=lat,
         s_per_byte=s_per_byte, codec_s=codec,
