@@ -8,7 +8,7 @@ each folder is validated here, once, and the outcome is one of:
 
 - a :class:`RunData` with parsed config, summary, sweep metadata and steps, whose
   ``status`` is the *true* one: a ``running`` record whose orchestrator is dead reads as
-  ``failed`` with the reason (``rundir.stale_reason``);
+  ``failed`` with the reason (``testbed.common.provenance.stale_reason``);
 - an :class:`Excluded` naming the folder and why (``summary.json is not valid JSON
   (truncated?)``, ``steps.csv lacks column(s) t, samples`` ...).
 
@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from testbed.common import bounded, files
-from testbed.orchestration.rundir import stale_reason
+from testbed.common.provenance import stale_reason
 from workloads.records import LEGACY_STEP_KEYS
 
 #: Columns every steps.csv of a finished run has (records.step_rows writes them).

@@ -38,8 +38,8 @@ from testbed.analysis.figures import registry as figure_registry
 from testbed.analysis.results import Results
 from testbed.common import bounded, files, names
 from testbed.common.files import atomic_write_text
+from testbed.common.provenance import git_commit
 from testbed.config.sweep import SWEEPS_DIR
-from testbed.orchestration.rundir import git_commit
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
