@@ -43,9 +43,10 @@ class RunData:
 
     config.json, summary.json, sweep.json and steps.csv are read when the folder loads;
     the others (events.csv, bottleneck.csv, start.json, ...) when first asked for, each
-    once (bounded, ``testbed.common.bounded``), and kept: every table, figure and the report
-    take them from here and never open a run's file themselves. What it returns is shared:
-    callers never change a frame or a dict in place.
+    once (bounded, ``testbed.common.bounded``), and what was made of them kept (the frame,
+    the JSON object; not the text: a full run's bottleneck.csv is megabytes): every table,
+    figure and the report take them from here and never open a run's file themselves. What
+    it returns is shared: callers never change a frame or a dict in place.
     """
 
     path: Path
@@ -70,33 +71,36 @@ class RunData:
         return got
 
     def text(self, name: str) -> str:
-        """The file ``name`` (relative to the folder) as text; Damaged when absent, over its
-        bound (JSON files 16 MiB, others :data:`bounded.MAX_CSV_BYTES`) or not UTF-8."""
+        """The file ``name`` (relative to the folder) as text, read now (the views below
+        keep what they made of it); Damaged when absent, over its bound (JSON files 16 MiB,
+        others :data:`bounded.MAX_CSV_BYTES`) or not UTF-8."""
         bound = bounded.MAX_JSON_BYTES if name.endswith(".json") else bounded.MAX_CSV_BYTES
-
-        def read() -> str:
-            if not (self.path / name).exists():
-                raise Damaged(f"{name} missing")
-            try:
-                return bounded.read_text(self.path / name, bound, Path(name).name)
-            except bounded.BoundError as exc:
-                raise Damaged(str(exc)) from None
-
-        return self._once(("text", name), read)
+        if not (self.path / name).exists():
+            raise Damaged(f"{name} missing")
+        try:
+            return bounded.read_text(self.path / name, bound, Path(name).name)
+        except bounded.BoundError as exc:
+            raise Damaged(str(exc)) from None
 
     def json(self, name: str) -> dict[str, Any] | None:
         """The JSON object in ``name``; None when absent, damaged or not an object."""
-        try:
-            data = json.loads(self.text(name))
-        except ValueError:  # Damaged too
-            return None
-        return data if isinstance(data, dict) else None
+        def read() -> dict[str, Any] | None:
+            try:
+                data = json.loads(self.text(name))
+            except ValueError:  # Damaged too
+                return None
+            return data if isinstance(data, dict) else None
+
+        return self._once(("json", name), read)
 
     def csv(self, name: str, columns: tuple[str, ...] = ()) -> pd.DataFrame:
         """``name`` as a frame with ``columns`` present and numeric (:func:`read_csv_file`);
-        Damaged when absent or unusable."""
+        Damaged when absent or unusable. The file is parsed once whatever ``columns``."""
+        frame = self._once(("csv", name), lambda: parse_csv(self.text(name), name))
+        if not columns:
+            return frame
         return self._once(("csv", name, columns),
-                          lambda: parse_csv(self.text(name), name, columns))
+                          lambda: numeric_columns(frame.copy(), name, columns))
 
     def records(self, name: str) -> list[dict[str, str]]:
         """``name``'s rows as the csv module reads them (every cell a string, as written);
@@ -254,6 +258,12 @@ def parse_csv(text: str, name: str, columns: tuple[str, ...] = ()) -> pd.DataFra
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Damaged(f"{name} cannot be parsed: {first}") from None
+    return numeric_columns(df, name, columns)
+
+
+def numeric_columns(df: pd.DataFrame, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``df`` (changed in place) with ``columns`` present and numeric; Damaged otherwise."""
+    name = Path(name).name
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise Damaged(f"{name} lacks column(s) {', '.join(missing)}")
