@@ -65,7 +65,7 @@ outputs "$HERE" "$OUT/b"
 
 norm() {
   sed -E -e "s#$1#OUT#g" -e 's/generated [0-9-]+ [0-9:]+ UTC/generated T/' \
-    -e 's/at commit [0-9a-f]{12}[^;]*;/at commit C;/' -e 's#/CreationDate \([^)]*\)##' "$2"
+    -e 's/Made by the code at [^;]*;/Made by the code at C;/' -e 's#/CreationDate \([^)]*\)##' "$2"
 }
 bad=0
 for f in $(cd "$OUT/a" && find . -type f | sort); do
