@@ -165,11 +165,6 @@ class Folders:
                 d, run, {}, {}, {}, pd.DataFrame(), "missing", item.reason)
         return self._by[run]
 
-    def add(self, runs: list[RunData], key: Any = None) -> None:
-        """Hold ``runs`` under ``key(run)`` (default: each run's ``run``)."""
-        for r in runs:
-            self._by[key(r) if key else r.run] = r
-
 
 def folder_of(where: RunData | Path | str) -> RunData:
     """``where`` as a :class:`RunData`: itself, or the run folder at that path, loaded."""
