@@ -327,6 +327,26 @@ def load_folder(d: Path, root: Path) -> RunData | Excluded:
                    None if reason is None else str(reason))
 
 
+def open_folder(d: Path) -> RunData:
+    """One run folder as it is, whatever its status, for a command that looks at one
+    folder (``netsense sensing``): config.json required (Damaged), summary.json and
+    sweep.json when there, steps.csv as written (upgraded, no column required) when
+    readable; its other files through the reader as for any folder."""
+    d = Path(d)
+    config = read_json_file(d / "config.json", required=True)
+    summary = read_json_file(d / "summary.json", required=False)
+    meta = read_json_file(d / "sweep.json", required=False)
+    reason = summary.get("reason")
+    folder = RunData(d, d.name, config, summary, meta, pd.DataFrame(),
+                     str(summary.get("status") or "missing"),
+                     None if reason is None else str(reason))
+    try:
+        folder.steps = upgrade_step_columns(folder.csv("steps.csv"))
+    except Damaged:
+        pass
+    return folder
+
+
 def load_all(root: Path) -> Loaded:
     """Every run folder under ``root``: loaded, or excluded with its reason."""
     root = Path(root)

@@ -117,13 +117,9 @@ def _read(run_dir: Path) -> tuple[loading.RunData, pd.DataFrame, pd.DataFrame]:
         if not (run_dir / name).exists():
             raise SensingError(f"{run_dir}: no {name} (a run of this testbed version "
                                f"writes it)")
-    folder = loading.folder_of(run_dir)
-    if not folder.config and folder.reason:  # the folder did not load: why
-        raise SensingError(f"{run_dir}: {folder.reason}")
-    steps = folder.steps
     try:
-        if steps.empty:  # a run not ok (or not a sweep's): its steps.csv as it is
-            steps = loading.upgrade_step_columns(folder.csv("steps.csv"))
+        folder = loading.open_folder(run_dir)  # whatever its status: a failed run's too
+        steps = folder.steps
         truth = folder.csv("bottleneck.csv")
     except loading.Damaged as exc:
         raise SensingError(f"{run_dir}: {exc}") from None

@@ -5,7 +5,7 @@
 # `pack` and the simulation's calibration facts (`calibrate.load_runs`). For a refactoring
 # of the analysis that must change no number (issue 51: one run reader).
 #
-#   benchmarks/same_analysis_outputs.sh REV [OUT_DIR]
+#   tests/analysis/same_outputs.sh REV [OUT_DIR]
 #
 # Both read copies of REV's results/runs (and the analysis tests' fixture tree); nothing is
 # written under results/. Masked before comparing: the output folder's name, the report's
@@ -16,7 +16,7 @@ if [ "${1:-}" = "" ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then  # the comm
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
   exit 0
 fi
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 HERE=$(pwd)
 REV=$1
 OUT=${2:-$(mktemp -d /tmp/netsense-same.XXXXXX)}
@@ -41,7 +41,7 @@ outputs() {
     run "pack-$ev" $py -m testbed.cli pack "$data/$ev" -o "$dest/pack-$ev"
     run "export-$ev" $py -m testbed.cli export "$data/$ev" --tensorboard "$dest/tb-$ev"
     mkdir -p "$dest/dump-$ev"
-    run "dump-$ev" $py "$HERE/benchmarks/same_analysis_dump.py" "$data/$ev" "$dest/tb-$ev" "$dest/dump-$ev"
+    run "dump-$ev" $py "$HERE/tests/analysis/same_outputs_dump.py" "$data/$ev" "$dest/tb-$ev" "$dest/dump-$ev"
     rm -rf "$dest/tb-$ev"
     for ab in $(cd "$data" && find . -name ab.json -printf '%h\n' | sort); do
       n=$(echo "$ab" | tr '/=.' '___')

@@ -1,9 +1,9 @@
-"""What ``same_analysis_outputs.sh`` compares of export and the calibration, as text: the
+"""What ``same_outputs.sh`` (beside it) compares of export and the calibration, as text: the
 scalars of every TensorBoard event file ``netsense export`` wrote (the files' own names and
 headers carry a time stamp and the host), and the calibration's facts of every run
 (``testbed.simulation.calibrate.load_runs``).
 
-    python benchmarks/same_analysis_dump.py RUNS TB_DIR OUT_DIR
+    python tests/analysis/same_outputs_dump.py RUNS TB_DIR OUT_DIR
 """
 
 from __future__ import annotations
