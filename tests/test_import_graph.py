@@ -260,3 +260,12 @@ def test_no_lazy_import_of_what_is_imported_anyway() -> None:
                         for e in edges if e.lazy
                         and e.imported in module_level_closure(e.importer, edges)})
     assert not pointless, "hoist these:\n  " + "\n  ".join(pointless)
+
+
+def test_the_analysis_imports_neither_the_orchestration_nor_the_emulation() -> None:
+    """Layers by meaning: the analysis reads run folders; what it shares with the runs that
+    write them (a record's true status, the commit) lives in ``testbed.common``."""
+    up = [f"{e.importer} imports {e.imported} (line {e.line})" for e in all_imports()
+          if e.importer.startswith("testbed.analysis")
+          and e.imported.startswith(("testbed.orchestration", "testbed.emulation"))]
+    assert not up, "\n".join(up)

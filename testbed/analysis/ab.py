@@ -215,11 +215,13 @@ def arms_from_json(folder: Path) -> list[str] | None:
     return None
 
 
-def from_runs(folder: Path, arms: list[str] | None, scenario: str | None, name: str
+def from_runs(folder: Path, arms: list[str] | None, scenario: str | None, name: str,
+              loaded: loading.Loaded | None = None
               ) -> tuple[list[str], list[Observation], list[loading.Excluded]]:
     """(arms, observations, damaged folders) of the run folders under ``folder`` (module
-    doc: which arm a run is); ABInputError when nothing there can be compared."""
-    loaded = loading.load_all(folder)
+    doc: which arm a run is), as the run reader loaded them (``loaded``; default: read
+    now); ABInputError when nothing there can be compared."""
+    loaded = loaded if loaded is not None else loading.load_all(folder)
     runs = [r for r in loaded.runs if not any(p.startswith(".") for p in Path(r.run).parts)]
     if scenario is not None:
         runs = [r for r in runs if _scenario_of(r) == scenario]
@@ -260,10 +262,11 @@ def from_runs(folder: Path, arms: list[str] | None, scenario: str | None, name: 
     return arms, obs, loaded.excluded
 
 
-def known_fields(folder: Path) -> set[str]:
-    """Numeric summary fields of the finished runs under ``folder`` (a metric may name any)."""
+def known_fields(folder: Path, loaded: loading.Loaded | None = None) -> set[str]:
+    """Numeric summary fields of the finished runs under ``folder`` (a metric may name any),
+    as loaded (``loaded``; default: read now)."""
     out: set[str] = set()
-    for r in loading.load_all(folder).runs:
+    for r in (loaded if loaded is not None else loading.load_all(folder)).runs:
         out |= {k for k, v in r.summary.items() if value_of(r.summary, k) is not None}
     return out
 

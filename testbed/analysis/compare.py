@@ -23,9 +23,10 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from testbed.analysis import loading, tables
+from testbed.analysis import tables
 from testbed.analysis.figures import NoData, style
 from testbed.analysis.figures import timeline as timeline_figure
+from testbed.analysis.results import Results
 
 COLUMNS = ["group", "source", "experiment", "rate_mbit", "method", "runs", "throughput",
            "throughput_ci", "steps_per_s", "steps_per_s_ci", "tta_s", "tta_ci", "reached",
@@ -51,8 +52,9 @@ def load(paths: list[Path], *, include_degraded: bool = False
     ``runs.attrs["excluded"]`` as ``tables.load_runs`` does."""
     runs_parts, step_parts, excluded = [], [], []
     for path, name in zip(paths, _names(paths), strict=True):
-        runs, steps = tables.load_runs(path)
-        excluded += loading.excluded_of(runs)
+        res = Results.load(path)  # the one run reader
+        runs, steps = res.runs, res.steps
+        excluded += res.excluded
         if runs.empty:
             continue
         absolute = {r: str((path / r).resolve()) for r in runs["run"]}

@@ -27,8 +27,9 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.analysis import tables, timelines
+from testbed.analysis import loading, tables, timelines
 from testbed.analysis.figures import timeline as timeline_figure
+from testbed.analysis.results import Results
 
 TRACKERS = {"mlflow": "mlflow", "wandb": "wandb"}
 
@@ -37,9 +38,10 @@ class ExportError(ValueError):
     """A tracker asked for is not installed (message names the package and extra)."""
 
 
-def metrics(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
+def metrics(folders: loading.Folders | Path, run: pd.Series, steps: pd.DataFrame
+            ) -> pd.DataFrame:
     """One row per rank-0 training step: step, wall and the scalars (module docstring)."""
-    tl = timelines.run_timeline(root, run, steps)
+    tl = timelines.run_timeline(folders, run, steps)
     if tl.empty:
         return pd.DataFrame()
     s = tables.training_step_rows(steps)
@@ -63,9 +65,12 @@ def metrics(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    runs, steps = tables.load_runs(root)
-    return (runs[runs["status"] == "ok"] if not runs.empty else runs), steps
+def _runs(root: Path) -> tuple[loading.Folders, pd.DataFrame, pd.DataFrame]:
+    """(the folders as loaded, the ok runs, the steps) of the tree under ``root``, read
+    once by the run reader (:class:`Results`)."""
+    res = Results.load(Path(root))
+    runs = res.runs
+    return res.folders, (runs[runs["status"] == "ok"] if not runs.empty else runs), res.steps
 
 
 def tensorboard(root: Path, out: Path, prefix: str = "") -> list[Path]:
@@ -73,10 +78,10 @@ def tensorboard(root: Path, out: Path, prefix: str = "") -> list[Path]:
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    runs, steps = _runs(root)
+    folders, runs, steps = _runs(root)
     written = []
     for _, run in runs.iterrows():
-        m = metrics(root, run, steps[steps["run"] == run["run"]])
+        m = metrics(folders, run, steps[steps["run"] == run["run"]])
         if m.empty:
             continue
         logdir = Path(out) / prefix / run["run"] if run["run"] != "." else Path(out) / prefix
@@ -122,11 +127,11 @@ def mlflow_export(root: Path, experiment: str) -> int:
     require("mlflow")
     import mlflow
 
-    runs, steps = _runs(root)
+    folders, runs, steps = _runs(root)
     mlflow.set_experiment(experiment)
     n = 0
     for _, run in runs.iterrows():
-        m = metrics(root, run, steps[steps["run"] == run["run"]])
+        m = metrics(folders, run, steps[steps["run"] == run["run"]])
         with mlflow.start_run(run_name=str(run["run"])):
             mlflow.log_params(_params(run))
             for row in m.itertuples(index=False):
@@ -142,10 +147,10 @@ def wandb_export(root: Path, project: str) -> int:
     require("wandb")
     import wandb
 
-    runs, steps = _runs(root)
+    folders, runs, steps = _runs(root)
     n = 0
     for _, run in runs.iterrows():
-        m = metrics(root, run, steps[steps["run"] == run["run"]])
+        m = metrics(folders, run, steps[steps["run"] == run["run"]])
         r = wandb.init(project=project, name=str(run["run"]), config=_params(run),
                        reinit=True)
         for row in m.itertuples(index=False):

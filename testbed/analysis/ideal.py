@@ -44,8 +44,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from testbed.analysis import tables
+from testbed.analysis import loading, tables
 from testbed.analysis.figures import network
+from testbed.analysis.loading import Folders
+from testbed.common import files
 from testbed.common.stats import ratio_ci95
 
 IDEAL = "ideal"
@@ -87,18 +89,19 @@ def steps_to_target(steps: pd.DataFrame, target: float | None) -> float:
     return float(hit["step"].iloc[0]) if not hit.empty else math.nan
 
 
-def phase_bounds(root: Path, run: str, steps: pd.DataFrame) -> list[float]:
+def phase_bounds(folders: Folders | Path, run: str, steps: pd.DataFrame) -> list[float]:
     """Start times (training clock) of the network's phases in one run, the first at 0."""
+    folder = loading.folders_of(folders)[run]
     s = tables.training_step_rows(steps)
     s = s[s["rank"] == s["rank"].min()]
     if s.empty or "t_worker" not in s.columns:
         return [0.0]
     offset = float((s["t"] - s["t_worker"]).median())
-    events = network.read_events(Path(root) / run)
+    events = network.read_events(folder)
     if events.empty:
         return [0.0]
     events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce") - offset)
-    cfg = tables.read_json(Path(root) / run / "config.json")
+    cfg = folder.config
     t_end = float(s["t_worker"].max())
     rate, streams = network.network_series(cfg, events, t_end)
     changes = sorted({float(t) for t in rate["t"].iloc[1:-1]}
@@ -171,25 +174,22 @@ def sweep_steps(runs: pd.DataFrame, steps: pd.DataFrame) -> dict[tuple[str, int]
     return out
 
 
-def table_of(root: Path, runs: pd.DataFrame, workers: int | None = None
+def table_of(folders: Folders | Path, runs: pd.DataFrame, workers: int | None = None
              ) -> tuple[dict[str, float], str]:
     """The convergence table a group of runs' scenario names (config.json's
     ``scenario.convergence``), as {level: mean steps} and its path; ({}, "") if none is
     named, the file is gone, or it was measured with another number of workers than
     ``workers`` (steps to target depend on the global batch)."""
-    import json
-
+    folders = loading.folders_of(folders)
     for run in runs["run"]:
-        cfg = tables.read_json(Path(root) / run / "config.json")
-        path = (cfg.get("scenario") or {}).get("convergence")
+        folder = folders[run]
+        path = (folder.config.get("scenario") or {}).get("convergence")
         if not path:
             continue
         # a packed run folder carries its table beside config.json (``netsense pack``):
         # the path the run named was the building machine's
-        for where in (Path(root) / run / "convergence.json", Path(path)):
-            try:
-                table = json.loads(where.read_text())
-            except (OSError, ValueError):
+        for table in (folder.json("convergence.json"), files.read_json(Path(path))):
+            if table is None:
                 continue
             if workers and table.get("world_size") not in (None, workers):
                 continue
@@ -197,7 +197,7 @@ def table_of(root: Path, runs: pd.DataFrame, workers: int | None = None
     return {}, ""
 
 
-def steps_for(root: Path, runs: pd.DataFrame, exp_runs: pd.DataFrame,
+def steps_for(folders: Folders | Path, runs: pd.DataFrame, exp_runs: pd.DataFrame,
               measured: dict[tuple[str, int], dict[str, float]]) -> tuple[dict[str, float], str]:
     """Steps to target per level for one experiment: the convergence table its scenario (or
     any run of its sweep with as many workers) names, else what its sweep's fixed runs with
@@ -205,39 +205,41 @@ def steps_for(root: Path, runs: pd.DataFrame, exp_runs: pd.DataFrame,
     sweep = str(exp_runs["sweep"].iloc[0]) if "sweep" in exp_runs else ""
     workers = exp_runs["workers"].dropna()
     w = int(workers.iloc[0]) if len(workers) else 0
-    n, path = table_of(root, exp_runs, w)
+    n, path = table_of(folders, exp_runs, w)
     if not n and sweep:
         same = runs[(runs["sweep"] == sweep) & (runs["workers"] == w)]
-        n, path = table_of(root, same, w)
+        n, path = table_of(folders, same, w)
     if n:
         return n, f"convergence table {Path(path).name}"
     got = measured.get((sweep, w), {})
     return got, (f"steps to target of the sweep's fixed {w}-worker runs" if got else "none")
 
 
-def ideal_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def ideal_table(folders: Folders | Path, runs: pd.DataFrame, steps: pd.DataFrame
+                ) -> pd.DataFrame:
     """One row per timeline experiment and seed: the ideal TTA and its schedule (module
     doc); steps to target per level from :func:`steps_for`."""
     r = tables.ok_runs(runs)
     if r.empty:
         return pd.DataFrame(columns=COLUMNS)
+    folders = loading.folders_of(folders)
     measured = sweep_steps(runs, steps)
     r = r[(r["kind"] == "timeline") & r["method"].map(is_ladder)]
     out = []
     for exp, g in r.groupby("experiment", sort=True):
-        n_steps, source = steps_for(root, tables.ok_runs(runs), g, measured)
+        n_steps, source = steps_for(folders, tables.ok_runs(runs), g, measured)
         for seed, gs in g.groupby("seed", sort=True):
             runs_s = {level_of(m): run for m, run in zip(gs["method"], gs["run"], strict=True)}
             # the phases: of the longest run (it saw the most of the schedule)
             longest = max(runs_s.values(), key=lambda run: float(
                 tables.training_step_rows(steps[steps["run"] == run])["t_worker"].max()))
-            bounds = phase_bounds(root, longest, steps[steps["run"] == longest])
+            bounds = phase_bounds(folders, longest, steps[steps["run"] == longest])
             rates = {}
             for lv, run in runs_s.items():
                 st = steps[steps["run"] == run]
                 # the run's own boundaries (its clock) as far as it saw the schedule, the
                 # longest run's after that (phases it did not reach get no rate)
-                own = phase_bounds(root, run, st)
+                own = phase_bounds(folders, run, st)
                 rates[lv] = phase_rates(own + bounds[len(own):], st)
             tta, schedule, used, missing = ideal_tta(bounds, rates, n_steps)
             out.append({"experiment": exp, "seed": seed, "ideal_tta_s": tta,
@@ -247,17 +249,18 @@ def ideal_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataF
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-def crossover_tables(root: Path, runs: pd.DataFrame, steps: pd.DataFrame
+def crossover_tables(folders: Folders | Path, runs: pd.DataFrame, steps: pd.DataFrame
                      ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """The crossover table of every static (throughput) experiment, each with the steps to
     target its sweep's convergence gives (:func:`steps_for`); rows carry ``steps_source``."""
+    folders = loading.folders_of(folders)
     r = tables.ok_runs(runs)
     if r.empty:
         return tables.crossover_table(r, {})
     measured = sweep_steps(runs, steps)
     parts, crossings = [], []
     for exp, g in r[r["kind"] == "throughput"].groupby("experiment", sort=True):
-        n_steps, source = steps_for(root, r, g, measured)
+        n_steps, source = steps_for(folders, r, g, measured)
         if not n_steps:
             continue
         t, c = tables.crossover_table(r, n_steps, experiment=exp)
@@ -286,7 +289,7 @@ def _main_levels(steps: pd.DataFrame, run_ids: list[str]) -> str:
     return ", ".join(f"{lv} {100 * v:.0f} %" for lv, v in share.items() if v >= 0.05)
 
 
-def static_vs_oracle(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def static_vs_oracle(folders: Folders | Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """NetSenseML at a static rate against the best fixed ladder level there.
 
     NetSenseML's side is measured: its runs of a ``tta`` experiment, trained to the target.
@@ -302,7 +305,7 @@ def static_vs_oracle(root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> pd.
     r = tables.ok_runs(runs)
     if r.empty:
         return pd.DataFrame(columns=STATIC_COLUMNS)
-    xt, _ = crossover_tables(root, runs, steps)
+    xt, _ = crossover_tables(loading.folders_of(folders), runs, steps)
     best = xt[xt["best"]] if not xt.empty else xt
     ns = r[(r["kind"] == "tta") & (r["method"] == tables.ADAPTIVE)]
     fixed = r[(r["kind"] == "throughput") & r["method"].map(is_ladder)]

@@ -8,7 +8,7 @@ each folder is validated here, once, and the outcome is one of:
 
 - a :class:`RunData` with parsed config, summary, sweep metadata and steps, whose
   ``status`` is the *true* one: a ``running`` record whose orchestrator is dead reads as
-  ``failed`` with the reason (``rundir.stale_reason``);
+  ``failed`` with the reason (``testbed.common.provenance.stale_reason``);
 - an :class:`Excluded` naming the folder and why (``summary.json is not valid JSON
   (truncated?)``, ``steps.csv lacks column(s) t, samples`` ...).
 
@@ -20,6 +20,7 @@ out-of-memory.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from testbed.common import bounded, files
-from testbed.orchestration.rundir import stale_reason
+from testbed.common.provenance import stale_reason
 from workloads.records import LEGACY_STEP_KEYS
 
 #: Columns every steps.csv of a finished run has (records.step_rows writes them).
@@ -38,7 +39,15 @@ STEP_COLUMNS = ("rank", "t", "samples")
 
 @dataclass
 class RunData:
-    """One run folder that loaded whole."""
+    """One run folder that loaded whole, and the reader of its other files.
+
+    config.json, summary.json, sweep.json and steps.csv are read when the folder loads;
+    the others (events.csv, bottleneck.csv, start.json, ...) when first asked for, each
+    once (bounded, ``testbed.common.bounded``), and what was made of them kept (the frame,
+    the JSON object; not the text: a full run's bottleneck.csv is megabytes): every table,
+    figure and the report take them from here and never open a run's file themselves. What
+    it returns is shared: callers never change a frame or a dict in place.
+    """
 
     path: Path
     run: str  # folder relative to the results root
@@ -48,6 +57,75 @@ class RunData:
     steps: pd.DataFrame
     status: str
     reason: str | None = None
+    _files: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def _once(self, key: Any, read: Any) -> Any:
+        if key not in self._files:
+            try:
+                self._files[key] = read()
+            except Damaged as exc:  # remembered too: asked again, the same answer
+                self._files[key] = exc
+        got = self._files[key]
+        if isinstance(got, Damaged):
+            raise got
+        return got
+
+    def text(self, name: str) -> str:
+        """The file ``name`` (relative to the folder) as text, read now (the views below
+        keep what they made of it); Damaged when absent, over its bound (JSON files 16 MiB,
+        others :data:`bounded.MAX_CSV_BYTES`) or not UTF-8."""
+        bound = bounded.MAX_JSON_BYTES if name.endswith(".json") else bounded.MAX_CSV_BYTES
+        if not (self.path / name).exists():
+            raise Damaged(f"{name} missing")
+        try:
+            return bounded.read_text(self.path / name, bound, Path(name).name)
+        except bounded.BoundError as exc:
+            raise Damaged(str(exc)) from None
+
+    def json(self, name: str) -> dict[str, Any] | None:
+        """The JSON object in ``name``; None when absent, damaged or not an object."""
+        def read() -> dict[str, Any] | None:
+            try:
+                data = json.loads(self.text(name))
+            except ValueError:  # Damaged too
+                return None
+            return data if isinstance(data, dict) else None
+
+        return self._once(("json", name), read)
+
+    def csv(self, name: str, columns: tuple[str, ...] = ()) -> pd.DataFrame:
+        """``name`` as a frame with ``columns`` present and numeric (:func:`read_csv_file`);
+        Damaged when absent or unusable. The file is parsed once whatever ``columns``."""
+        frame = self._once(("csv", name), lambda: parse_csv(self.text(name), name))
+        if not columns:
+            return frame
+        return self._once(("csv", name, columns),
+                          lambda: numeric_columns(frame.copy(), name, columns))
+
+    def records(self, name: str) -> list[dict[str, str]]:
+        """``name``'s rows as the csv module reads them (every cell a string, as written);
+        Damaged when absent or unreadable."""
+        return self._once(("records", name),
+                          lambda: list(csv.DictReader(io.StringIO(self.text(name)))))
+
+    def start_record(self) -> dict[str, Any] | None:
+        """Rank 0's start record (gradient bytes, world size ...): start.json of a packed
+        folder, else the first ``start`` record of workers/rank0.jsonl; None without one."""
+        return self._once("start", self._read_start)
+
+    def _read_start(self) -> dict[str, Any] | None:
+        start = self.json("start.json")
+        if start:
+            return start
+        try:
+            with open(self.path / "workers" / "rank0.jsonl") as fh:  # the first lines only
+                for line in fh:
+                    rec = json.loads(line)
+                    if rec.get("kind") == "start":
+                        return rec
+        except (OSError, ValueError):
+            pass
+        return None
 
 
 @dataclass
@@ -62,6 +140,43 @@ class Excluded:
 class Loaded:
     runs: list[RunData] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
+
+
+class Folders:
+    """The run folders of a results tree by run id (the runs table's ``run``): where every
+    table, figure and the report find a run's config, summary and other files.
+
+    Holds what :func:`load_all` loaded; a run asked for that it does not hold (a runs table
+    made elsewhere, or a root given as a path) is loaded then, once. A folder that does not
+    load is a bare :class:`RunData` (no config, no summary, no steps) with its reason.
+    """
+
+    def __init__(self, root: Path, runs: list[RunData] | tuple[RunData, ...] = ()) -> None:
+        self.root = Path(root)
+        self._by: dict[str, RunData] = {r.run: r for r in runs}
+
+    def __getitem__(self, run: str) -> RunData:
+        run = str(run)
+        if run not in self._by:
+            d = self.root / run
+            root = self.root if not Path(run).is_absolute() else d.parent
+            item = load_folder(d, root) if d.is_dir() else Excluded(run, "no such folder")
+            self._by[run] = item if isinstance(item, RunData) else RunData(
+                d, run, {}, {}, {}, pd.DataFrame(), "missing", item.reason)
+        return self._by[run]
+
+
+def folder_of(where: RunData | Path | str) -> RunData:
+    """``where`` as a :class:`RunData`: itself, or the run folder at that path, loaded."""
+    if isinstance(where, RunData):
+        return where
+    d = Path(where)
+    return Folders(d.parent)[d.name]
+
+
+def folders_of(where: Folders | Path | str) -> Folders:
+    """``where`` as :class:`Folders`: itself, or a results root whose runs load when asked."""
+    return where if isinstance(where, Folders) else Folders(Path(where))
 
 
 class Damaged(ValueError):
@@ -118,26 +233,39 @@ def read_json_file(path: Path, *, required: bool) -> dict[str, Any]:
 def read_csv_file(path: Path, columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """A result CSV under the size bound, with ``columns`` present and numeric; Damaged
     otherwise. An empty file (header only) is an empty frame."""
+    path = Path(path)
     try:
         text = bounded.read_text(path, bounded.MAX_CSV_BYTES, path.name)
     except bounded.BoundError as exc:
         raise Damaged(str(exc)) from None
+    return parse_csv(text, path.name, columns)
+
+
+def parse_csv(text: str, name: str, columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A result CSV's text as a frame (:func:`read_csv_file`); ``name`` for the messages."""
+    name = Path(name).name
     if "\0" in text:
-        raise Damaged(f"{path.name} is binary, not CSV")
+        raise Damaged(f"{name} is binary, not CSV")
     if not text.strip():
-        raise Damaged(f"{path.name} is empty (no header)")
+        raise Damaged(f"{name} is empty (no header)")
     try:
         df = pd.read_csv(io.StringIO(text))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise Damaged(f"{path.name} cannot be parsed: {first}") from None
+        raise Damaged(f"{name} cannot be parsed: {first}") from None
+    return numeric_columns(df, name, columns)
+
+
+def numeric_columns(df: pd.DataFrame, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``df`` (changed in place) with ``columns`` present and numeric; Damaged otherwise."""
+    name = Path(name).name
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise Damaged(f"{path.name} lacks column(s) {', '.join(missing)}")
+        raise Damaged(f"{name} lacks column(s) {', '.join(missing)}")
     for c in columns:
         num = pd.to_numeric(df[c], errors="coerce")
         if len(df) and num.isna().all():
-            raise Damaged(f"{path.name} column {c!r} holds no numbers")
+            raise Damaged(f"{name} column {c!r} holds no numbers")
         df[c] = num
     return df
 
@@ -197,6 +325,26 @@ def load_folder(d: Path, root: Path) -> RunData | Excluded:
         return Excluded(rel, f"unreadable: {exc.strerror or exc}")
     return RunData(Path(d), rel, config, summary, meta, upgrade_step_columns(steps), status,
                    None if reason is None else str(reason))
+
+
+def open_folder(d: Path) -> RunData:
+    """One run folder as it is, whatever its status, for a command that looks at one
+    folder (``netsense sensing``): config.json required (Damaged), summary.json and
+    sweep.json when there, steps.csv as written (upgraded, no column required) when
+    readable; its other files through the reader as for any folder."""
+    d = Path(d)
+    config = read_json_file(d / "config.json", required=True)
+    summary = read_json_file(d / "summary.json", required=False)
+    meta = read_json_file(d / "sweep.json", required=False)
+    reason = summary.get("reason")
+    folder = RunData(d, d.name, config, summary, meta, pd.DataFrame(),
+                     str(summary.get("status") or "missing"),
+                     None if reason is None else str(reason))
+    try:
+        folder.steps = upgrade_step_columns(folder.csv("steps.csv"))
+    except Damaged:
+        pass
+    return folder
 
 
 def load_all(root: Path) -> Loaded:

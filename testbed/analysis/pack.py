@@ -96,18 +96,6 @@ def pack_series(df: pd.DataFrame, rows: int = SERIES_ROWS) -> pd.DataFrame:
     return pd.concat(parts).sort_index()
 
 
-def _start_record(run: Path) -> dict[str, Any] | None:
-    try:
-        with open(run / "workers" / "rank0.jsonl") as fh:
-            for line in fh:
-                rec = json.loads(line)
-                if rec.get("kind") == "start":
-                    return rec
-    except (OSError, ValueError):
-        pass
-    return None
-
-
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
     with files.atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)
@@ -133,9 +121,12 @@ def portable(text: str, run: Path) -> str:
 CHECKOUT_FILE = re.compile(r'"/[^"]*?/(testbed/scenarios/[^"]*)')
 
 
-def pack_run(src: Path, dest: Path, rank0_rows: int = RANK0_ROWS,
+def pack_run(run: loading.RunData | Path, dest: Path, rank0_rows: int = RANK0_ROWS,
              series_rows: int = SERIES_ROWS) -> int:
-    """One run folder, compact (module doc); returns the bytes written."""
+    """One run folder (as the run reader loaded it), compact (module doc); returns the
+    bytes written."""
+    folder = loading.folder_of(run)
+    src = folder.path
     dest.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[int]] = {}
     for name in WHOLE:
@@ -144,29 +135,28 @@ def pack_run(src: Path, dest: Path, rank0_rows: int = RANK0_ROWS,
     if (dest / "config.json").is_file():  # paths that mean something on any clone
         text = (dest / "config.json").read_text(encoding="utf-8")
         files.atomic_write_text(dest / "config.json", portable(text, src))
-    if (src / "steps.csv").is_file():
-        steps = loading.read_csv_file(src / "steps.csv", loading.STEP_COLUMNS)
+    if (src / "steps.csv").is_file():  # as written (not upgraded: a copy of the record)
+        steps = folder.csv("steps.csv", loading.STEP_COLUMNS)
         small = pack_steps(steps, rank0_rows)
         _write_csv(small, dest / "steps.csv")
         rows["steps.csv"] = [len(steps), len(small)]
     for name in ("bottleneck.csv", "host.csv"):
         if (src / name).is_file():
-            df = loading.read_csv_file(src / name)
+            df = folder.csv(name)
             small = pack_series(df, series_rows)
             _write_csv(small, dest / name)
             rows[name] = [len(df), len(small)]
-    config = loading.read_json_file(src / "config.json", required=True)
-    conv = (config.get("scenario") or {}).get("convergence")
+    conv = (folder.config.get("scenario") or {}).get("convergence")
     for where in ((src / "convergence.json"), Path(conv) if conv else None):
         if where is not None and where.is_file():
             shutil.copyfile(where, dest / "convergence.json")
             break
-    start = _start_record(src)
+    start = folder.start_record()
     if start is not None:
         files.atomic_write_text(dest / "start.json", portable(json.dumps(start, indent=1), src))
-    summary = loading.read_json_file(src / "summary.json", required=True)
+    summary = {**folder.summary}  # the loaded one is shared: never changed in place
     summary["packed"] = {"rows": rows, "rank0_rows": rank0_rows, "series_rows": series_rows,
-                         "rank0_steps": _rank0_steps(src),
+                         "rank0_steps": _rank0_steps(folder),
                          "left_out": sorted(p.name for p in src.iterdir() if p.name not in (
                              *WHOLE, "steps.csv", "bottleneck.csv", "host.csv",
                              "summary.json", "convergence.json"))}
@@ -174,9 +164,9 @@ def pack_run(src: Path, dest: Path, rank0_rows: int = RANK0_ROWS,
     return sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
 
 
-def _rank0_steps(src: Path) -> int | None:
+def _rank0_steps(folder: loading.RunData) -> int | None:
     try:
-        steps = loading.read_csv_file(src / "steps.csv", loading.STEP_COLUMNS)
+        steps = folder.csv("steps.csv", loading.STEP_COLUMNS)
     except (loading.Damaged, OSError):
         return None
     return len(metrics.training_steps(steps.to_dict("records")))
@@ -202,7 +192,7 @@ def pack(src: Path, dest: Path, *, replace: bool = False, rank0_rows: int = RANK
         if isinstance(item, loading.Excluded):
             log(f"not packed: {item.run}: {item.reason}")
             continue
-        total += pack_run(d, dest / item.run, rank0_rows, series_rows)
+        total += pack_run(item, dest / item.run, rank0_rows, series_rows)
         n += 1
     if n == 0:
         raise PackError(f"RESULTS_DIR: no loadable run folders under {str(src)!r}")

@@ -53,7 +53,7 @@ def inputs(root: Path | Results, runs: pd.DataFrame | None = None,
     res = root if isinstance(root, Results) else Results.of(Path(root), runs, steps)
     methods = sorted(set(res.runs["method"].dropna())) if not res.runs.empty else []
     return Inputs(root=res.root, runs=res.runs, steps=res.steps, speedup=res.speedup(),
-                  colors=style.method_colors(methods), results=res)
+                  colors=style.method_colors(methods), results=res, folders=res.folders)
 
 
 def tables_of(res: Results, inp: Inputs | None = None) -> dict[str, pd.DataFrame]:
@@ -66,7 +66,7 @@ def tables_of(res: Results, inp: Inputs | None = None) -> dict[str, pd.DataFrame
         "throughput.csv": res.throughput(),
         "tta.csv": res.tta(),
         "speedup.csv": inp.speedup,
-        "timeline.csv": timelines.timeline_table(res.root, tl, res.steps, kinds=None)
+        "timeline.csv": timelines.timeline_table(res.folders, tl, res.steps, kinds=None)
         if not tl.empty else pd.DataFrame(),
         "ideal.csv": res.ideal(),
         "crossover.csv": res.crossover()[0],

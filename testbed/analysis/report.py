@@ -38,8 +38,8 @@ from testbed.analysis.figures import registry as figure_registry
 from testbed.analysis.results import Results
 from testbed.common import bounded, files, names
 from testbed.common.files import atomic_write_text
+from testbed.common.provenance import git_commit
 from testbed.config.sweep import SWEEPS_DIR
-from testbed.orchestration.rundir import git_commit
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -319,11 +319,11 @@ def _img_src(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
+def _versions(folders: loading.Folders, runs: pd.DataFrame) -> pd.DataFrame:
     """Distinct software/host facts found in config.json files (keys versions/host)."""
     rows: dict[tuple[str, str], int] = {}
     for run in runs["run"]:
-        cfg = tables.read_json(root / run / "config.json")
+        cfg = folders[run].config
         for key in ("versions", "host", "host_facts"):
             v = tables.find_key(cfg, key)
             if isinstance(v, dict):
@@ -334,10 +334,10 @@ def _versions(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
                         columns=["fact", "value", "runs"])
 
 
-def _scenarios(root: Path, runs: pd.DataFrame) -> list[dict[str, Any]]:
+def _scenarios(folders: loading.Folders, runs: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for exp, g in runs.groupby("experiment", sort=True):
-        cfg = tables.read_json(root / g["run"].iloc[0] / "config.json")
+        cfg = folders[g["run"].iloc[0]].config
         params = sorted(c for c in g.columns if c.startswith("param.") and g[c].notna().any())
         grid = "; ".join(
             f"{c[6:]} ∈ {{{', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in sorted(g[c].dropna().unique().tolist()))}}}"
@@ -485,19 +485,19 @@ def _main_tables(res: Results, sp: pd.DataFrame, tta_note: str) -> list[dict[str
 def _trouble_tables(res: Results) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(first, last): the damaged folders excluded go first; runs not ok and the network
     truth last."""
-    root, runs = res.root, res.runs
+    runs = res.runs
     first, last = [], []
     failed = runs[runs["status"] != "ok"]
     if not failed.empty:
         reasons = []
         for run in failed["run"]:
-            s = tables.read_json(root / run / "summary.json")
+            s = res.folders[run].summary
             reasons.append({"run": run, "status": s.get("status", "missing"),
                             "reason": str(s.get("reason") or s.get("error") or "")[:300]})
         last.append({"title": "Runs not ok", "note": "", "html": html_table(
             pd.DataFrame(reasons), [Col("run", "run folder", "run"), Col("status", "status"),
                                     Col("reason", "reason")])})
-    truth = sensing.truth_table(root, runs)
+    truth = sensing.truth_table(res.folders, runs)
     if not truth.empty:
         last.append({"title": "Network truth: byte conservation, bottleneck sampling, "
                      "cross traffic", "note": "", "html": html_table(
@@ -589,9 +589,9 @@ def render(results: Results | Path, runs: pd.DataFrame | None = None,
         **_headlines(res, sp),
         figures=_figures(figs or {}, {**res.skipped, **(missing or {})}, verbose),
         tables=first + _main_tables(res, sp, tta_note) + last, tta_note=tta_note,
-        scenarios=_scenarios(root, runs), sweep_files=_sweep_files(_sweep_names(runs)),
+        scenarios=_scenarios(res.folders, runs), sweep_files=_sweep_files(_sweep_names(runs)),
         verbose=verbose,
-        versions=html_table(_versions(root, runs), [Col("fact", "fact", "run"),
+        versions=html_table(_versions(res.folders, runs), [Col("fact", "fact", "run"),
                                                     Col("value", "value"),
                                                     Col("runs", "runs", "int")]),
     )

@@ -3,8 +3,14 @@
 Why: ``plot`` and ``report`` each read the run folders, and the report read them twice
 (once to draw, once to render), and the speedup, ideal and crossover tables were rebuilt by
 every figure that needed them. :class:`Results` reads the tree once
-(``tables.load_runs``), holds the runs and steps, and builds each derived table on first
-use (``speedup``, ``ideal``, ``crossover``, ``static_vs_oracle``).
+(``loading.load_all``: the one run reader), holds the runs and steps tables and the loaded
+folders (``folders``: each run's config, summary, events, bottleneck ... read once, where
+the tables, figures and report take them from), and builds each derived table on first use
+(``speedup``, ``ideal``, ``crossover``, ``static_vs_oracle``).
+
+The stages hand each other data, Pantheon-style: parse (``loading``: folders -> RunData),
+tables (``tables``, ``ideal``: RunData -> frames), plot (``plots``, ``figures``), report
+(``report``); only the first opens a run's files.
 
 It also carries what an analysis *left out*, as data a caller shows (the report's list, the
 figures folder's ``skipped.csv``) rather than as log lines: the damaged run folders
@@ -31,16 +37,25 @@ class Results:
     steps: pd.DataFrame
     skipped: dict[str, str] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: the run folders as loaded (``loading.Folders``): every run's config, summary and
+    #: other files, read once, for whatever needs more than the runs table
+    folders: loading.Folders = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.folders is None:
+            self.folders = loading.Folders(self.root)
 
     @classmethod
     def load(cls, root: Path, *, include_degraded: bool = False) -> Results:
-        runs, steps = tables.load_runs(Path(root))
+        loaded = loading.load_all(Path(root))
+        runs, steps = tables.tables_of(loaded)
         tables.include_degraded(runs, include_degraded)
-        return cls(Path(root), runs, steps)
+        return cls(Path(root), runs, steps, folders=loading.Folders(Path(root), loaded.runs))
 
     @classmethod
     def of(cls, root: Path, runs: pd.DataFrame, steps: pd.DataFrame) -> Results:
-        """From a runs table already loaded (``tables.load_runs``)."""
+        """From a runs table already loaded (``tables.load_runs``); its folders are loaded
+        again only where a table or figure asks for one."""
         return cls(Path(root), runs, steps)
 
     # what was left out
@@ -86,18 +101,18 @@ class Results:
         return self._once("ok", lambda: tables.ok_runs(self.runs))
 
     def ideal(self) -> pd.DataFrame:
-        return self._once("ideal", lambda: ideal.ideal_table(self.root, self.runs, self.steps))
+        return self._once("ideal", lambda: ideal.ideal_table(self.folders, self.runs, self.steps))
 
     def speedup(self) -> pd.DataFrame:
         return self._once("speedup", lambda: tables.speedup_table(self.runs, self.ideal()))
 
     def crossover(self) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
         return self._once("crossover", lambda: ideal.crossover_tables(
-            self.root, self.runs, self.steps))
+            self.folders, self.runs, self.steps))
 
     def static_vs_oracle(self) -> pd.DataFrame:
         return self._once("static_vs_oracle", lambda: ideal.static_vs_oracle(
-            self.root, self.runs, self.steps))
+            self.folders, self.runs, self.steps))
 
     def throughput(self) -> pd.DataFrame:
         return self._once("throughput", lambda: tables.throughput_table(self.runs))

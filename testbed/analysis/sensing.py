@@ -65,7 +65,6 @@ and relative to the mean available rate).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,20 +111,23 @@ def _why_no_rate(steps: pd.DataFrame) -> str:
             "RTT; its min RTT is in steps.csv, est_min_rtt_s)")
 
 
-def _read(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    steps_path, truth_path = run_dir / "steps.csv", run_dir / "bottleneck.csv"
-    for p in (steps_path, truth_path, run_dir / "config.json"):
-        if not p.exists():
-            raise SensingError(f"{run_dir}: no {p.name} (a run of this testbed version "
+def _read(run_dir: Path) -> tuple[loading.RunData, pd.DataFrame, pd.DataFrame]:
+    """(the run folder as the run reader loaded it, its steps, bottleneck.csv)."""
+    for name in ("steps.csv", "bottleneck.csv", "config.json"):
+        if not (run_dir / name).exists():
+            raise SensingError(f"{run_dir}: no {name} (a run of this testbed version "
                                f"writes it)")
-    config = json.loads((run_dir / "config.json").read_text())
-    steps = loading.upgrade_step_columns(pd.read_csv(steps_path))
-    truth = pd.read_csv(truth_path)
+    try:
+        folder = loading.open_folder(run_dir)  # whatever its status: a failed run's too
+        steps = folder.steps
+        truth = folder.csv("bottleneck.csv")
+    except loading.Damaged as exc:
+        raise SensingError(f"{run_dir}: {exc}") from None
     if "est_rate_mbit" not in steps.columns or steps["est_rate_mbit"].isna().all():
         raise SensingError(f"{run_dir}: the monitor gave no rate estimate in this run" + _why_no_rate(steps))
     if truth.empty:
         raise SensingError(f"{run_dir}: bottleneck.csv has no samples")
-    return steps, truth, config
+    return folder, steps, truth
 
 
 def _cross_pairs(config: dict[str, Any]) -> list[tuple[str, str]]:
@@ -173,10 +175,11 @@ def _at(s: pd.Series, t: np.ndarray) -> np.ndarray:
         len(t), np.nan)
 
 
-def _received(run_dir: Path, times: np.ndarray, index: pd.Index) -> pd.Series | None:
+def _received(run: loading.RunData | Path, times: np.ndarray, index: pd.Index
+              ) -> pd.Series | None:
     """The cross traffic's received rate at ``times``: the sum of every iperf3 server's
     interval reports (summary.json ``network.cross_traffic``), 0 outside them."""
-    summary = files.read_json(run_dir / "summary.json") or {}
+    summary = loading.folder_of(run).summary
     flows = (summary.get("network") or {}).get("cross_traffic") or []
     if not flows or not all("received_intervals" in f for f in flows):
         return None
@@ -208,13 +211,21 @@ def _water_fill(capacity: float, caps: list[float | None]) -> list[float]:
     return share
 
 
-def _cross_edges(run_dir: Path) -> list[tuple[float, dict[str, int]]] | None:
+def _events(run: loading.RunData | Path) -> pd.DataFrame | None:
+    """The run's events.csv as the run reader read it; None when it has none (or a damaged
+    one)."""
+    try:
+        return loading.folder_of(run).csv("events.csv")
+    except loading.Damaged:
+        return None
+
+
+def _cross_edges(run: loading.RunData | Path) -> list[tuple[float, dict[str, int]]] | None:
     """``(t, {group: streams running})`` after each applied cross_start / cross_stop of
     events.csv, in time order; None without events.csv."""
-    events_path = Path(run_dir) / "events.csv"
-    if not events_path.exists():
+    ev = _events(run)
+    if ev is None:
         return None
-    ev = pd.read_csv(events_path)
     ev = ev[ev["kind"].isin(["cross_start", "cross_stop"])]
     at = pd.to_numeric(ev["t_applied"], errors="coerce").fillna(
         pd.to_numeric(ev["t_scheduled"], errors="coerce"))
@@ -237,11 +248,11 @@ def _running_at(edges: list[tuple[float, dict[str, int]]], t: float) -> dict[str
     return edges[k - 1][1] if k else {}
 
 
-def fair_share(run_dir: Path, config: dict[str, Any], times: np.ndarray,
+def fair_share(run: loading.RunData | Path, config: dict[str, Any], times: np.ndarray,
                configured: np.ndarray) -> np.ndarray:
     """The job's max-min share (one flow) beside the cross streams running at ``times``
     (module doc); the configured rate where events.csv is missing."""
-    edges = _cross_edges(run_dir)
+    edges = _cross_edges(run)
     if edges is None:
         return np.asarray(configured, float)
     caps = {ev.get("id"): ev.get("bitrate_mbit")
@@ -255,16 +266,17 @@ def fair_share(run_dir: Path, config: dict[str, Any], times: np.ndarray,
     return out
 
 
-def cross_running(run_dir: Path, times: np.ndarray) -> np.ndarray | None:
+def cross_running(run: loading.RunData | Path, times: np.ndarray) -> np.ndarray | None:
     """Cross streams running at ``times`` by events.csv's applied edges (None without it, or
     where the run had no cross traffic events)."""
-    edges = _cross_edges(run_dir)
+    edges = _cross_edges(run)
     if not edges:
         return None
     return np.asarray([sum(_running_at(edges, t).values()) for t in times], int)
 
 
-def configured_at(run_dir: Path, link: str, samples: pd.Series, times: np.ndarray) -> np.ndarray:
+def configured_at(run: loading.RunData | Path, link: str, samples: pd.Series,
+                  times: np.ndarray) -> np.ndarray:
     """The configured rate of ``link`` at ``times``, as a step function: each sample of
     bottleneck.csv and each applied ``set_rate`` of events.csv on that link holds until the
     next. Not interpolated: the committed accel-d70 runs' readings are 7 ms of virtual time
@@ -272,9 +284,8 @@ def configured_at(run_dir: Path, link: str, samples: pd.Series, times: np.ndarra
     d70 runs' "congested" truth at 11-35 Gbit/s for the 10 steps before the drop, where the
     link was still at 40000 and the job measured 30-36 Gbit/s."""
     points = [(float(t), float(v)) for t, v in samples.items()]
-    events_path = Path(run_dir) / "events.csv"
-    if events_path.exists():
-        ev = pd.read_csv(events_path)
+    ev = _events(run)
+    if ev is not None:
         ev = ev[(ev["kind"] == "set_rate") & (ev["target"].astype(str) == link)]
         at = pd.to_numeric(ev["t_applied"], errors="coerce").fillna(
             pd.to_numeric(ev["t_scheduled"], errors="coerce"))
@@ -291,15 +302,14 @@ def configured_at(run_dir: Path, link: str, samples: pd.Series, times: np.ndarra
     return vs[np.clip(k, 0, None)]
 
 
-def segment_changes(run_dir: Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
+def segment_changes(run: loading.RunData | Path, steps: pd.DataFrame) -> list[dict[str, Any]]:
     """Level changes per cross-traffic segment of rank 0 (module doc); [] without events.csv."""
-    events_path = Path(run_dir) / "events.csv"
+    events = _events(run)
     r0 = steps[steps["rank"] == 0].sort_values("step")
-    if not events_path.exists() or r0.empty or "level" not in r0:
+    if events is None or r0.empty or "level" not in r0:
         return []
     if "probe" in r0:
         r0 = r0[pd.to_numeric(r0["probe"], errors="coerce").fillna(0) == 0]
-    events = pd.read_csv(events_path)
     events = events[events["kind"].isin(["cross_start", "cross_stop"])]
     applied = pd.to_numeric(events["t_applied"], errors="coerce").fillna(
         pd.to_numeric(events["t_scheduled"], errors="coerce"))
@@ -347,13 +357,13 @@ class _Truth:
     received: bool = False  # the cross rate is its iperf3 servers' reports (a step function)
 
 
-def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth:
+def _truth(run: loading.RunData, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth:
     link, toward = bottleneck_end(truth, config)
     end = truth[(truth["link"] == link) & (truth["toward"] == toward)]
     times = end["t"].to_numpy(float)
     period = float(np.median(np.diff(times))) if len(times) > 1 else 0.1
     configured = _series(end, "configured_mbit")
-    cross = _received(run_dir, times, configured.index)
+    cross = _received(run, times, configured.index)
     received = cross is not None
     if cross is None:  # no receiver reports: what the sources sent (an upper bound)
         cross = pd.Series(0.0, index=configured.index)
@@ -372,29 +382,30 @@ def _truth(run_dir: Path, truth: pd.DataFrame, config: dict[str, Any]) -> _Truth
         received=received)
 
 
-def _step_table(run_dir: Path, steps: pd.DataFrame, tr: _Truth, config: dict[str, Any],
+def _step_table(run: loading.RunData, steps: pd.DataFrame, tr: _Truth, config: dict[str, Any],
                 world: int) -> pd.DataFrame:
     """Rank 0's steps with a monitor estimate beside the truth at their times."""
     r0 = steps[(steps["rank"] == 0) & steps["est_rate_mbit"].notna()].copy()
     if r0.empty:
-        raise SensingError(f"{run_dir}: rank 0 has no step with a monitor estimate" + _why_no_rate(steps))
+        raise SensingError(f"{run.path}: rank 0 has no step with a monitor estimate"
+                           + _why_no_rate(steps))
     t = r0["t"].to_numpy(float)
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
     factor = np.full(len(levels), 2 * (world - 1) / world if world > 1 else 1.0)
     est_mbit = r0["est_rate_mbit"].to_numpy(float)
     k = loading.dilation_of(config)
-    configured = configured_at(run_dir, tr.link, tr.configured, t)
+    configured = configured_at(run, tr.link, tr.configured, t)
     # the servers' reports are a step function in time: read at the steps' own times, not
     # interpolated between the sampler's (a line from 0 to 7000 drawn across the 7 ms
     # before a phase began made the truth congested before the cross traffic was)
-    cross = (_received(run_dir, t, r0.index).to_numpy(float) if tr.received
+    cross = (_received(run, t, r0.index).to_numpy(float) if tr.received
              else _at(tr.cross, t))
     table = pd.DataFrame({
         "t": t, "step": r0["step"].to_numpy(), "level": levels.to_numpy(),
         "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
         "configured_mbit": configured, "cross_mbit": cross.round(3),
         "available_mbit": np.clip(configured - cross, 0.0, None).round(3),
-        "fair_mbit": fair_share(run_dir, config, t, configured).round(3),
+        "fair_mbit": fair_share(run, config, t, configured).round(3),
         "training_mbit": _at(tr.training, t).round(3),
         "est_queue_ms": (r0["est_queue_delay_s"].to_numpy(float) * 1e3).round(3),
         "truth_queue_ms": _at(tr.queue_ms, t).round(3),
@@ -409,7 +420,7 @@ def _step_table(run_dir: Path, steps: pd.DataFrame, tr: _Truth, config: dict[str
                                if "tcp_min_rtt_s" in r0 else np.nan)
     table["tcp_rate_mbit"] = ((r0["tcp_delivery_rate_mbit"].to_numpy(float) * k).round(3)
                               if "tcp_delivery_rate_mbit" in r0 else np.nan)
-    running = cross_running(run_dir, t)
+    running = cross_running(run, t)
     if running is not None:  # the applied edges: congested while cross streams run
         table["phase"] = np.where(running > 0, "congested", "idle")
     else:
@@ -447,10 +458,11 @@ def _phase_errors(table: pd.DataFrame) -> dict[str, Any]:
 def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The per-step table and the summary (MAE) of one run folder."""
     run_dir = Path(run_dir)
-    steps, truth, config = _read(run_dir)
+    folder, steps, truth = _read(run_dir)
+    config = folder.config
     world = int(config.get("world_size") or 1)
-    tr = _truth(run_dir, truth, config)
-    table = _step_table(run_dir, steps, tr, config, world)
+    tr = _truth(folder, truth, config)
+    table = _step_table(folder, steps, tr, config, world)
     all_r0 = steps[steps["rank"] == 0]
     mae = float(table["error_mbit"].abs().mean())
     mean_avail = float(table["available_mbit"].mean())
@@ -472,7 +484,7 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
         "est_min_rtt_ms": round(rtt, 4),
         "tcp_min_rtt_ms": round(tcp_rtt, 7) if np.isfinite(tcp_rtt) else None,
         "min_rtt_ratio": round(rtt / tcp_rtt, 3) if np.isfinite(tcp_rtt) and tcp_rtt > 0 else None,
-        "segments": segment_changes(run_dir, steps),
+        "segments": segment_changes(folder, steps),
     }
     return table, summary
 
@@ -541,7 +553,7 @@ def cross_per_flow(cross: list[dict[str, Any]]) -> str:
     return " · ".join(out)
 
 
-def truth_table(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
+def truth_table(folders: loading.Folders | Path, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per run: byte conservation (status, link tx / hook bytes per rank), the
     bottleneck sampler's rate, each cross-traffic flow's achieved rate (per flow: flows of a
     timeline run one after another, so a sum is no rate) and the run's warnings.
@@ -549,9 +561,10 @@ def truth_table(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
     For the report: a run whose traffic bypassed the emulated links shows here, beside its
     numbers, whatever its ``status``.
     """
+    folders = loading.folders_of(folders)
     rows = []
     for run in runs.get("run", pd.Series(dtype=str)):
-        s = files.read_json(Path(root) / run / "summary.json") or {}
+        s = folders[run].summary
         net = s.get("network") or {}
         ranks = (net.get("bytes") or {}).get("ranks") or []
         ratios = [r.get("ratio_tx") for r in ranks if r.get("ratio_tx") is not None]

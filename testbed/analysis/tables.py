@@ -219,7 +219,11 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     ``runs.attrs["excluded"]`` (``loading.excluded_of``); ``status`` is the true one (a
     dead orchestrator's ``running`` reads ``failed``) and ``reason`` says why not ok.
     """
-    loaded = loading.load_all(Path(root))
+    return tables_of(loading.load_all(Path(root)))
+
+
+def tables_of(loaded: loading.Loaded) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, steps) of run folders already loaded (:func:`load_runs`)."""
     rows = [run_row(item) for item in loaded.runs]
     frames = [item.steps.assign(run=item.run) for item in loaded.runs if not item.steps.empty]
     runs = pd.DataFrame(rows)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from testbed.analysis import tables
+from testbed.analysis import loading, tables
 from testbed.analysis.figures import network
 
 COLUMNS = ["experiment", "method", "seed", "t_s", "step", "level", "kept_ratio",
@@ -41,18 +41,20 @@ def _at(series: pd.DataFrame, col: str, t: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, vals[np.clip(idx, 0, len(vals) - 1)], vals[0])
 
 
-def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFrame:
+def run_timeline(folders: loading.Folders | Path, run: pd.Series, steps: pd.DataFrame
+                 ) -> pd.DataFrame:
     """The rows of one run (see the module doc); empty when it has no step rows."""
     s = tables.training_step_rows(steps)
     if s.empty or "t_worker" not in s.columns:
         return pd.DataFrame(columns=COLUMNS)
     s = s[s["rank"] == s["rank"].min()].sort_values("t_worker")
     offset = float((s["t"] - s["t_worker"]).median())  # launch clock - training clock
-    events = network.read_events(Path(root) / run["run"])
+    folder = loading.folders_of(folders)[run["run"]]
+    events = network.read_events(folder)
     if not events.empty:
         events = events.assign(
             t_applied=pd.to_numeric(events["t_applied"], errors="coerce") - offset)
-    cfg = tables.read_json(Path(root) / run["run"] / "config.json")
+    cfg = folder.config
     t = s["t_worker"].to_numpy(dtype=float)
     rate, streams = network.network_series(cfg, events, float(t.max()) if len(t) else 0.0)
     acc = steps.dropna(subset=["accuracy"]) if "accuracy" in steps.columns else steps.iloc[0:0]
@@ -76,7 +78,7 @@ def run_timeline(root: Path, run: pd.Series, steps: pd.DataFrame) -> pd.DataFram
     return out[COLUMNS]
 
 
-def timeline_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame,
+def timeline_table(folders: loading.Folders | Path, runs: pd.DataFrame, steps: pd.DataFrame,
                    kinds: tuple[str, ...] | None = ("timeline",)) -> pd.DataFrame:
     """Every ok run's rows (of kind ``timeline``, or of every kind with ``kinds=None``: the
     runs the caller picked), by experiment, method, seed and time."""
@@ -84,7 +86,8 @@ def timeline_table(root: Path, runs: pd.DataFrame, steps: pd.DataFrame,
     r = r[r["kind"].isin(kinds)] if kinds is not None and not r.empty else r
     if r.empty or steps.empty:
         return pd.DataFrame(columns=COLUMNS)
-    parts = [run_timeline(root, row, steps[steps["run"] == row["run"]])
+    folders = loading.folders_of(folders)
+    parts = [run_timeline(folders, row, steps[steps["run"] == row["run"]])
              for _, row in r.iterrows()]
     parts = [p for p in parts if not p.empty]
     if not parts:

@@ -273,6 +273,7 @@ def _write(s: _Session, scn: Any, metric: str, code: int, console: Console) -> N
 
 def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str) -> None:
     from testbed.analysis import ab as stats_ab
+    from testbed.analysis import loading
     from testbed.common.outputs import OutputError, check_dir
 
     if not folder.is_dir():
@@ -287,8 +288,9 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
             fail(f"--arm: give at least 2 arms (got {len(labels)})")
     try:
         check_dir(folder, "--from-runs")
-        field = stats_ab.metric_field(metric, stats_ab.known_fields(folder))
-        labels, obs, excluded = stats_ab.from_runs(folder, labels, scenario, field)
+        loaded = loading.load_all(folder)  # read once: the fields and the runs
+        field = stats_ab.metric_field(metric, stats_ab.known_fields(folder, loaded))
+        labels, obs, excluded = stats_ab.from_runs(folder, labels, scenario, field, loaded)
     except (stats_ab.ABInputError, OutputError) as exc:
         fail(str(exc))
     err = Console(stderr=True)

@@ -8,7 +8,7 @@ definitions: ``testbed.orchestration.run_records``.
 A record must never lie: while a run is live, summary.json says ``running`` and names the
 orchestrator (pid and start time); the run is also registered in the state dir
 (``leftovers.register_run``). If the orchestrator dies without writing the final summary
-(SIGKILL, OOM, power), :func:`stale_reason` tells from the record alone that it is dead,
+(SIGKILL, OOM, power), ``testbed.common.provenance.stale_reason`` tells from the record alone that it is dead,
 the analysis shows the run as failed, and `netsense clean` rewrites the record
 (:func:`repair_dead_runs`).
 """
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.common import files
+from testbed.common.provenance import git_commit, stale_reason
 from testbed.emulation import leftovers, rootless
 from testbed.orchestration import run_records
 
@@ -47,22 +48,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-def git_commit() -> str:
-    """The source's commit (``+dirty`` with uncommitted changes); "?" outside a checkout."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
-                              capture_output=True, text=True, check=False, timeout=5)
-        if head.returncode != 0:
-            return "?"
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"],
-                               capture_output=True, text=True, check=False, timeout=10)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-
-
 def host_facts() -> dict[str, Any]:
     return {
         "hostname": platform.node(),
@@ -77,24 +62,6 @@ def orchestrator_entry() -> dict[str, Any]:
     """This process as the run's owner: pid, start time (PID reuse safe) and host."""
     entry = leftovers.process_entry(os.getpid(), "orchestrator")
     return {"pid": entry["pid"], "starttime": entry["starttime"], "host": platform.node()}
-
-
-def stale_reason(summary: dict[str, Any]) -> str | None:
-    """Why a ``running`` record is not true any more, or None (finished, or still live).
-
-    Only decidable on the host that ran it; a record from another host (copied results)
-    whose run never finished is reported as such.
-    """
-    if summary.get("status") != "running":
-        return None
-    owner = summary.get("orchestrator")
-    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
-        return "record says running but names no orchestrator (interrupted before its end)"
-    if owner.get("host") not in (None, platform.node()):
-        return f"never finished on host {owner.get('host')} (orchestrator pid {owner['pid']})"
-    if leftovers.is_same_process(owner):
-        return None
-    return f"orchestrator died (pid {owner['pid']} not alive)"
 
 
 def repair_record(run_dir: Path) -> str | None:

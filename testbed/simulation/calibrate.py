@@ -38,7 +38,6 @@ draw of the backlog. The committed fit is made without it.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import statistics
@@ -46,6 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from testbed.analysis import loading
 from testbed.common.files import write_json
 from testbed.simulation.model import oversubscription
 from testbed.simulation.platform import Fabric
@@ -168,9 +168,12 @@ def cross_flows(timeline: list[dict[str, Any]]) -> tuple[CrossFlow, ...]:
     return tuple(sorted(out, key=lambda c: c.start_s))
 
 
-def load_run(run_dir: Path) -> RunFacts | None:
-    """The facts of one ok run that the simulation can replay, or None."""
-    read = _replayable(run_dir)
+def load_run(run: loading.RunData | Path) -> RunFacts | None:
+    """The facts of one ok run that the simulation can replay, or None; from the run
+    folder as the run reader (``testbed.analysis.loading``) loaded it."""
+    run = loading.folder_of(run)
+    run_dir = run.path
+    read = _replayable(run)
     if read is None:
         return None
     cfg, summ, method = read
@@ -180,18 +183,20 @@ def load_run(run_dir: Path) -> RunFacts | None:
     if fab is None:
         return None
     cross = cross_flows(scn.get("timeline") or [])
-    t_from = _cross_started(run_dir) if cross else -math.inf
+    t_from = _cross_started(run) if cross else -math.inf
     if t_from is None:
         return None
-    with open(run_dir / "steps.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh)
+    try:
+        rows = [r for r in run.records("steps.csv")
                 if (_f(r.get("step")) or 0) > WARMUP_STEPS and (_f(r.get("t")) or 0) > t_from]
+    except loading.Damaged:
+        return None
     if not rows:
         return None
     levels = _by_level(rows)
     dense = _mean(rows, "bytes_dense")
     wl = scn.get("workload") or {}
-    fill = _queue_fill(run_dir, t_from, fab.queue_pkts) if cross else 0.0
+    fill = _queue_fill(run, t_from, fab.queue_pkts) if cross else 0.0
     return RunFacts(
         path=str(run_dir), method=method, n=n, fabric=fab, cross=cross,
         cpus=(cfg.get("host") or {}).get("cpus"), batch_size=int(wl.get("batch_size", 1)),
@@ -210,15 +215,11 @@ def load_run(run_dir: Path) -> RunFacts | None:
     )
 
 
-def _replayable(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], str] | None:
+def _replayable(run: loading.RunData) -> tuple[dict[str, Any], dict[str, Any], str] | None:
     """(config, summary, method) of an ok run whose method the simulation knows, or None."""
-    try:
-        cfg = json.loads((run_dir / "config.json").read_text())
-        summ = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
+    cfg, summ = run.config, run.summary
     method = cfg.get("method")
-    if summ.get("status") != "ok" or not method:
+    if run.status != "ok" or not method:
         return None
     try:
         if method != "netsenseml":
@@ -228,14 +229,13 @@ def _replayable(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], str] | N
     return cfg, summ, method
 
 
-def _cross_started(run_dir: Path) -> float | None:
+def _cross_started(run: loading.RunData) -> float | None:
     """When the run's first cross flow was applied (events.csv), or None where unknown."""
     try:
-        with open(run_dir / "events.csv", newline="") as fh:
-            applied = [_f(r.get("t_applied")) for r in csv.DictReader(fh)
-                       if r.get("kind") == "cross_start"]
+        applied = [_f(r.get("t_applied")) for r in run.records("events.csv")
+                   if r.get("kind") == "cross_start"]
         return min(a for a in applied if a is not None)
-    except (OSError, ValueError):
+    except ValueError:  # loading.Damaged too: no events.csv, or a damaged one
         return None
 
 
@@ -275,19 +275,18 @@ def _topk_bytes_per_element(rows: list[dict[str, str]], dense: float) -> float:
                                   for r in topk), 3)
 
 
-def _queue_fill(run_dir: Path, t_from: float, queue_pkts: int) -> float:
+def _queue_fill(run: loading.RunData | Path, t_from: float, queue_pkts: int) -> float:
     """The largest median backlog over the shaped link directions of ``run_dir``'s
     bottleneck.csv from ``t_from`` on, in full frames of a ``queue_pkts`` queue (the
     direction the cross traffic fills is the one with a standing backlog); 0 without the
     file or samples."""
     backlog: dict[tuple[str, str], list[float]] = {}
     try:
-        with open(run_dir / "bottleneck.csv", newline="") as fh:
-            for r in csv.DictReader(fh):
-                t, b = _f(r.get("t")), _f(r.get("backlog_bytes"))
-                if t is not None and b is not None and t >= t_from:
-                    backlog.setdefault((r.get("link", ""), r.get("toward", "")), []).append(b)
-    except (OSError, ValueError):
+        for r in loading.folder_of(run).records("bottleneck.csv"):
+            t, b = _f(r.get("t")), _f(r.get("backlog_bytes"))
+            if t is not None and b is not None and t >= t_from:
+                backlog.setdefault((r.get("link", ""), r.get("toward", "")), []).append(b)
+    except ValueError:  # loading.Damaged too
         return 0.0
     if not backlog or queue_pkts <= 0:
         return 0.0
@@ -296,12 +295,10 @@ def _queue_fill(run_dir: Path, t_from: float, queue_pkts: int) -> float:
 
 
 def load_runs(root: Path) -> list[RunFacts]:
-    out = []
-    for s in sorted(Path(root).rglob("summary.json")):
-        facts = load_run(s.parent)
-        if facts is not None:
-            out.append(facts)
-    return out
+    """The facts of every replayable run under ``root``, in the order of their folders'
+    summary.json paths; the folders read by the run reader (``loading.load_all``)."""
+    runs = sorted(loading.load_all(Path(root)).runs, key=lambda r: r.path / "summary.json")
+    return [f for f in (load_run(r) for r in runs) if f is not None]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ for the same cell: one interval (the 95 % t-interval) in both."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import matplotlib.colors as mcolors
@@ -15,7 +17,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from testbed.analysis import pack, plots, report, tables
+from testbed.analysis import loading, pack, plots, report, tables
 from testbed.analysis.figures import accuracy, crossover, speedup, style, throughput
 from testbed.analysis.results import Results
 from testbed.cli.app import app
@@ -200,10 +202,38 @@ def test_report_names_the_code_as_it_was_before_drawing(
 def test_plot_and_report_read_the_tree_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                             ) -> None:
     calls = []
-    real = tables.load_runs
-    monkeypatch.setattr(tables, "load_runs", lambda root: calls.append(root) or real(root))
+    real = loading.load_all
+    monkeypatch.setattr(loading, "load_all", lambda root: calls.append(root) or real(root))
     report.build_report(FIXTURE, tmp_path / "r.html", tmp_path / "fig", log=lambda m: None)
     assert len(calls) == 1
+
+
+def test_the_report_reads_each_run_file_once(tmp_path: Path) -> None:
+    """One run reader (``loading.RunData``): the tables, figures and the page take what it
+    read; no file of a run folder is opened twice behind its back (every open is seen: an
+    audit hook, on while the report is made)."""
+    root = FIXTURE.resolve()
+    reads: list[str] = []
+    _OPENS.append(lambda path: reads.append(path) if path.startswith(f"{root}/") else None)
+    try:
+        report.build_report(FIXTURE, tmp_path / "r.html", tmp_path / "fig", log=lambda m: None)
+    finally:
+        _OPENS.clear()
+    assert {Path(p).name for p in reads} >= {"config.json", "summary.json", "steps.csv"}
+    twice = sorted({p for p in reads if reads.count(p) > 1})
+    assert not twice, twice[:5]
+
+
+#: While a test holds a callback here, every file opened is passed to it (absolute path).
+_OPENS: list = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _OPENS and event == "open" and isinstance(args[0], str | Path):
+        _OPENS[0](os.path.abspath(args[0]))
+
+
+sys.addaudithook(_audit)
 
 
 def test_plot_prints_no_notes_unless_verbose(tmp_path: Path) -> None:

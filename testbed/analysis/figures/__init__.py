@@ -39,6 +39,7 @@ from typing import Any
 
 import pandas as pd
 
+from testbed.analysis import loading
 from testbed.analysis.figures import style
 
 
@@ -58,6 +59,17 @@ class Inputs:
     #: the :class:`testbed.analysis.results.Results` these were taken from (its derived
     #: tables are built once and shared by every figure)
     results: Any = None
+    #: the loaded run folders (``loading.Folders``): a run's config, events, bottleneck
+    #: ... as the run reader read them; not given: loaded from ``root`` when asked
+    folders: Any = None
+
+    def __post_init__(self) -> None:
+        if self.folders is None:
+            self.folders = loading.Folders(self.root)
+
+    def folder(self, run: str) -> loading.RunData:
+        """The loaded folder of ``run`` (the runs table's ``run``)."""
+        return self.folders[run]
 
     def color(self, method: str) -> Any:
         """The method's colour: ``style.method_color``, the same in every figure and set."""

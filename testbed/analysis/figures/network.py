@@ -1,4 +1,4 @@
-"""What the network did during a run, read from its folder: events as applied, the
+"""What the network did during a run, from its loaded folder: events as applied, the
 configured rate and competing streams as step series, the bottleneck's queue, the monitor's
 estimate. Used by the timeline figure and by ``timelines.timeline_table`` (timeline.csv).
 """
@@ -15,10 +15,11 @@ from testbed.analysis import loading, tables
 from topologies import registry as topology_registry
 
 
-def read_events(run_dir: Path) -> pd.DataFrame:
-    """events.csv (bounded and validated by analysis.loading); empty when absent or damaged."""
+def read_events(run: loading.RunData | Path) -> pd.DataFrame:
+    """A run's events.csv (as the run reader, ``analysis.loading``, read it); empty when
+    absent or damaged."""
     try:
-        return loading.read_csv_file(Path(run_dir) / "events.csv", ("t_applied",))
+        return loading.folder_of(run).csv("events.csv", ("t_applied",))
     except loading.Damaged:
         return pd.DataFrame(columns=["t_scheduled", "t_applied", "kind", "target", "value"])
 
@@ -84,12 +85,12 @@ def _lowest(links: dict[str, float], training: list[str] | None) -> float:
     return math.nan if low == math.inf else low
 
 
-def read_bottleneck(run_dir: Path) -> pd.DataFrame:
+def read_bottleneck(run: loading.RunData | Path) -> pd.DataFrame:
     """The bottleneck queue in packets (bottleneck.csv), of the watched link whose queue was
     longest on average; columns t, queue, label (the link). Empty when not recorded."""
     try:
-        df = pd.read_csv(Path(run_dir) / "bottleneck.csv")
-    except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError):
+        df = loading.folder_of(run).csv("bottleneck.csv")
+    except loading.Damaged:
         return pd.DataFrame()
     if "t" not in df.columns or "backlog_pkts" not in df.columns or df.empty:
         return pd.DataFrame()

@@ -10,7 +10,6 @@ two rates at least: one run, or runs at one rate, are not drawn here (the tables
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
-from testbed.analysis import tables
+from testbed.analysis import loading, tables
 from testbed.analysis.figures import Figure, Inputs, NoData, style
 
 
@@ -37,30 +36,22 @@ def select(inp: Inputs) -> pd.DataFrame:
     return sel
 
 
-def grad_bytes(run_dir: Path) -> float:
-    """Dense gradient bytes from rank 0's start record (workers/rank0.jsonl, or start.json
-    of a packed run folder), else NaN."""
-    start = tables.read_json(Path(run_dir) / "start.json")
-    if start.get("grad_bytes"):
-        return float(start["grad_bytes"])
-    try:
-        with open(Path(run_dir) / "workers" / "rank0.jsonl") as fh:
-            for line in fh:
-                rec = json.loads(line)
-                if rec.get("kind") == "start":
-                    return float(rec.get("grad_bytes") or math.nan)
-    except (OSError, ValueError):
-        pass
-    return math.nan
+def grad_bytes(run: loading.RunData | Path) -> float:
+    """Dense gradient bytes from rank 0's start record (``RunData.start_record``: start.json
+    of a packed run folder, or workers/rank0.jsonl), else NaN."""
+    start = loading.folder_of(run).start_record()
+    return float(start.get("grad_bytes") or math.nan) if start else math.nan
 
 
-def line_rate_model(runs: pd.DataFrame, steps: pd.DataFrame, root: Path) -> pd.DataFrame:
+def line_rate_model(runs: pd.DataFrame, steps: pd.DataFrame,
+                    folders: loading.Folders | Path) -> pd.DataFrame:
     """Per experiment and rate: samples/s of compute + dense ring allreduce at the link rate.
 
     compute: the median of rank 0's ``compute_s`` over the experiment's runs (it does not
     depend on the rate); gradient bytes from the workers' start record; world size from
     config.json; a ring allreduce moves 2(N-1)/N of the gradient over each worker's link.
     """
+    folders = loading.folders_of(folders)
     rows = []
     for exp, g in runs.groupby("experiment"):
         s = steps[steps["run"].isin(g["run"])] if not steps.empty else steps
@@ -70,8 +61,8 @@ def line_rate_model(runs: pd.DataFrame, steps: pd.DataFrame, root: Path) -> pd.D
         s0 = s[s["rank"] == 0]
         compute = float(s0["compute_s"].median())
         samples = float(s0["samples"].median())
-        gb = next((b for b in (grad_bytes(root / r) for r in g["run"]) if b == b), math.nan)
-        cfg = tables.read_json(root / g["run"].iloc[0] / "config.json")
+        gb = next((b for b in (grad_bytes(folders[r]) for r in g["run"]) if b == b), math.nan)
+        cfg = folders[g["run"].iloc[0]].config
         world = cfg.get("world_size")
         if not (isinstance(world, int) and world > 1 and gb == gb and compute > 0):
             continue
@@ -100,7 +91,7 @@ def panel_order(exps: list[str]) -> list[str]:
 def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
     if sel.empty:
         raise NoData("no runs at two or more rates")
-    bound = line_rate_model(sel, inp.steps, inp.root)
+    bound = line_rate_model(sel, inp.steps, inp.folders)
     exps = panel_order(list(dict.fromkeys(sel["experiment"])))
     cols = min(len(exps), PANELS_PER_ROW)
     rows = math.ceil(len(exps) / cols)

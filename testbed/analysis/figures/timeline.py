@@ -39,7 +39,7 @@ def select(inp: Inputs) -> pd.DataFrame:
         return r
     sel = r[r["kind"] == "timeline"]
     if sel.empty:
-        dyn = r[[not network.read_events(inp.root / run).dropna(subset=["t_applied"]).empty
+        dyn = r[[not network.read_events(inp.folder(run)).dropna(subset=["t_applied"]).empty
                  for run in r["run"]]]
         sel = dyn[dyn["experiment"] == dyn["experiment"].iloc[0]] if not dyn.empty else dyn
     if sel.empty:
@@ -116,8 +116,9 @@ def _reference(inp: Inputs, sel: pd.DataFrame) -> _Reference:
         raise NoData(f"{ref['run']} has no step rows")
     t0 = _first_step_t(ref_all)
     t_end = float(ref_steps["t"].max()) - t0
-    cfg = tables.read_json(inp.root / ref["run"] / "config.json")
-    events = network.read_events(inp.root / ref["run"])
+    folder = inp.folder(ref["run"])
+    cfg = folder.config
+    events = network.read_events(folder)
     if not events.empty:
         events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce")
                                - t0)
@@ -125,7 +126,7 @@ def _reference(inp: Inputs, sel: pd.DataFrame) -> _Reference:
     rate["t"] = rate["t"].clip(lower=0)
     streams["t"] = streams["t"].clip(lower=0)
     return _Reference(ref, ref_steps, events, rate, streams,
-                      network.read_bottleneck(inp.root / ref["run"]), t0, _adaptive(inp, sel))
+                      network.read_bottleneck(folder), t0, _adaptive(inp, sel))
 
 
 def _levels(steps: pd.DataFrame) -> pd.Series:
