@@ -97,7 +97,8 @@ def find_key(obj: Any, key: str) -> Any:
     return None
 
 
-_METRIC_COLUMNS = ("rank", "t", "t_worker", "samples", "accuracy", "loss", "kind")
+_METRIC_COLUMNS = ("rank", "t", "t_worker", "samples", "accuracy", "loss", "kind", "warmup",
+                   "bytes_sent")
 
 
 def _rows(steps: pd.DataFrame) -> list[dict[str, Any]]:
@@ -287,7 +288,7 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
         "bytes_sent_total": summ.get("bytes_sent_total"),
         # what a method sends for each sample it trains (all ranks, the whole run): a method
         # that wins on throughput by sending less shows it here
-        "bytes_per_sample": _per_sample(summ),
+        "bytes_per_sample": _per_sample(summ, step_dicts, cfg.get("world_size")),
         "warnings": "; ".join(str(w) for w in summ.get("warnings") or []),
         **accelerator_columns(cfg, summ),
     }
@@ -298,10 +299,19 @@ def run_row(item: loading.RunData) -> dict[str, Any]:
     return row
 
 
-def _per_sample(summ: dict[str, Any]) -> float:
-    sent, samples = summ.get("bytes_sent_total"), summ.get("samples_total")
-    ok = isinstance(sent, int | float) and isinstance(samples, int | float) and samples > 0
-    return float(sent) / float(samples) if ok else math.nan
+def _per_sample(summ: dict[str, Any], steps: list[dict[str, Any]], world: Any) -> float:
+    """Payload bytes every rank handed its collectives per sample trained, over the steps
+    throughput counts (after the first and a method's warm-up: PowerSGD's dense start would
+    otherwise dominate a short run's bytes); rank 0's bytes x the world size, as ranks send
+    alike. Without step rows, the run's totals (summary.json)."""
+    steady = metrics.steady_steps(steps)[1:]
+    sent = [metrics.num(r.get("bytes_sent")) for r in steady]
+    samples = sum(metrics.num(r.get("samples")) or 0.0 for r in steady)
+    if steady and isinstance(world, int) and samples > 0 and None not in sent:
+        return float(sum(sent)) * world / samples  # type: ignore[arg-type]
+    total, n = summ.get("bytes_sent_total"), summ.get("samples_total")
+    ok = isinstance(total, int | float) and isinstance(n, int | float) and n > 0
+    return float(total) / float(n) if ok else math.nan
 
 
 #: What an accuracy cell says for an own job that reported no accuracy (``hooks.report``):

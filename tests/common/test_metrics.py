@@ -74,6 +74,8 @@ def test_a_methods_warmup_steps_are_not_its_throughput() -> None:
             for i, t in enumerate((1.0, 5.0, 9.0, 10.0, 11.0))]
     assert m.throughput(rows) == pytest.approx(32 / 2)  # steps 4 and 5, from 9 s to 11 s
     assert m.train_span_s(rows) == pytest.approx(2.0)
+    # the tables (steps.csv's columns) leave the same steps out as summary.json
+    assert tables.run_throughput(pd.DataFrame(rows)) == pytest.approx(32 / 2)
     plain = [{k: v for k, v in r.items() if k != "warmup"} for r in rows]
     assert m.throughput(plain) == pytest.approx(64 / 10)
 
