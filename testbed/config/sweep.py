@@ -39,6 +39,7 @@ A single-experiment sweep may instead give ``scenario`` / ``grid`` / ``kind`` at
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -369,17 +370,14 @@ def _near(ref: str, base_dir: Path | None) -> str:
 
 
 def _with_scenario(r: RunSpec, scenario: Any) -> RunSpec:
-    return RunSpec(r.sweep, r.experiment, r.kind, r.scenario_ref, r.params, r.overrides,
-                   r.method, r.seed, r.run_dir, scenario)
+    return dataclasses.replace(r, scenario=scenario)  # every other field kept (compare_as)
 
 
 def with_overrides(runs: list[RunSpec], overrides: dict[str, Any]) -> list[RunSpec]:
     """Runs with ``overrides`` (``netsense sweep --set``) applied last, so they win."""
     if not overrides:
         return runs
-    return [RunSpec(r.sweep, r.experiment, r.kind, r.scenario_ref, r.params,
-                    {**r.overrides, **overrides}, r.method, r.seed, r.run_dir, r.scenario)
-            for r in runs]
+    return [dataclasses.replace(r, overrides={**r.overrides, **overrides}) for r in runs]
 
 
 def experiment_summary(runs: list[RunSpec], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

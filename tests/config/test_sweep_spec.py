@@ -189,6 +189,10 @@ def test_compare_as_files_an_experiments_runs_under_another(tmp_path: Path) -> N
     ramp = [r for r in runs if r.experiment == "ramp"]
     assert ramp and all(r.run_dir.parts[-3] == "ramp" and r.compare_as == "rate" for r in ramp)
     assert sweep_meta(ramp[0])["compare_as"] == "rate"
+    # and so it stays where the command line resolves the scenarios and adds --set
+    resolved = sw.with_overrides(sw.resolve_scenarios(ramp), {"workload.steps": 3})
+    assert all(r.compare_as == "rate" for r in resolved)
+    assert sweep_meta(resolved[0])["compare_as"] == "rate"
     assert "compare_as" not in sweep_meta(next(r for r in runs if r.experiment == "rate"))
     # the tables read it (the experiment key of the committed paper-grid runs)
     grid = Path(__file__).resolve().parents[2] / "results" / "runs" / "paper-grid"
