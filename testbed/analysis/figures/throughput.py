@@ -132,6 +132,8 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
         ax.set_yscale("log")
         rates = sorted(e["rate_mbit"].dropna().unique())
         ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        if len(rates) == 1:  # one rate so far (a part of a grid): the methods' offsets only
+            ax.set_xlim(rates[0] / 1.6, rates[0] * 1.6)
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         style.log_ticks(ax)
         ax.set_xlabel(style.RATE_AXIS)
@@ -141,7 +143,8 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
         ax.set_title(f"{exp}: mean, 95 % t-interval over {n_seeds} seeds (dots: runs)"
                      if n_seeds > 1 else f"{exp}: one seed per point", fontsize=9)
         ax.grid(True, which="major", alpha=0.3)
-        style.legend(ax, ncol=2)
+        # below the axes: inside, it covered the points of the low rates
+        style.legend(ax, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.plotted = pd.DataFrame(plotted)
     return fig
 
