@@ -66,10 +66,17 @@ def _timed_and_paced(run: Path) -> bool:
     # a paced run from before the probe's time was recorded: only if its probe ran (k
     # measured, not cached: older code recorded no probe_cached either)
     return (summ.get("status") == "ok" and late <= HOST_BOUND
-            and ("probe_s" in acc or "host_real_s" in acc))
+            and ("probe_s" in acc or "host_real_s" in acc)
+            and (acc.get("host_busy_pct") or 0.0) <= QUIET_PCT)
 
 
 HOST_BOUND = 0.1
+#: The estimate plans for this host as the probe finds it; a run whose factor ``auto`` chose
+#: with other work saturating the host (``accelerator.host_busy_pct`` above this; the
+#: sustained-filter A/B of
+#: results/runs/policy-changes ran beside 4 test suites at 100 %: k 450-570 where a quiet
+#: host picks ~130) took a factor no plan can know, as ``dilation.choose`` intends.
+QUIET_PCT = 90.0
 
 
 def _estimate_and_real(run: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, float, dict]:
