@@ -11,9 +11,9 @@ per route by the testbed; delayed ACKs and gloo's own software cost are not; DES
 
 ``k`` is 1 unless the process was started with ``NETSENSE_DILATION`` set or calls
 :func:`set_dilation` (the worker's ``--dilation``); the factor is a
-:class:`netsenseml.dilation.Dilation` (:func:`current`), which does the arithmetic. Timeouts that guard against a dead peer
-(the process group's, the worker's watchdog) stay on the real clock, scaled by
-:func:`real_s`, since they protect the real process.
+:class:`netsenseml.dilation.Dilation` (:func:`current`), which does the arithmetic.
+Timeouts that guard against a dead peer (the process group's, the worker's watchdog) stay
+on the real clock, scaled by :func:`real_s`, since they protect the real process.
 """
 
 from __future__ import annotations

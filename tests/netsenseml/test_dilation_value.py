@@ -70,3 +70,24 @@ def test_parse_and_text() -> None:
     assert Dilation(40).arg() == "40" and Dilation(2.5).arg() == "2.5"
     assert Dilation(40).env() == "40.0"
     assert Dilation.parse(Dilation(2.5).env()) == Dilation(2.5)
+
+
+def test_the_clock_holds_the_value_and_passes_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from netsenseml import clock
+    from netsenseml.dilation import ENV
+
+    before = clock.current()
+    monkeypatch.setenv(ENV, os.environ.get(ENV, ""))  # restored after the test
+    try:
+        clock.set_dilation(Dilation(40))
+        assert clock.current() == Dilation(40.0) and clock.dilation() == 40.0
+        assert os.environ[ENV] == "40.0" and Dilation.parse(os.environ[ENV]) == clock.current()
+        assert clock.real_s(0.5) == 20.0
+        clock.set_dilation(2.5)  # a number still does
+        assert clock.current() == Dilation(2.5)
+        with pytest.raises(ValueError, match=">= 1"):
+            clock.set_dilation(0.5)
+    finally:
+        clock.set_dilation(before)
