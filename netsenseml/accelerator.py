@@ -267,7 +267,7 @@ class Pacer:
         self._anchor_at_bucket = False
         self.total = max(int(total_elements), 1)
         self.tolerance = max(TOLERANCE_SHARE * timing.step_s,
-                             TOLERANCE_FLOOR_REAL_S / clock.dilation())
+                             clock.current().virtual_s(TOLERANCE_FLOOR_REAL_S))
         self._t0: float | None = None
         self._seen = 0
         self._bucket_i = 0

@@ -134,6 +134,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E402
 
 from netsenseml import accelerator, clock, convergence, hooks, lifecycle, methods  # noqa: E402
+from netsenseml.dilation import Dilation  # noqa: E402
 from workloads import payload as payload_mode  # noqa: E402
 from workloads import recorded, registry  # noqa: E402
 from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
@@ -337,7 +338,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         bad_args("argument --stop-at-target: needs --target-accuracy and --eval-every")
     if args.eval_samples is None:
         args.eval_samples = registry.dataset_entry(args.dataset).eval_samples
-    if not args.dilation >= 1.0:
+    try:  # the factor as the value the clock takes (netsenseml.dilation)
+        args.dilation = Dilation(args.dilation)
+    except ValueError:
         bad_args(f"argument --dilation: a number >= 1 expected, got {args.dilation:g}")
     if args.accelerator is not None and args.step_ms is not None:
         bad_args("argument --step-ms: give --accelerator or --step-ms, not both")

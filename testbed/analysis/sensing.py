@@ -72,6 +72,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from netsenseml.dilation import NONE, Dilation
 from testbed.analysis import loading
 from testbed.common import files
 
@@ -165,8 +166,8 @@ def _series(rows: pd.DataFrame, column: str) -> pd.Series:
     return rows.set_index("t")[column].astype(float).sort_index()
 
 
-def _smooth(s: pd.Series, period: float, k: float = 1.0) -> pd.Series:
-    window = max(1, int(round(SMOOTH_S / k / period)))
+def _smooth(s: pd.Series, period: float, dilation: Dilation | float = NONE) -> pd.Series:
+    window = max(1, int(round(Dilation.of(dilation).virtual_s(SMOOTH_S) / period)))
     return s.rolling(window, min_periods=1, center=True).mean()
 
 
@@ -372,13 +373,13 @@ def _truth(run: loading.RunData, truth: pd.DataFrame, config: dict[str, Any]) ->
             if not rows.empty:
                 cross = cross.add(pd.Series(_at(_series(rows, "delivered_mbit"), times),
                                             index=configured.index), fill_value=0.0)
-    k = loading.dilation_of(config)
-    cross = _smooth(cross, period, k)
+    d = Dilation(loading.dilation_of(config))
+    cross = _smooth(cross, period, d)
     return _Truth(
         link, toward, end, times, configured, cross,
         available=(configured - cross).clip(lower=0.0),
         queue_ms=_series(end, "backlog_bytes") * 8 / (configured * 1e6) * 1e3,
-        training=(_smooth(_series(end, "delivered_mbit"), period, k) - cross).clip(lower=0.0),
+        training=(_smooth(_series(end, "delivered_mbit"), period, d) - cross).clip(lower=0.0),
         received=received)
 
 
@@ -393,7 +394,7 @@ def _step_table(run: loading.RunData, steps: pd.DataFrame, tr: _Truth, config: d
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
     factor = np.full(len(levels), 2 * (world - 1) / world if world > 1 else 1.0)
     est_mbit = r0["est_rate_mbit"].to_numpy(float)
-    k = loading.dilation_of(config)
+    d = Dilation(loading.dilation_of(config))
     configured = configured_at(run, tr.link, tr.configured, t)
     # the servers' reports are a step function in time: read at the steps' own times, not
     # interpolated between the sampler's (a line from 0 to 7000 drawn across the 7 ms
@@ -416,9 +417,9 @@ def _step_table(run: loading.RunData, steps: pd.DataFrame, tr: _Truth, config: d
     })
     # the kernel's clock is not dilated: its RTT in virtual time is 1/k of what it reports,
     # its rate k times (the monitor's are in virtual units already)
-    table["tcp_min_rtt_ms"] = ((r0["tcp_min_rtt_s"].to_numpy(float) * 1e3 / k).round(6)
+    table["tcp_min_rtt_ms"] = (d.virtual_s(r0["tcp_min_rtt_s"].to_numpy(float) * 1e3).round(6)
                                if "tcp_min_rtt_s" in r0 else np.nan)
-    table["tcp_rate_mbit"] = ((r0["tcp_delivery_rate_mbit"].to_numpy(float) * k).round(3)
+    table["tcp_rate_mbit"] = (d.virtual_mbit(r0["tcp_delivery_rate_mbit"].to_numpy(float)).round(3)
                               if "tcp_delivery_rate_mbit" in r0 else np.nan)
     running = cross_running(run, t)
     if running is not None:  # the applied edges: congested while cross streams run

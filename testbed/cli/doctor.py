@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from netsenseml import accelerator
+from netsenseml.dilation import Dilation
 from testbed.emulation import kernel, rootless
 
 OPTIONAL = ("TBF", "netem", "faithful", "accelerator")  # the testbed shapes with HTB; netem only for delay/jitter/loss
@@ -210,7 +211,7 @@ def accelerator_fit(timing: accelerator.Timing, workload: dict, workers: int, co
     k_net = factor.rate_factor(rate_mbit) if rate_mbit else 1.0
     k = max(k_host, k_net)
     cores = os.cpu_count() or 1
-    return AcceleratorFit(k, k_host, k_net, need, faithful.faithful_mbit() * k,
+    return AcceleratorFit(k, k_host, k_net, need, Dilation(k).virtual_mbit(faithful.faithful_mbit()),
                           factor.workers_within(need, k, workers, threads, cores),
                           workers, threads, cores, real)
 

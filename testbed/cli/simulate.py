@@ -405,7 +405,7 @@ def paced_cmd(target: PacedTargetArg, methods: PacedMethodsOption = None,
                 else job.method
             levels[key] = levels.get(key, 0) + 1
         top = ", ".join(f"{k} x{v}" for k, v in sorted(levels.items(), key=lambda kv: -kv[1])[:3])
-        row = (f"| {job.method} | {job.dilation:g} | {job.bottleneck_mbit / job.dilation:g} | "
+        row = (f"| {job.method} | {job.dilation:g} | {job.time_dilation.real_mbit(job.bottleneck_mbit):g} | "
                f"{thr:.1f} | {1e3 * job.batch_size * job.workers / thr if thr else 0:.1f} | "
                f"{top} |")
         if emulated:

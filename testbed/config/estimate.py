@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from netsenseml import accelerator, convergence, methods
+from netsenseml.dilation import Dilation
 from testbed.common import files
 from testbed.config import events, factor
 from testbed.emulation import faithful
@@ -257,7 +258,7 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
                             - _comm_s(n, elements, rates, share, reduction))
     k, record, probe = _dilation(scenario, timing, elements, level, rates,
                                  share, reduction)
-    return {"seconds": virtual * k + PER_RUN_OVERHEAD_S + record + probe, "k": k,
+    return {"seconds": Dilation(k).real_s(virtual) + PER_RUN_OVERHEAD_S + record + probe, "k": k,
             "virtual_s": virtual, "step_s": step_v, "probe_s": probe,
             "probe_key": factor.probe_key(scenario, method or "allreduce") if probe else None}
 

@@ -72,6 +72,7 @@ from pydantic import (
 )
 
 from netsenseml import convergence, methods
+from netsenseml.dilation import NONE, Dilation
 from testbed.common import bounded, inputs, schema
 from testbed.common.names import is_name
 from testbed.common.schema import StrictModel
@@ -552,12 +553,12 @@ class Scenario(StrictModel):
         dilation ``k`` that many per virtual second x ``k``)."""
         if not self.timeline:
             return
-        k = 1.0
+        d = NONE
         if self.accelerator is not None and self.accelerator.dilation != "auto":
-            k = float(self.accelerator.dilation)
+            d = Dilation(float(self.accelerator.dilation))
         actions, _ = expand(self.timeline, end_s=self.workload.time_limit_s)
         times = [a.at for a in actions if a.kind == "set_rate"]
-        limit = MAX_RATE_CHANGES_PER_S * k  # per virtual second
+        limit = d.virtual_per_s(MAX_RATE_CHANGES_PER_S)  # per virtual second
         j = 0
         for i, t in enumerate(times):  # sorted: the densest window of 1 virtual second
             while times[j] <= t - 1.0:
@@ -569,7 +570,7 @@ class Scenario(StrictModel):
                     f"timeline: {n} rate changes within 1 s (from {times[j]:g} s, {src}) are "
                     f"more than this host applies: at most {MAX_RATE_CHANGES_PER_S} per "
                     "second (each is a tc call on both ends of the link)"
-                    + (f", {limit:g} per virtual second at dilation {k:g}" if k > 1 else "")
+                    + (f", {limit:g} per virtual second at dilation {d.k:g}" if d.dilated else "")
                     + "; resample the trace coarser (bin_ms) or dilate time "
                     "(accelerator.dilation)")
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from netsenseml.dilation import NONE, Dilation
 from testbed.common import files
 
 COLUMNS = ["t", "link", "dev", "toward", "configured_mbit", "delivered_mbit",
@@ -77,10 +78,10 @@ class BottleneckSampler:
     """Samples ``ends`` every ``period_s`` in a thread until ``stop()``."""
 
     def __init__(self, ends: list[LinkEnd], rate_of: Any, path: Path, origin_wall: float,
-                 period_s: float = PERIOD_S, dilation: float = 1.0) -> None:
-        """``dilation``: the run's factor k; rows are written in virtual time and rates
-        (t / k, Mbit/s and per-second counts x k: ``testbed.orchestration.dilation``)."""
-        self.k = dilation
+                 period_s: float = PERIOD_S, dilation: Dilation | float = NONE) -> None:
+        """``dilation``: the run's time dilation; rows are written in virtual time, rates and
+        per-second counts (``netsenseml.dilation``)."""
+        self.dilation = Dilation.of(dilation)
         self.ends = ends
         self.rate_of = rate_of  # link -> configured Mbit/s (changes with set_rate)
         self.path = path
@@ -145,17 +146,17 @@ class BottleneckSampler:
             return
         p = prev[1]
         rate = self.rate_of(end.link)
-        k = self.k
+        d = self.dilation
         self.rows.append({
-            "t": round((wall - self.origin_wall) / k, 4), "link": end.link, "dev": end.dev,
+            "t": round(d.virtual_s(wall - self.origin_wall), 4), "link": end.link, "dev": end.dev,
             "toward": end.toward,
-            "configured_mbit": None if rate == float("inf") else rate * k,
-            "delivered_mbit": round((q["bytes"] - p["bytes"]) * 8 / dt / 1e6 * k, 4),
+            "configured_mbit": None if rate == float("inf") else d.virtual_mbit(rate),
+            "delivered_mbit": round(d.virtual_mbit((q["bytes"] - p["bytes"]) * 8 / dt / 1e6), 4),
             "backlog_bytes": q.get("backlog", 0), "backlog_pkts": q.get("qlen", 0),
             "drops": q.get("drops", 0),
-            "drops_per_s": round((q.get("drops", 0) - p.get("drops", 0)) / dt * k, 3),
+            "drops_per_s": round(d.virtual_per_s((q.get("drops", 0) - p.get("drops", 0)) / dt), 3),
             "overlimits": q.get("overlimits", 0),
-            "overlimits_per_s": round((q.get("overlimits", 0) - p.get("overlimits", 0)) / dt * k, 3),
+            "overlimits_per_s": round(d.virtual_per_s((q.get("overlimits", 0) - p.get("overlimits", 0)) / dt), 3),
             "sent_bytes": q["bytes"],
         })
 

@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Iterable
 
+from netsenseml.dilation import NONE, Dilation
 from testbed.emulation.emulated_network import Emulation
 from topologies import registry
 
@@ -95,18 +96,19 @@ def training_rates(scenario: dict) -> list[float]:
     return out
 
 
-def warning(scenario: dict, dilation: float = 1.0) -> str | None:
+def warning(scenario: dict, dilation: Dilation | float = NONE) -> str | None:
     """One line when the scenario's training path is configured above the faithful range.
 
     The rate training sees is the lowest over the links it crosses (a dumbbell's 10 Gbit/s
     access links beside a 1 Gbit/s bottleneck run at the bottleneck's rate), so the check is
     on that, and on every ``set_rate`` of those links. Under time dilation by ``k`` the
     links really run at the virtual rate / k, which is what the range bounds."""
+    d = Dilation.of(dilation)
     limit = faithful_mbit()
-    above = sorted({r for r in training_rates(scenario) if r / dilation > limit})
+    above = sorted({r for r in training_rates(scenario) if d.real_mbit(r) > limit})
     if not above:
         return None
-    real = f" virtual, {', '.join(f'{r / dilation:g}' for r in above)} real" if dilation != 1 else ""
+    real = f" virtual, {', '.join(f'{d.real_mbit(r):g}' for r in above)} real" if d.dilated else ""
     return (f"configured rate {', '.join(f'{r:g}' for r in above)} Mbit/s{real} is above the "
             f"emulation's faithful range ({limit:g} Mbit/s: testbed/emulation/faithful.py; "
             f"`netsense doctor --range` checks this machine): step times there are set by "

@@ -7,7 +7,8 @@ own clock (steps.csv's ``t``, events.csv, bottleneck.csv, the cross traffic's re
 is divided back, so a run folder holds virtual time and virtual rates throughout, and says
 so (``config.json``'s ``accelerator.dilation``). The host then has ``k`` times longer for
 each step's real work, and the shaped links, the iperf3 senders and the workers share the
-cores at ``1/k`` of the virtual load.
+cores at ``1/k`` of the virtual load. The arithmetic is the value's
+(``netsenseml.dilation.Dilation``); this module chooses ``k``.
 
 Not dilated: kernel timers other than TCP's minimum RTO (which is set per route to
 ``200 ms x k`` in every emulated host: :func:`rto_min_ms`) -- delayed ACKs (40 ms minimum),
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from netsenseml import methods
+from netsenseml.dilation import Dilation
 from testbed.common import files
 from testbed.config import factor  # the rule, shared with the estimate
 from testbed.config.factor import codec_specs, probe_key
@@ -62,44 +64,39 @@ class DilationError(RuntimeError):
     """The automatic factor could not be measured; ``str()`` is one line."""
 
 
-def real_s(k: float, virtual_s: float) -> float:
-    return virtual_s * k
-
-
-def real_mbit(k: float, virtual_mbit: float) -> float:
-    return virtual_mbit / k
-
-
-def topology_params(params: dict[str, Any], k: float) -> dict[str, Any]:
-    """The topology's build parameters with every rate (``*_mbit``) divided by ``k``."""
-    if k == 1:
+def topology_params(params: dict[str, Any], dilation: Dilation | float) -> dict[str, Any]:
+    """The topology's build parameters with every rate (``*_mbit``) at its real rate."""
+    d = Dilation.of(dilation)
+    if not d.dilated:
         return params
-    return {name: (v / k if name.endswith("_mbit") and isinstance(v, int | float)
+    return {name: (d.real_mbit(v) if name.endswith("_mbit") and isinstance(v, int | float)
                    and not isinstance(v, bool) else v) for name, v in params.items()}
 
 
-def rto_min_ms(k: float) -> float:
+def rto_min_ms(dilation: Dilation | float) -> float:
     """TCP's minimum RTO dilated with the rest (at most the kernel's maximum)."""
-    return min(RTO_MIN_MS * k, RTO_MAX_MS)
+    return min(Dilation.of(dilation).real_s(RTO_MIN_MS), RTO_MAX_MS)
 
 
-def virtual_reports(reports: list[dict[str, Any]], k: float) -> list[dict[str, Any]]:
+def virtual_reports(reports: list[dict[str, Any]],
+                    dilation: Dilation | float) -> list[dict[str, Any]]:
     """iperf3 flow reports (``testbed.emulation.traffic.reports``) in virtual units."""
-    if k == 1:
+    d = Dilation.of(dilation)
+    if not d.dilated:
         return reports
     out = []
     for r in reports:
         r = dict(r)
         for key in ("achieved_mbit", "received_mbit"):
             if isinstance(r.get(key), int | float):
-                r[key] = round(r[key] * k, 3)
+                r[key] = round(d.virtual_mbit(r[key]), 3)
         for key in ("seconds", "started_t"):
             if isinstance(r.get(key), int | float):
-                r[key] = round(r[key] / k, 4)
+                r[key] = round(d.virtual_s(r[key]), 4)
         for key in ("intervals", "received_intervals"):
             if isinstance(r.get(key), list):
-                r[key] = [(round(a / k, 4), round(b / k, 4), round(m * k, 3))
-                          for a, b, m in r[key]]
+                r[key] = [(round(d.virtual_s(a), 4), round(d.virtual_s(b), 4),
+                           round(d.virtual_mbit(m), 3)) for a, b, m in r[key]]
         out.append(r)
     return out
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from netsenseml.dilation import NONE, Dilation
 from testbed.common import files
 
 COLUMNS = ["t", "busy_pct", "run_pct", "other_pct", "load1"]
@@ -49,9 +50,9 @@ class HostLoad:
     """Samples the host's load in a thread until :meth:`stop` (module docstring)."""
 
     def __init__(self, path: Path, pids: Callable[[], list[int]], origin_wall: float,
-                 dilation: float = 1.0, period_s: float = PERIOD_S) -> None:
+                 dilation: Dilation | float = NONE, period_s: float = PERIOD_S) -> None:
         self.path, self.pids, self.origin_wall = path, pids, origin_wall
-        self.k, self.period_s = dilation, period_s
+        self.dilation, self.period_s = Dilation.of(dilation), period_s
         self.rows: list[dict[str, Any]] = []
         self._seen: dict[int, float] = {}  # last CPU seconds of each of the run's processes
         self._stop = threading.Event()
@@ -88,7 +89,7 @@ class HostLoad:
                 load1 = float(Path("/proc/loadavg").read_text().split()[0])
             except (OSError, ValueError, IndexError):
                 load1 = None
-            self.rows.append({"t": round((time.time() - self.origin_wall) / self.k, 4),
+            self.rows.append({"t": round(self.dilation.virtual_s(time.time() - self.origin_wall), 4),
                               "busy_pct": round(busy_pct, 1), "run_pct": round(run_pct, 1),
                               "other_pct": round(busy_pct - run_pct, 1), "load1": load1})
             busy0, total0 = busy, total

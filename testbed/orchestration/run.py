@@ -48,6 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from netsenseml.dilation import Dilation
 from netsenseml.methods import MethodSpec
 from testbed.common.names import slug
 from testbed.config.scenario import Scenario
@@ -104,7 +105,8 @@ class _Run(RunLifecycle):
     ) -> None:
         super().__init__(scenario, spec, seed, run_dir, progress, meta)
         self.gpu_plan = gpu_plan or gpus.GpuPlan("cpu", "gloo", None)
-        self.k, self.pace_facts = pace
+        k, self.pace_facts = pace
+        self.dilation = Dilation(k)  # the one value every conversion below asks
         self.hostload: hostload.HostLoad | None = None
         self.sampler: bottleneck.BottleneckSampler | None = None
         self.cross_pairs: list[tuple[str, str]] = []
@@ -137,12 +139,12 @@ class _Run(RunLifecycle):
         t = time.monotonic()
         self.progress.update("building network", force=True)
         topo = self.scn.topology
-        self.emu = Emulation(topo.kind, dilation.topology_params(topo.build_params(), self.k))
+        self.emu = Emulation(topo.kind, dilation.topology_params(topo.build_params(), self.dilation))
         self.config["prefix"] = self.emu.prefix
         self.folder.write_config(self.config)
         self.emu.start()
-        if self.k > 1:  # TCP's minimum RTO dilated with the rest (testbed.orchestration.dilation)
-            self.emu.set_rto_min(dilation.rto_min_ms(self.k))
+        if self.dilation.dilated:  # TCP's minimum RTO dilated with the rest (testbed.orchestration.dilation)
+            self.emu.set_rto_min(dilation.rto_min_ms(self.dilation))
         self.timing["build_s"] = round(time.monotonic() - t, 3)
         # The topology's declared names (validated against the scenario) must be the
         # names it built: a plug-in whose Params and build() disagree stops here.
@@ -162,13 +164,13 @@ class _Run(RunLifecycle):
             configured = self.emu.link_rate(link)
             pair = pairs.get(link)
             if pair is None:
-                rows.append({"link": link, "configured_mbit": configured * self.k})
+                rows.append({"link": link, "configured_mbit": self.dilation.virtual_mbit(configured)})
                 continue
             self.progress.update(f"probing link {link}", force=True)
             measured = self.emu.iperf3_goodput(pair[0], pair[1], self.scn.probe_s)
             rows.append({
-                "link": link, "src": pair[0], "dst": pair[1], "configured_mbit": configured * self.k,
-                "measured_mbit": round(measured * self.k, 3), "seconds": self.scn.probe_s,
+                "link": link, "src": pair[0], "dst": pair[1], "configured_mbit": self.dilation.virtual_mbit(configured),
+                "measured_mbit": round(self.dilation.virtual_mbit(measured), 3), "seconds": self.scn.probe_s,
             })
         self.folder.write_links(rows)
 
@@ -176,7 +178,7 @@ class _Run(RunLifecycle):
         self.traffic = CrossTraffic(self.emu, self.folder.path / "cross")
         for plan in plans:
             self.traffic.plan(plan.id, plan.src, plan.dst, plan.streams,
-                              None if plan.bitrate_mbit is None else plan.bitrate_mbit / self.k)
+                              None if plan.bitrate_mbit is None else self.dilation.real_mbit(plan.bitrate_mbit))
         self.traffic.start_servers()
 
     def _apply(self, action: Action) -> str:
@@ -189,8 +191,9 @@ class _Run(RunLifecycle):
         return apply(self, action)
 
     def _set_rate(self, action: Action) -> str:
-        self.emu.set_rate(action.target, float(action.value) / self.k)
-        return f"{action.value:g} Mbit/s" + (f" (real {action.value / self.k:g})" if self.k > 1 else "")
+        d = self.dilation
+        self.emu.set_rate(action.target, d.real_mbit(float(action.value)))
+        return f"{action.value:g} Mbit/s" + (f" (real {d.real_mbit(action.value):g})" if d.dilated else "")
 
     def _cross_start(self, action: Action) -> str:
         detail = self.traffic.start_slot(action.target, action.slot)
@@ -214,7 +217,7 @@ class _Run(RunLifecycle):
         self.hostload = hostload.HostLoad(
             self.folder.path / "host.csv",
             lambda: (self.workers.pids if self.workers else []) + (self.traffic.pids if self.traffic else []),
-            self.launch_wall, self.k)
+            self.launch_wall, self.dilation)
         self.hostload.start()
         own = self.scn.workload.own_job
         homes = [self.folder.host_dir(h) for h in hosts] if own else []
@@ -224,7 +227,7 @@ class _Run(RunLifecycle):
             hosts, self.config["worker_argv"], self.config["master_port"],
             zygote, on_spawn=self._write_pids,
             extra_env=[job_env(self.scn, self.spec, self.seed, self.folder.workers, r,
-                               self.folder.path.name, self.k) for r in range(len(hosts))]
+                               self.folder.path.name, self.dilation) for r in range(len(hosts))]
             if own else None,
             cwd=[str(h) for h in homes] if own else None)
 
@@ -261,7 +264,7 @@ class _Run(RunLifecycle):
     def _monitor(self) -> None:
         assert self.timeline is not None and self.launch_wall is not None
         assert self.workers is not None
-        deadline = time.monotonic() + self.scn.deadline_s() * self.k
+        deadline = time.monotonic() + self.dilation.real_s(self.scn.deadline_s())
         rank0 = self.folder.rank0_log()
         if self.scn.timeline_origin == "launch":
             self.timeline.start(self.launch_wall)
@@ -284,7 +287,7 @@ class _Run(RunLifecycle):
                 stuck = (self._own_job_stages(codes, frames) if self.scn.workload.own_job
                          else self._worker_stacks(frames))
                 raise RunFailed(f"timeout: workers still running after "
-                                 f"{self.scn.deadline_s() * self.k:.0f} s{stuck}")
+                                 f"{self.dilation.real_s(self.scn.deadline_s()):.0f} s{stuck}")
             rec = run_records.last_step(rank0)
             if rec is not None and not self.timeline.started:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
@@ -454,10 +457,10 @@ class _Run(RunLifecycle):
         # Under dilation the qdiscs are read less often in real time (each read is a `tc`
         # process, whose start-up takes CPU from the paced workers): at most 1 s apart, and
         # still 10 ms virtual or finer at k <= 100.
-        period = bottleneck.PERIOD_S * min(max(self.k / 10, 1.0), 10.0)
+        period = bottleneck.PERIOD_S * min(max(self.dilation.k / 10, 1.0), 10.0)
         self.sampler = bottleneck.BottleneckSampler(
             ends, self.emu.link_rate, self.folder.path / "bottleneck.csv", self.launch_wall,
-            period_s=period, dilation=self.k)
+            period_s=period, dilation=self.dilation)
         self.sampler.start()
         if self.scn.capture:
             self._start_capture(ends)
@@ -550,7 +553,7 @@ class _Run(RunLifecycle):
         for r in reports:
             if r.get("started_wall") is not None:
                 r["started_t"] = round(r.pop("started_wall") - origin, 3)
-        self.network["cross_traffic"] = dilation.virtual_reports(reports, self.k)
+        self.network["cross_traffic"] = dilation.virtual_reports(reports, self.dilation)
 
     def _teardown_all(self) -> None:
         t = time.monotonic()
@@ -618,15 +621,15 @@ class _Run(RunLifecycle):
             "master_port": 29500 + random.randrange(1000),
             "worker_argv": job_argv(self.scn) if self.scn.workload.own_job else worker_argv(
                 self.scn, self.spec, self.seed, self.folder.workers, self.gpu_plan.device,
-                self.gpu_plan.backend, self.k),
-            "accelerator": {**self.pace_facts, "dilation": self.k},
+                self.gpu_plan.backend, self.dilation),
+            "accelerator": {**self.pace_facts, "dilation": self.dilation.k},
             "gpu_plan": vars(self.gpu_plan),
         }
 
     def _make_config(self) -> None:
         super()._make_config()
         self.warnings += self.scn.warnings()  # valid but probably not meant (the scenario's)
-        above = faithful.warning(self.config["scenario"], self.k)
+        above = faithful.warning(self.config["scenario"], self.dilation)
         if above:  # stated in summary.json and the report; the run still runs
             self.warnings.append(above)
 
@@ -640,7 +643,7 @@ class _Run(RunLifecycle):
         if self.scn.probe_links:
             self._probe()
         self._start_traffic(plans)
-        self.timeline = Timeline(actions, self._apply, self.k)
+        self.timeline = Timeline(actions, self._apply, self.dilation)
         self._launch()
         self._monitor()
 

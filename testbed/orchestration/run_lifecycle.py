@@ -44,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from netsenseml.dilation import NONE
 from netsenseml.methods import MethodSpec
 from testbed.common import files
 from testbed.emulation import leftovers
@@ -116,7 +117,7 @@ class RunLifecycle:
         self.meta = meta
         self.timeline: Any = None
         self.launch_wall: float | None = None
-        self.k = 1.0  # the time-dilation factor (testbed.orchestration.dilation)
+        self.dilation = NONE  # the run's time dilation (netsenseml.dilation)
         self.timing: dict[str, float] = {}
         self.config: dict[str, Any] = {}
         self.summary: dict[str, Any] = {}
@@ -202,7 +203,7 @@ class RunLifecycle:
         counts the status needs, then the backend's facts."""
         self.summary.update(self.folder.collect_steps(
             self.scn.world_size, self.launch_wall or time.time(),
-            self.scn.workload.target_accuracy, self.k))
+            self.scn.workload.target_accuracy, self.dilation))
         events = [vars(r) for r in (self.timeline.snapshot() if self.timeline else [])]
         self.folder.write_events(EVENT_COLUMNS, events)
         self.summary["events_applied"] = len(events)
@@ -398,7 +399,7 @@ class RunLifecycle:
                 recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
                 build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
                 workers_done_wall=self.timing.get("workers_done_wall"),
-                zygote_wait_s=self.timing.get("zygote_wait_s"), dilation=self.k))
+                zygote_wait_s=self.timing.get("zygote_wait_s"), dilation=self.dilation))
         except Exception as exc:  # noqa: BLE001 - timing is information, not the result
             self.summary["phases_error"] = f"{type(exc).__name__}: {exc}"
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from netsenseml.dilation import NONE, Dilation
 from testbed.common import metrics as run_metrics
 from testbed.common.files import read_jsonl, read_jsonl_tail
 from testbed.common.metrics import num as _num
@@ -69,10 +70,10 @@ def ranks(records: dict[int, list[dict[str, Any]]]) -> dict[int, RankRecords]:
 
 
 def _row_of(rank: int, rec: StepRecord | EvalRecord, launch_wall: float,
-            dilation: float = 1.0) -> dict[str, Any]:
+            dilation: Dilation = NONE) -> dict[str, Any]:
     row: dict[str, Any] = {"rank": rank, "step": rec.step, "wall": rec.wall, "t_worker": rec.t}
     if rec.wall is not None:
-        row["t"] = round((rec.wall - launch_wall) / dilation, 4)
+        row["t"] = round(dilation.virtual_s(rec.wall - launch_wall), 4)
     return row
 
 
@@ -82,7 +83,7 @@ class StepsCsv(NamedTuple):
 
 
 def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float,
-                   dilation: float = 1.0) -> StepsCsv:
+                   dilation: Dilation | float = NONE) -> StepsCsv:
     """steps.csv's rows and columns.
 
     ``dilation``: the run's time-dilation factor; ``t`` is then virtual, as the workers'
@@ -91,6 +92,7 @@ def steps_csv_rows(records: dict[int, list[dict[str, Any]]], launch_wall: float,
     One row per step record; an evaluation's accuracy goes on its step's row (a row of its
     own when no step record has that step number).
     """
+    dilation = Dilation.of(dilation)
     rows: list[dict[str, Any]] = []
     extras: set[str] = set()
     for rank, recs in ranks(records).items():
@@ -186,12 +188,13 @@ def last_summary(path: Path) -> dict[str, Any] | None:
 def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: float | None,
                     wall_s: float, build_s: float | None, teardown_s: float | None,
                     workers_done_wall: float | None,
-                    zygote_wait_s: float | None = None, dilation: float = 1.0) -> dict[str, Any]:
+                    zygote_wait_s: float | None = None,
+                    dilation: Dilation | float = NONE) -> dict[str, Any]:
     """``phases_s`` and ``overhead_s`` of summary.json (definitions in the module doc).
 
     Phases a run did not reach (a worker that died in set-up) are left out rather than
     guessed; ``other`` then absorbs them. Every phase is in real (wall) seconds: under time
-    dilation the training clock's phases are multiplied back by ``dilation``, since the
+    dilation the training clock's phases are taken back to real seconds, since the
     breakdown is about what the run costs on this host.
     """
     typed = ranks(records)
@@ -208,12 +211,13 @@ def phase_breakdown(records: dict[int, list[dict[str, Any]]], *, launch_wall: fl
             phases["launch"] = max(start.proc_wall - launch_wall, 0.0)
             phases["imports"] = start.imports_s
         phases.update({k: v for k, v in start.phases.items() if _num(v) is not None})
-    train_time = summ.train_time_s * dilation if summ and summ.train_time_s is not None else None
+    d = Dilation.of(dilation)
+    train_time = d.real_s(summ.train_time_s) if summ and summ.train_time_s is not None else None
     if first is not None and summ is not None and train_time is not None:
-        first_t = (first.t or 0.0) * dilation
+        first_t = d.real_s(first.t or 0.0)
         phases["first_step"] = first_t
         phases["training"] = max(train_time - first_t, 0.0)
-        phases["final_eval"] = (summ.final_eval_s or 0.0) * dilation
+        phases["final_eval"] = d.real_s(summ.final_eval_s or 0.0)
     summary_walls = [recs.summary.wall for recs in typed.values() if recs.summary is not None]
     last_summary_wall = max((w for w in summary_walls if w is not None), default=None)
     if workers_done_wall is not None and last_summary_wall is not None:

@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from netsenseml.dilation import NONE, Dilation
 from testbed.common import files
 from testbed.common.provenance import git_commit, stale_reason
 from testbed.emulation import leftovers, rootless
@@ -180,7 +181,8 @@ class RunFolder:
         files.write_csv(self.path / "events.csv", columns, rows)
 
     def collect_steps(self, world_size: int, launch_wall: float,
-                      target_accuracy: float | None, dilation: float = 1.0) -> dict[str, Any]:
+                      target_accuracy: float | None,
+                      dilation: Dilation | float = NONE) -> dict[str, Any]:
         """Writes steps.csv from the workers' JSONL; returns the summary metrics."""
         recs = run_records.load_worker_records(self.workers, world_size)
         rows, columns = run_records.steps_csv_rows(recs, launch_wall, dilation)

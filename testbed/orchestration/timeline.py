@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from netsenseml.dilation import NONE, Dilation
 from testbed.config.events import Action, FlowPlan, expand
 
 
@@ -44,11 +45,11 @@ class Timeline:
     """
 
     def __init__(self, actions: list[Action], apply: Callable[[Action], str],
-                 dilation: float = 1.0) -> None:
-        """``dilation``: the run's time-dilation factor; actions are due at ``at x k`` real
+                 dilation: Dilation | float = NONE) -> None:
+        """``dilation``: the run's time dilation; actions are due at ``at x k`` real
         seconds and recorded in virtual seconds (``testbed.orchestration.dilation``)."""
         self.actions = actions
-        self.k = dilation
+        self.dilation = Dilation.of(dilation)
         self._apply = apply
         self.records: list[EventRecord] = []
         self.error: str | None = None
@@ -85,7 +86,7 @@ class Timeline:
 
     def _apply_all(self, origin: float) -> None:
         for action in self.actions:
-            due = origin + action.at * self.k
+            due = origin + self.dilation.real_s(action.at)
             # wait in bounded slices: threading's wait() overflows on huge timeouts
             while True:
                 left = due - time.time()
@@ -105,8 +106,8 @@ class Timeline:
             with self._lock:
                 self.records.append(
                     EventRecord(
-                        round(t_sched / self.k, 4),
-                        round((time.time() - self.launch_wall) / self.k, 4),
+                        round(self.dilation.virtual_s(t_sched), 4),
+                        round(self.dilation.virtual_s(time.time() - self.launch_wall), 4),
                         action.kind,
                         action.target,
                         action.value,

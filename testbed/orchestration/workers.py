@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from netsenseml import methods
+from netsenseml.dilation import ENV as DILATION_ENV
+from netsenseml.dilation import NONE, Dilation
 from testbed.config.scenario import PYTHON_NAMES, Scenario
 from testbed.orchestration import run_records, stacks
 
@@ -41,7 +43,7 @@ JOBRUN = REPO_ROOT / "workloads" / "jobrun.py"
 
 def worker_argv(scenario: Scenario, spec: methods.MethodSpec, seed: int, log_dir: Path,
                 device: str | None = None, backend: str | None = None,
-                dilation: float = 1.0) -> list[str]:
+                dilation: Dilation | float = NONE) -> list[str]:
     """``python -m workloads.train`` command line for this scenario/method/seed.
 
     ``device``/``backend``: the orchestrator's resolved choice (``testbed.orchestration.gpus``);
@@ -72,8 +74,9 @@ def worker_argv(scenario: Scenario, spec: methods.MethodSpec, seed: int, log_dir
         argv += ["--grads", wl.grads]
     if scenario.accelerator is not None:
         argv += scenario.accelerator.worker_args()
-    if dilation != 1:
-        argv += ["--dilation", f"{dilation:g}"]
+    dilation = Dilation.of(dilation)
+    if dilation.dilated:
+        argv += ["--dilation", dilation.arg()]
     if scenario.convergence is not None and spec.reads_prior:
         argv += ["--convergence", scenario.convergence]
     for key, value in wl.args.items():
@@ -105,7 +108,7 @@ def forkable(argv: list[str]) -> bool:
 
 
 def job_env(scenario: Scenario, spec: methods.MethodSpec, seed: int, records: Path, rank: int,
-            run_id: str, dilation: float) -> dict[str, str]:
+            run_id: str, dilation: Dilation | float) -> dict[str, str]:
     """What torchrun gives a rank (one process per emulated host: LOCAL_RANK 0 and
     LOCAL_WORLD_SIZE 1, each host a node) and what the hook reads (``netsenseml.job``).
     The env:// variables and the interface ones are the launch's (``WorkerGroup.launch``).
@@ -121,7 +124,7 @@ def job_env(scenario: Scenario, spec: methods.MethodSpec, seed: int, records: Pa
            "TORCHELASTIC_MAX_RESTARTS": "0", "OMP_NUM_THREADS": str(wl.threads),
            "MKL_NUM_THREADS": str(wl.threads),
            "NETSENSE_METHOD": str(spec), "NETSENSE_RECORDS": str(records),
-           "NETSENSE_SEED": str(seed), "NETSENSE_DILATION": repr(float(dilation)),
+           "NETSENSE_SEED": str(seed), DILATION_ENV: Dilation.of(dilation).env(),
            # the job's folder: its modules import as they did from there (`-m module`
            # included) though each host runs in a working directory of its own
            "NETSENSE_JOB_DIR": str(wl.cwd or ""),

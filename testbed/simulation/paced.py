@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from netsenseml import accelerator, convergence, methods
+from netsenseml.dilation import Dilation
 from netsenseml.loop import Measured, StepLoop
 from netsenseml.policy import Calibration
 from netsenseml.sense import NetworkMonitor
@@ -137,10 +138,15 @@ class PacedJob:
                              "reads star, dumbbell and leaf-spine runs")
         return replace(fab, link_latency_s=0.0)
 
+    @property
+    def time_dilation(self) -> Dilation:
+        """The run's dilation as a value (a factor below 1 read as none)."""
+        return Dilation(max(self.dilation, 1.0))
+
     def net(self) -> NetCalibration:
         """SimGrid's factors: the goodput, and the message's real cost on the virtual clock."""
         return NetCalibration(bandwidth_factor=GOODPUT,
-                              msg_fixed_s=self.hop_real_s / max(self.dilation, 1.0))
+                              msg_fixed_s=self.time_dilation.virtual_s(self.hop_real_s))
 
 
 def check_method(method: str) -> None:
@@ -332,8 +338,8 @@ class _Paced(_Simulation):
         self.paced = job
         super().__init__(Job(job.fabric(), "allreduce", 4.0 * job.elements, job.batch_size,
                              Compute({"none": 0.0}), job.net(), steps=job.steps))
-        k = max(job.dilation, 1.0)
-        self.buckets.size = {key: float(burst_bytes(mbit / k))
+        d = job.time_dilation
+        self.buckets.size = {key: float(burst_bytes(d.real_mbit(mbit)))
                              for key, mbit in self.built.shaped.items()}
         self.buckets.tokens = dict(self.buckets.size)
 

@@ -28,6 +28,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from netsenseml.dilation import Dilation
 from testbed.simulation import paced
 
 #: The real link rate (Mbit/s) from which results/README.md section 6 holds the emulation
@@ -57,7 +58,7 @@ class Point:
 
     @property
     def real_mbit(self) -> float:
-        return self.rate_mbit / max(self.k, 1.0)
+        return Dilation(max(self.k, 1.0)).real_mbit(self.rate_mbit)
 
     @property
     def error_pct(self) -> float:
