@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from netsenseml import clock, compress
-from netsenseml.comm import allgather_bytes, allreduce, pack, unpack, unpack_extras
+from netsenseml.comm import allgather_packed, allreduce
 from netsenseml.compress.base import Payload
 from netsenseml.payload import is_payload
 from netsenseml.state import NetSenseState
@@ -125,27 +125,26 @@ def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.
 
 def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: compress.Compressor,
                       payload: Payload, extras: torch.Tensor | None) -> torch.futures.Future[torch.Tensor]:
-    """A per-rank payload: packed, all-gathered, each rank's decoded and summed, averaged."""
+    """A per-rank payload: all-gathered (packed by the communicator), each rank's decoded
+    and summed, averaged."""
     world = state.world_size
-    dtypes = [t.dtype for t in payload.tensors]
-    buf = pack(payload.tensors, extras)
-    n_extras = 0 if extras is None else extras.numel()
     bound = getattr(compressor, "max_nbytes", None)
     # A byte bound all ranks agree on lets one padded all-gather run (no size exchange).
-    capacity = None if bound is None else 8 * len(dtypes) + 4 * n_extras + bound(buffer.numel())
+    packing, gathered = allgather_packed(payload.tensors, extras, state.process_group, state.recorder,
+                                         None if bound is None else bound(buffer.numel()))
     accumulate = getattr(compressor, "accumulate", None)
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:
         t1 = clock.now()
         if is_payload(compressor):  # nothing to decode; the observations still count
-            if n_extras:
-                state.on_extras(sum(unpack_extras(b, len(dtypes), n_extras) for b in fut.value()) / world)
+            if packing.n_extras:
+                state.on_extras(sum(packing.extras(b) for b in fut.value()) / world)
             state.count(0, 0, 0, clock.now() - t1)
             return buffer
         buffer.zero_()
         ex_sum = None
         for b in fut.value():
-            tensors, ex = unpack(b, dtypes, n_extras)
+            tensors, ex = packing.unpack(b)
             p = Payload(tuple(tensors), payload.shape, payload.dtype, tensors[0].numel(), payload.meta)
             if accumulate is not None:
                 accumulate(p, buffer)
@@ -159,7 +158,7 @@ def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: co
         state.count(0, 0, 0, clock.now() - t1)
         return buffer
 
-    return allgather_bytes(buf, state.process_group, state.recorder, capacity).then(finish)
+    return gathered.then(finish)
 
 
 def _shares_memory(t: torch.Tensor, *others: torch.Tensor) -> bool:
