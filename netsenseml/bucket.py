@@ -7,8 +7,6 @@ the same path and skip only the work on values (dividing, decoding).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 
@@ -19,46 +17,6 @@ from netsenseml.payload import is_payload
 from netsenseml.state import NetSenseState
 
 
-@dataclass
-class _Feedback:
-    """Error feedback of one bucket (step 1 and the residual of step 2). The adaptive
-    method's dense levels drain a residual at a bounded rate (no dump of what sparse steps
-    withheld) and keep their own rounding error (fp16/bf16, int8)."""
-
-    state: NetSenseState
-    compressor: compress.Compressor
-    key: int | None = None
-    use: bool = False
-    drain: bool = False
-    carry: torch.Tensor | None = None
-
-    def compensate(self, bucket: dist.GradBucket) -> torch.Tensor:
-        memory, buffer = self.state.memory, bucket.buffer()
-        if memory is None:
-            return buffer
-        self.key = self.state.memory_key(bucket)
-        self.use = self.compressor.lossy or self.key in memory.residuals
-        policy = self.state.policy
-        self.drain = (self.use and policy is not None and policy.drains_residual
-                      and getattr(self.compressor, "ratio", None) is None)
-        if self.drain:
-            source, self.carry = memory.drain(self.key, buffer, self.state.options.residual_drain)
-            return source
-        return memory.compensate(self.key, buffer) if self.use else buffer
-
-    def keep(self, source: torch.Tensor, payload: Payload) -> None:
-        """The new residual: what ``source`` held beyond what ``payload`` sends."""
-        memory, c = self.state.memory, self.compressor
-        if memory is None or not self.use:
-            return
-        if not (c.lossy or self.drain):
-            memory.reset(self.key)  # lossless: the residual went out with this bucket
-            return
-        memory.update(self.key, source, c.decompress(payload).reshape(-1), carry=self.carry)
-        if not c.lossy and self.carry is None and c.name == "none":
-            memory.reset(self.key)  # fully drained and nothing rounded
-
-
 def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: compress.Compressor,
                    extras: torch.Tensor | None, seed: int | None = None) -> torch.futures.Future[torch.Tensor]:
     """Steps 1-5 of the module docstring for one bucket with one compressor."""
@@ -66,8 +24,8 @@ def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: com
     if state.pacer is not None:
         state.pacer.bucket(n)
     t0 = clock.now()
-    feedback = _Feedback(state, compressor)
-    source = feedback.compensate(bucket)  # 1. compensate
+    feedback = state.bucket_feedback(bucket, compressor)  # error feedback (netsenseml.memory)
+    source = feedback.compensate(bucket.buffer())  # 1. compensate
     if state.method.plugin:  # 2. compress
         with state.user_code(f"the compressor plug-in {state.method.text!r} compress()"):
             payload = compressor.compress(source, seed=seed)

@@ -19,6 +19,7 @@ class NoCompression:
     lossy = False
     reduction = "allreduce"
     dense = True
+    exact = True  # the decoded payload is the input, bit for bit (netsenseml.memory)
 
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
