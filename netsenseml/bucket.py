@@ -46,7 +46,7 @@ def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.
                       extras: torch.Tensor | None) -> torch.futures.Future[torch.Tensor]:
     """A summable payload: divided by the world size, allreduced, decoded into the bucket."""
     world = state.world_size
-    dense = getattr(compressor, "dense", False)
+    dense = compressor.dense
     values = not is_payload(compressor)  # payload mode: zeros of the real sizes, no decoding
     if values and not dense and _shares_memory(payload.tensors[0], buffer, source):
         # The bucket is zeroed before the sum is decoded into it: a wire tensor that is a
@@ -86,11 +86,10 @@ def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: co
     """A per-rank payload: all-gathered (packed by the communicator), each rank's decoded
     and summed, averaged."""
     world = state.world_size
-    bound = getattr(compressor, "max_nbytes", None)
+    bound = compressor.max_nbytes
     # A byte bound all ranks agree on lets one padded all-gather run (no size exchange).
     packing, gathered = allgather_packed(payload.tensors, extras, state.process_group, state.recorder,
                                          None if bound is None else bound(buffer.numel()))
-    accumulate = getattr(compressor, "accumulate", None)
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:
         t1 = clock.now()
@@ -104,10 +103,7 @@ def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: co
         for b in fut.value():
             tensors, ex = packing.unpack(b)
             p = Payload(tuple(tensors), payload.shape, payload.dtype, tensors[0].numel(), payload.meta)
-            if accumulate is not None:
-                accumulate(p, buffer)
-            else:
-                buffer.add_(compressor.decompress(p).reshape(-1))
+            compressor.accumulate(p, buffer)
             if ex is not None:
                 ex_sum = ex if ex_sum is None else ex_sum + ex
         buffer.div_(world)

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from netsenseml.compress.base import Compressor, Payload
+    from netsenseml.compress.base import Codec, Payload
 
 
 class ResidualMemory:
@@ -197,12 +197,12 @@ class BucketFeedback:
     :meth:`keep` (the new residual: what the compensated gradient held beyond what the
     payload sends). Without a memory both pass the gradient through."""
 
-    def __init__(self, memory: ResidualMemory | None, key: Hashable, codec: Compressor,
+    def __init__(self, memory: ResidualMemory | None, key: Hashable, codec: Codec,
                  drain: float | None) -> None:
         self.memory, self.key, self.codec = memory, key, codec
         self.use = memory is not None and (codec.lossy or key in memory.residuals)
         # a dense level (no kept fraction) drains, where the policy asks for it
-        self.drain = self.use and drain is not None and getattr(codec, "ratio", None) is None
+        self.drain = self.use and drain is not None and codec.ratio is None
         self.factor = drain
         self.carry: torch.Tensor | None = None
 
@@ -225,7 +225,7 @@ class BucketFeedback:
             memory.reset(self.key)  # lossless: the residual went out with this bucket
             return
         memory.update(self.key, source, c.decompress(payload).reshape(-1), carry=self.carry)
-        if not c.lossy and self.carry is None and getattr(c, "exact", False):
+        if not c.lossy and self.carry is None and c.exact:
             memory.reset(self.key)  # fully drained and nothing rounded
 
 
@@ -240,7 +240,7 @@ class ErrorFeedback:
         self.residuals = BucketResiduals(memory) if memory is not None else None
         self.drain = drain
 
-    def bucket(self, bucket: dist.GradBucket, codec: Compressor) -> BucketFeedback:
+    def bucket(self, bucket: dist.GradBucket, codec: Codec) -> BucketFeedback:
         """DDP's ``bucket`` compressed by ``codec`` this step (its parameters are read only
         where a memory is kept: payload mode's buckets have none)."""
         if self.residuals is None:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from netsenseml import accelerator, clock, compress, memory, methods
 from netsenseml.comm import CommRecorder, CommTotals
+from netsenseml.compress.base import declare
 from netsenseml.gradnorms import GradNorms
 from netsenseml.loop import (
     N_EXTRAS,
@@ -87,7 +88,8 @@ class Codecs:
     def __init__(self, compressor: compress.Compressor | None, policy: AdaptivePolicy | None,
                  topk_method: str, payload: bool = False) -> None:
         wrap = PayloadCodec if payload else (lambda c: c)  # payload mode: netsenseml.payload
-        self.fixed = None if compressor is None else wrap(compressor)
+        # a plug-in's optional members defaulted once, here where it enters (compress.base)
+        self.fixed = None if compressor is None else wrap(declare(compressor))
         self.ladder: dict[str, compress.Compressor] = {}
         if policy is not None:
             for info in methods.ladder():

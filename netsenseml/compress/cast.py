@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from netsenseml.compress.base import Payload, Wire
+from netsenseml.compress.base import Codec, Payload, Wire
 
 
-class NoCompression:
+class NoCompression(Codec):
     """Sends the tensor unchanged (the fp32 baseline)."""
 
     name = "none"
@@ -35,7 +35,7 @@ class NoCompression:
         out.add_(payload.tensors[0].to(out.dtype))
 
 
-class CastCompressor:
+class CastCompressor(Codec):
     """Casts to a narrower float type (fp16 or bf16) and back."""
 
     lossy = False
