@@ -17,7 +17,7 @@ from netsenseml.payload import is_payload
 from netsenseml.state import NetSenseState
 
 
-def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: compress.Compressor,
+def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: compress.Codec,
                    extras: torch.Tensor | None, seed: int | None = None) -> torch.futures.Future[torch.Tensor]:
     """Steps 1-5 of the module docstring for one bucket with one compressor."""
     n = bucket.buffer().numel()
@@ -42,7 +42,7 @@ def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: com
 
 
 def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.Tensor,
-                      compressor: compress.Compressor, payload: Payload,
+                      compressor: compress.Codec, payload: Payload,
                       extras: torch.Tensor | None) -> torch.futures.Future[torch.Tensor]:
     """A summable payload: divided by the world size, allreduced, decoded into the bucket."""
     world = state.world_size
@@ -81,7 +81,7 @@ def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.
     return allreduce(wire, state.process_group, state.recorder).then(finish)
 
 
-def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: compress.Compressor,
+def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: compress.Codec,
                       payload: Payload, extras: torch.Tensor | None) -> torch.futures.Future[torch.Tensor]:
     """A per-rank payload: all-gathered (packed by the communicator), each rank's decoded
     and summed, averaged."""
