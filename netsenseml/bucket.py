@@ -7,67 +7,25 @@ the same path and skip only the work on values (dividing, decoding).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 
 from netsenseml import clock, compress
-from netsenseml.comm import allgather_bytes, allreduce, pack, unpack, unpack_extras
+from netsenseml.comm import allgather_packed, allreduce
 from netsenseml.compress.base import Payload
 from netsenseml.payload import is_payload
 from netsenseml.state import NetSenseState
 
 
-@dataclass
-class _Feedback:
-    """Error feedback of one bucket (step 1 and the residual of step 2). The adaptive
-    method's dense levels drain a residual at a bounded rate (no dump of what sparse steps
-    withheld) and keep their own rounding error (fp16/bf16, int8)."""
-
-    state: NetSenseState
-    compressor: compress.Compressor
-    key: int | None = None
-    use: bool = False
-    drain: bool = False
-    carry: torch.Tensor | None = None
-
-    def compensate(self, bucket: dist.GradBucket) -> torch.Tensor:
-        memory, buffer = self.state.memory, bucket.buffer()
-        if memory is None:
-            return buffer
-        self.key = self.state.memory_key(bucket)
-        self.use = self.compressor.lossy or self.key in memory.residuals
-        policy = self.state.policy
-        self.drain = (self.use and policy is not None and policy.drains_residual
-                      and getattr(self.compressor, "ratio", None) is None)
-        if self.drain:
-            source, self.carry = memory.drain(self.key, buffer, self.state.options.residual_drain)
-            return source
-        return memory.compensate(self.key, buffer) if self.use else buffer
-
-    def keep(self, source: torch.Tensor, payload: Payload) -> None:
-        """The new residual: what ``source`` held beyond what ``payload`` sends."""
-        memory, c = self.state.memory, self.compressor
-        if memory is None or not self.use:
-            return
-        if not (c.lossy or self.drain):
-            memory.reset(self.key)  # lossless: the residual went out with this bucket
-            return
-        memory.update(self.key, source, c.decompress(payload).reshape(-1), carry=self.carry)
-        if not c.lossy and self.carry is None and c.name == "none":
-            memory.reset(self.key)  # fully drained and nothing rounded
-
-
-def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: compress.Compressor,
+def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: compress.Codec,
                    extras: torch.Tensor | None, seed: int | None = None) -> torch.futures.Future[torch.Tensor]:
     """Steps 1-5 of the module docstring for one bucket with one compressor."""
     n = bucket.buffer().numel()
     if state.pacer is not None:
         state.pacer.bucket(n)
     t0 = clock.now()
-    feedback = _Feedback(state, compressor)
-    source = feedback.compensate(bucket)  # 1. compensate
+    feedback = state.bucket_feedback(bucket, compressor)  # error feedback (netsenseml.memory)
+    source = feedback.compensate(bucket.buffer())  # 1. compensate
     if state.method.plugin:  # 2. compress
         with state.user_code(f"the compressor plug-in {state.method.text!r} compress()"):
             payload = compressor.compress(source, seed=seed)
@@ -84,11 +42,11 @@ def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: com
 
 
 def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.Tensor,
-                      compressor: compress.Compressor, payload: Payload,
+                      compressor: compress.Codec, payload: Payload,
                       extras: torch.Tensor | None) -> torch.futures.Future[torch.Tensor]:
     """A summable payload: divided by the world size, allreduced, decoded into the bucket."""
     world = state.world_size
-    dense = getattr(compressor, "dense", False)
+    dense = compressor.dense
     values = not is_payload(compressor)  # payload mode: zeros of the real sizes, no decoding
     if values and not dense and _shares_memory(payload.tensors[0], buffer, source):
         # The bucket is zeroed before the sum is decoded into it: a wire tensor that is a
@@ -123,34 +81,29 @@ def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.
     return allreduce(wire, state.process_group, state.recorder).then(finish)
 
 
-def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: compress.Compressor,
+def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: compress.Codec,
                       payload: Payload, extras: torch.Tensor | None) -> torch.futures.Future[torch.Tensor]:
-    """A per-rank payload: packed, all-gathered, each rank's decoded and summed, averaged."""
+    """A per-rank payload: all-gathered (packed by the communicator), each rank's decoded
+    and summed, averaged."""
     world = state.world_size
-    dtypes = [t.dtype for t in payload.tensors]
-    buf = pack(payload.tensors, extras)
-    n_extras = 0 if extras is None else extras.numel()
-    bound = getattr(compressor, "max_nbytes", None)
+    bound = compressor.max_nbytes
     # A byte bound all ranks agree on lets one padded all-gather run (no size exchange).
-    capacity = None if bound is None else 8 * len(dtypes) + 4 * n_extras + bound(buffer.numel())
-    accumulate = getattr(compressor, "accumulate", None)
+    packing, gathered = allgather_packed(payload.tensors, extras, state.process_group, state.recorder,
+                                         None if bound is None else bound(buffer.numel()))
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:
         t1 = clock.now()
         if is_payload(compressor):  # nothing to decode; the observations still count
-            if n_extras:
-                state.on_extras(sum(unpack_extras(b, len(dtypes), n_extras) for b in fut.value()) / world)
+            if packing.n_extras:
+                state.on_extras(sum(packing.extras(b) for b in fut.value()) / world)
             state.count(0, 0, 0, clock.now() - t1)
             return buffer
         buffer.zero_()
         ex_sum = None
         for b in fut.value():
-            tensors, ex = unpack(b, dtypes, n_extras)
+            tensors, ex = packing.unpack(b)
             p = Payload(tuple(tensors), payload.shape, payload.dtype, tensors[0].numel(), payload.meta)
-            if accumulate is not None:
-                accumulate(p, buffer)
-            else:
-                buffer.add_(compressor.decompress(p).reshape(-1))
+            compressor.accumulate(p, buffer)
             if ex is not None:
                 ex_sum = ex if ex_sum is None else ex_sum + ex
         buffer.div_(world)
@@ -159,7 +112,7 @@ def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: co
         state.count(0, 0, 0, clock.now() - t1)
         return buffer
 
-    return allgather_bytes(buf, state.process_group, state.recorder, capacity).then(finish)
+    return gathered.then(finish)
 
 
 def _shares_memory(t: torch.Tensor, *others: torch.Tensor) -> bool:

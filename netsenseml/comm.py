@@ -217,6 +217,43 @@ def unpack_extras(buf: torch.Tensor, n_tensors: int, n_extras: int) -> torch.Ten
     return buf[off : off + 4 * n_extras].clone().view(torch.float32)
 
 
+class Packing(NamedTuple):
+    """The layout of the byte buffers of one all-gathered payload (:func:`pack`): the wire
+    tensors' dtypes, in order, and the number of float32 extras. Every rank knows it."""
+
+    dtypes: tuple[torch.dtype, ...]
+    n_extras: int
+
+    def capacity(self, payload_bound: int | None) -> int | None:
+        """The buffer's byte bound for a payload of at most ``payload_bound`` bytes (None:
+        no bound, the sizes are exchanged first): the header, the extras and the payload."""
+        if payload_bound is None:
+            return None
+        return 8 * len(self.dtypes) + 4 * self.n_extras + payload_bound
+
+    def unpack(self, buf: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """One rank's wire tensors and extras (None without extras)."""
+        return unpack(buf, self.dtypes, self.n_extras)
+
+    def extras(self, buf: torch.Tensor) -> torch.Tensor:
+        """Only one rank's extras (payload mode decodes nothing else)."""
+        return unpack_extras(buf, len(self.dtypes), self.n_extras)
+
+
+def allgather_packed(
+    tensors: Sequence[torch.Tensor], extras: torch.Tensor | None, group: Any,
+    recorder: CommRecorder, payload_bound: int | None = None,
+) -> tuple[Packing, torch.futures.Future[list[torch.Tensor]]]:
+    """All-gathers one payload's wire ``tensors`` (and ``extras``) of every rank, packed
+    into byte buffers (:func:`pack`); ``payload_bound``: a bound of the payload's bytes that
+    every rank computes alike (a compressor's ``max_nbytes``), so that one padded all-gather
+    runs (:func:`allgather_bytes`). Returns the layout, whose :meth:`Packing.unpack` reads
+    each rank's buffer, and the future of the buffers in rank order."""
+    packing = Packing(tuple(t.dtype for t in tensors), 0 if extras is None else extras.numel())
+    buf = pack(tensors, extras)
+    return packing, allgather_bytes(buf, group, recorder, packing.capacity(payload_bound))
+
+
 def allgather_bytes(
     buf: torch.Tensor, group: Any, recorder: CommRecorder, capacity: int | None = None
 ) -> torch.futures.Future[list[torch.Tensor]]:

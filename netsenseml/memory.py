@@ -17,13 +17,26 @@ optimizer (no optimizer momentum), as in the paper.
 
 Memories are keyed by any hashable (the hooks use the DDP bucket index) and hold one flat
 tensor per key.
+
+The hooks ask error feedback through two calls and nothing else (GRACE's memory, kept
+whole here): :func:`for_method` (which memory a method keeps, if any) and
+:meth:`ErrorFeedback.bucket` (a bucket's :class:`BucketFeedback`: ``compensate`` before
+compressing, ``keep`` after). What a codec declares decides the rest: ``lossy`` (it keeps a
+residual), ``ratio`` (None for the dense levels, which may drain a residual that sparse
+steps left, at a bounded rate) and ``exact`` (its decoded payload is its input, so a fully
+drained residual is dropped).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
 
 import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from netsenseml.compress.base import Codec, Payload
 
 
 class ResidualMemory:
@@ -165,3 +178,76 @@ class BucketResiduals:
                 p = self._params[pid]
                 out[p] = piece.view_as(p)
         return out
+
+
+def for_method(enabled: bool, lossy: bool, adaptive: bool, kind: str | None = None,
+               momentum: float = 0.9) -> ResidualMemory | None:
+    """The memory a method keeps: none without error feedback (``enabled`` False) or for a
+    lossless fixed compressor; an adaptive method (``adaptive``) may pick lossy levels at
+    any step, so it always keeps one. ``kind``: a fixed compressor's declared ``memory``
+    (``"momentum"``: DGC's momentum correction); None without one (plain residual)."""
+    if not enabled or not (lossy or adaptive):
+        return None
+    return MomentumCorrectionMemory(momentum) if kind == "momentum" else ResidualMemory()
+
+
+class BucketFeedback:
+    """Error feedback of one bucket with one codec: :meth:`compensate` (the gradient plus
+    what earlier steps left, or a bounded share of it on a draining dense level) and
+    :meth:`keep` (the new residual: what the compensated gradient held beyond what the
+    payload sends). Without a memory both pass the gradient through."""
+
+    def __init__(self, memory: ResidualMemory | None, key: Hashable, codec: Codec,
+                 drain: float | None) -> None:
+        self.memory, self.key, self.codec = memory, key, codec
+        self.use = memory is not None and (codec.lossy or key in memory.residuals)
+        # a dense level (no kept fraction) drains, where the policy asks for it
+        self.drain = self.use and drain is not None and codec.ratio is None
+        self.factor = drain
+        self.carry: torch.Tensor | None = None
+
+    def compensate(self, grad: torch.Tensor) -> torch.Tensor:
+        """What the codec compresses (``grad`` itself when no residual applies)."""
+        if self.memory is None:
+            return grad
+        if self.drain:
+            assert self.factor is not None
+            source, self.carry = self.memory.drain(self.key, grad, self.factor)
+            return source
+        return self.memory.compensate(self.key, grad) if self.use else grad
+
+    def keep(self, source: torch.Tensor, payload: Payload) -> None:
+        """The new residual: what ``source`` held beyond what ``payload`` sends."""
+        memory, c = self.memory, self.codec
+        if memory is None or not self.use:
+            return
+        if not (c.lossy or self.drain):
+            memory.reset(self.key)  # lossless: the residual went out with this bucket
+            return
+        memory.update(self.key, source, c.decompress(payload).reshape(-1), carry=self.carry)
+        if not c.lossy and self.carry is None and c.exact:
+            memory.reset(self.key)  # fully drained and nothing rounded
+
+
+class ErrorFeedback:
+    """A method's error feedback across its buckets: the memory (None: no error feedback),
+    keyed by DDP bucket index with residuals that follow the parameters
+    (:class:`BucketResiduals`), and the drain rule (``drain``: at most that times the
+    gradient's norm of a residual added per step on a dense level; None: never drained)."""
+
+    def __init__(self, memory: ResidualMemory | None, drain: float | None = None) -> None:
+        self.memory = memory
+        self.residuals = BucketResiduals(memory) if memory is not None else None
+        self.drain = drain
+
+    def bucket(self, bucket: dist.GradBucket, codec: Codec) -> BucketFeedback:
+        """DDP's ``bucket`` compressed by ``codec`` this step (its parameters are read only
+        where a memory is kept: payload mode's buckets have none)."""
+        if self.residuals is None:
+            return BucketFeedback(None, bucket.index(), codec, self.drain)
+        key = self.residuals.key(bucket.index(), bucket.parameters())
+        return BucketFeedback(self.memory, key, codec, self.drain)
+
+    def by_param(self) -> dict[torch.Tensor, torch.Tensor]:
+        """The current residual of each parameter, shaped like it."""
+        return {} if self.residuals is None else self.residuals.by_param()

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from netsenseml.compress.base import Compressor, Payload, Wire
+from netsenseml.compress.base import Codec, Compressor, Payload, Wire, declare
 
 
 class PayloadError(ValueError):
@@ -43,15 +43,15 @@ class PayloadError(ValueError):
 
 def check_compressor(compressor: Any, method: str) -> None:
     """Refuses a compressor whose wire sizes cannot be known without compressing."""
-    if not callable(getattr(compressor, "wire", None)) and not callable(
-            getattr(compressor, "max_nbytes", None)):
+    codec = declare(compressor)
+    if codec.wire is None and codec.max_nbytes is None:
         raise PayloadError(
             f"method {method!r}: payload mode needs the compressor's wire sizes without "
             "compressing; declare wire(numel, dtype) or max_nbytes(numel) on it "
             "(netsenseml/PLUGINS.md), or use grads: recorded")
 
 
-class PayloadCodec:
+class PayloadCodec(Codec):
     """Stands in for ``inner`` (module docstring): the same name, reduction and byte bound,
     wire tensors of its real sizes holding zeros (allocated once per size and reused: an
     allreduce of zeros stays zeros), nothing decoded. ``ratio`` (top-k's kept fraction, set
@@ -60,30 +60,28 @@ class PayloadCodec:
     lossy = False  # no error feedback: there is no value to keep
 
     def __init__(self, inner: Compressor) -> None:
-        self.inner = inner
+        self.inner = declare(inner)
         self.name = inner.name
         self.reduction = inner.reduction
         self.dense = False  # the wire is never the bucket: nothing is copied back
         self._zeros: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
-        bound = getattr(inner, "max_nbytes", None)
-        if callable(bound):
-            self.max_nbytes = bound
+        self.max_nbytes = self.inner.max_nbytes
 
     @property
     def ratio(self) -> float | None:
-        return getattr(self.inner, "ratio", None)
+        return self.inner.ratio
 
     @ratio.setter
     def ratio(self, value: float) -> None:
-        self.inner.ratio = value  # type: ignore[attr-defined]
+        self.inner.ratio = value
 
     def layout(self, numel: int, dtype: torch.dtype, seed: int | None = None) -> tuple[Wire, int]:
         """The inner codec's wire sizes; a plug-in with only a byte bound: one uint8 wire
         tensor of the bound (or fp32 words of it where the payload is summed)."""
-        wire = getattr(self.inner, "wire", None)
-        if callable(wire):
-            return wire(numel, dtype, seed)
-        nbytes = int(self.inner.max_nbytes(numel))  # type: ignore[attr-defined]
+        if self.inner.wire is not None:
+            return self.inner.wire(numel, dtype, seed)
+        assert self.inner.max_nbytes is not None  # check_compressor refuses a codec without both
+        nbytes = int(self.inner.max_nbytes(numel))
         if self.reduction == "allreduce":
             return ((-(-nbytes // 4), torch.float32),), numel
         return ((nbytes, torch.uint8),), numel

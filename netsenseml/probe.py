@@ -28,12 +28,8 @@ def _codec_seconds(compressor: compress.Compressor, x: torch.Tensor, world: int)
     payload = compressor.compress(x)
     if compressor.lossy:
         _ = x - compressor.decompress(payload).reshape(-1)
-    accumulate = getattr(compressor, "accumulate", None)
     for _ in range(world if compressor.reduction == "allgather" else 1):
-        if accumulate is not None:
-            accumulate(payload, out)
-        else:
-            out.add_(compressor.decompress(payload).reshape(-1).to(out.dtype))
+        compressor.accumulate(payload, out)
     _sync(x.device)
     return clock.now() - t0
 

@@ -22,8 +22,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from netsenseml import accelerator, clock, compress, methods
+from netsenseml import accelerator, clock, compress, memory, methods
 from netsenseml.comm import CommRecorder, CommTotals
+from netsenseml.compress.base import declare
 from netsenseml.gradnorms import GradNorms
 from netsenseml.loop import (
     N_EXTRAS,
@@ -34,7 +35,7 @@ from netsenseml.loop import (
     grad_norm_every,
     to_wire,
 )
-from netsenseml.memory import BucketResiduals, MomentumCorrectionMemory, ResidualMemory
+from netsenseml.memory import ResidualMemory
 from netsenseml.methods import MethodSpec
 from netsenseml.payload import PayloadCodec
 from netsenseml.policy import Calibration, Decision
@@ -87,7 +88,8 @@ class Codecs:
     def __init__(self, compressor: compress.Compressor | None, policy: AdaptivePolicy | None,
                  topk_method: str, payload: bool = False) -> None:
         wrap = PayloadCodec if payload else (lambda c: c)  # payload mode: netsenseml.payload
-        self.fixed = None if compressor is None else wrap(compressor)
+        # a plug-in's optional members defaulted once, here where it enters (compress.base)
+        self.fixed = None if compressor is None else wrap(declare(compressor))
         self.ladder: dict[str, compress.Compressor] = {}
         if policy is not None:
             for info in methods.ladder():
@@ -237,9 +239,10 @@ class NetSenseState:
     Parts: ``options`` (:class:`HookOptions`, frozen); ``codecs`` (:class:`Codecs`; a fixed
     method's ``compressor``); ``stats`` (:class:`StepStatistics`); ``timer``
     (:class:`StepTimer`) and ``loop`` (:class:`~netsenseml.loop.StepLoop`, the adaptive
-    methods only: ``policy``, ``decision``, ``calibration``); ``memory`` (error feedback,
-    ``None`` when off or when the method's compressor is not ``lossy``; keyed by DDP
-    bucket index and re-laid-out when DDP rebuilds its buckets, ``residuals``);
+    methods only: ``policy``, ``decision``, ``calibration``); ``feedback`` (error feedback,
+    :class:`~netsenseml.memory.ErrorFeedback`, whole in ``netsenseml.memory``: its
+    ``memory`` is ``None`` when off or when the method's compressor is not ``lossy``; keyed
+    by DDP bucket index and re-laid-out when DDP rebuilds its buckets);
     ``recorder`` (bytes and busy time of this rank's collectives) feeding ``monitor`` (the
     network monitor; ``netsenseml-paper``: its rule takes the samples instead); ``pacer``
     (the emulated accelerator's, or None); ``job`` (the own job's recorder under the
@@ -309,13 +312,13 @@ class NetSenseState:
         self.hook: Callable[[Any, dist.GradBucket], torch.futures.Future] | None = None
         self.hook_state: Any = None
         self.step = 0
-        self.memory: ResidualMemory | None = None
-        # Error feedback follows the compressor's declared ``lossy``; the adaptive methods
-        # may pick lossy levels at any step, so they always keep a residual.
-        if opts.error_feedback and ((compressor is not None and compressor.lossy) or policy is not None):
-            kind = opts.memory_kind if compressor is not None else "residual"
-            self.memory = MomentumCorrectionMemory(opts.dgc_momentum) if kind == "momentum" else ResidualMemory()
-        self.residuals = BucketResiduals(self.memory) if self.memory is not None else None
+        # Error feedback (netsenseml.memory): follows the compressor's declared ``lossy``
+        # and ``memory``; an adaptive policy that drains (``drains_residual``) bounds it.
+        self.memory: ResidualMemory | None = memory.for_method(
+            opts.error_feedback, compressor is not None and compressor.lossy, policy is not None,
+            opts.memory_kind if compressor is not None else None, opts.dgc_momentum)
+        self.feedback = memory.ErrorFeedback(
+            self.memory, opts.residual_drain if policy is not None and policy.drains_residual else None)
         self._fixed = Decision(level or method.level, method.ratio or 1.0)
         self.previous_future: torch.futures.Future | None = None
         self.stats = StepStatistics(self.recorder)
@@ -458,11 +461,11 @@ class NetSenseState:
             self.loop.deliver(obs)
 
     # ----------------------------------------------------------------- residuals
-    def memory_key(self, bucket: dist.GradBucket) -> int:
-        """Bucket index; when DDP rebuilds its buckets the residuals follow the parameters."""
-        assert self.residuals is not None
-        return self.residuals.key(bucket.index(), bucket.parameters())
+    def bucket_feedback(self, bucket: dist.GradBucket, codec: Any) -> memory.BucketFeedback:
+        """Error feedback of ``bucket`` compressed by ``codec`` (netsenseml.memory); when DDP
+        rebuilds its buckets the residuals follow the parameters."""
+        return self.feedback.bucket(bucket, codec)
 
     def residual_by_param(self) -> dict[torch.Tensor, torch.Tensor]:
         """The current error-feedback residual of each parameter, shaped like it."""
-        return {} if self.residuals is None else self.residuals.by_param()
+        return self.feedback.by_param()

@@ -14,7 +14,7 @@ fast variant of Deep Gradient Compression; its momentum correction lives in
 from __future__ import annotations
 
 from netsenseml import methods
-from netsenseml.compress.base import Compressor, Payload, index_dtype, ratio_to_k
+from netsenseml.compress.base import Codec, Compressor, Payload, declare, index_dtype, ratio_to_k
 from netsenseml.compress.cast import CastCompressor, NoCompression
 from netsenseml.compress.quantize import Int8Compressor
 from netsenseml.compress.sparse import RandomKCompressor, TopKCompressor
@@ -24,12 +24,14 @@ SPEC_FORMS = methods.forms("compressor")
 __all__ = [
     "SPEC_FORMS",
     "CastCompressor",
+    "Codec",
     "Compressor",
     "Int8Compressor",
     "NoCompression",
     "Payload",
     "RandomKCompressor",
     "TopKCompressor",
+    "declare",
     "get",
     "index_dtype",
     "ratio_to_k",
@@ -42,4 +44,4 @@ def get(spec: str, **options: object) -> Compressor:
     if resolved.kind != "compressor":
         raise ValueError(f"invalid compressor spec {spec!r}: a comm hook, not a compressor class; "
                          f"accepted: {SPEC_FORMS}")
-    return resolved.build(**options)
+    return declare(resolved.build(**options))

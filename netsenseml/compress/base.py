@@ -19,7 +19,9 @@ treat every method the same way (GRACE's split of compressor / memory / communic
 * ``lossy`` decides whether error feedback applies: the hooks keep a residual for every
   compressor that declares ``lossy = True`` (unless the user turns error feedback off).
 
-Optional attributes the hooks read when present (a compressor without them still works):
+Optional members, declared with their defaults on :class:`Codec` (the built-ins' base
+class) and read directly; a plug-in class that follows the protocol without deriving from
+:class:`Codec` gets the defaults it lacks once, where it is built (:func:`declare`):
 
 * ``dense = True`` -- the single wire tensor is the flattened input in another dtype; the
   summed result is copied into the bucket (a cast copy is ~15x faster than zero + add).
@@ -34,6 +36,11 @@ Optional attributes the hooks read when present (a compressor without them still
   largest (its all-gathers are padded to ``max_nbytes`` anyway). Every built-in has it.
 * ``arg = "ratio"`` / ``"rank"`` -- how ``pkg.mod:Class:ARG`` is parsed (see
   ``netsenseml.methods.ARG_KINDS``); without it a plug-in receives ``ARG`` as text.
+* ``ratio`` -- the kept fraction of a sparse codec (the adaptive methods set it each
+  step); None for the dense codecs, which may drain an error-feedback residual.
+* ``exact = True`` -- the decoded payload is the input bit for bit (the fp32 identity):
+  a fully drained residual is dropped (``netsenseml.memory``).
+* ``accumulate`` -- by default ``out += decompress(payload)``.
 
 A new compressor is one module plus one ``register(...)`` line in ``netsenseml.methods``;
 a user's compressor needs no registration at all (``netsenseml/PLUGINS.md``).
@@ -41,6 +48,8 @@ a user's compressor needs no registration at all (``netsenseml/PLUGINS.md``).
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -95,6 +104,54 @@ class Compressor(Protocol):
     def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
         """Adds the decoded ``payload`` into the flat ``out`` (a sum over ranks for allreduce)."""
         ...
+
+
+class Codec:
+    """The compressors' base class: the protocol's optional members declared with their
+    defaults (module docstring), so that the hooks read them directly. A subclass sets
+    ``name``, ``lossy``, ``reduction`` and defines ``compress`` / ``decompress``."""
+
+    name: str
+    lossy: bool
+    reduction: str
+    dense: bool = False
+    exact: bool = False
+    ratio: float | None = None
+    memory: str = "residual"
+    arg: str | None = None
+    #: ``max_nbytes(numel) -> int`` where a codec has a byte bound, else None
+    max_nbytes: Callable[[int], int] | None = None
+    #: ``wire(numel, dtype, seed=None) -> (Wire, kept)`` where a codec knows its sizes, else None
+    wire: Callable[..., tuple[Wire, int]] | None = None
+
+    def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
+        raise NotImplementedError
+
+    def decompress(self, payload: Payload) -> torch.Tensor:
+        raise NotImplementedError
+
+    def accumulate(self, payload: Payload, out: torch.Tensor) -> None:
+        """Adds the decoded ``payload`` into the flat ``out``."""
+        out.add_(self.decompress(payload).reshape(-1).to(out.dtype))
+
+
+#: The optional members and their defaults (:class:`Codec`'s).
+OPTIONAL: dict[str, Any] = {m: vars(Codec)[m] for m in
+                            ("dense", "exact", "ratio", "memory", "arg", "max_nbytes", "wire")}
+
+
+def declare(codec: Any) -> Any:
+    """``codec`` with every optional member (returned): a :class:`Codec` has them; an
+    instance of a plug-in class that follows the protocol without deriving from it gets the
+    defaults it lacks, set on it once where it enters (built, or wrapped for payload mode)."""
+    if isinstance(codec, Codec):
+        return codec
+    for member, default in OPTIONAL.items():
+        if not hasattr(codec, member):
+            setattr(codec, member, default)
+    if not callable(getattr(codec, "accumulate", None)):
+        codec.accumulate = types.MethodType(Codec.accumulate, codec)
+    return codec
 
 
 def ratio_to_k(ratio: float, numel: int) -> int:

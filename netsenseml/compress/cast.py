@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from netsenseml.compress.base import Payload, Wire
+from netsenseml.compress.base import Codec, Payload, Wire
 
 
-class NoCompression:
+class NoCompression(Codec):
     """Sends the tensor unchanged (the fp32 baseline)."""
 
     name = "none"
     lossy = False
     reduction = "allreduce"
     dense = True
+    exact = True  # the decoded payload is the input, bit for bit (netsenseml.memory)
 
     def compress(self, tensor: torch.Tensor, seed: int | None = None) -> Payload:
         flat = tensor.reshape(-1)
@@ -34,7 +35,7 @@ class NoCompression:
         out.add_(payload.tensors[0].to(out.dtype))
 
 
-class CastCompressor:
+class CastCompressor(Codec):
     """Casts to a narrower float type (fp16 or bf16) and back."""
 
     lossy = False

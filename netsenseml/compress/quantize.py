@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from netsenseml.compress.base import Payload, Wire
+from netsenseml.compress.base import Codec, Payload, Wire
 
 
-class Int8Compressor:
+class Int8Compressor(Codec):
     """Symmetric linear 8-bit quantizer, per-tensor scale."""
 
     name = "int8"

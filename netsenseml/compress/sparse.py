@@ -27,10 +27,10 @@ import math
 
 import torch
 
-from netsenseml.compress.base import Payload, Wire, index_dtype, ratio_to_k
+from netsenseml.compress.base import Codec, Payload, Wire, index_dtype, ratio_to_k
 
 
-class _SparseBase:
+class _SparseBase(Codec):
     lossy = True
 
     def __init__(self, ratio: float) -> None:
