@@ -244,6 +244,7 @@ def test_compare_never_cuts_two_groups_to_the_same_text() -> None:
 
     nan = float("nan")
     row = dict(runs=2, compute="paced a100-estimated, k 130", throughput=1.0, throughput_ci=nan,
+               steps_per_s=nan, steps_per_s_ci=nan,
                tta_s=nan, tta_ci=nan, reached="2/2", final_accuracy=0.9, final_accuracy_ci=nan,
                mb_sent=1.0, overrun_share=0.0, host_other_pct=1.0, degraded="")
     groups = pd.DataFrame([dict(row, group=f"accel-crossover/d70 40000 Mbit/s {m}")
