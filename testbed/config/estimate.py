@@ -274,11 +274,9 @@ def _dilation(scenario: Any, timing: accelerator.Timing, elements: int, level: s
     if acc.dilation != "auto":
         return float(acc.dilation), record, 0.0
     if wl.grads == "payload":  # nothing real is timed: no probe, no recording
-        fastest = max(rates, default=0.0)  # the least transfer the run can see
-        least = factor.transfer_s(elements, n, fastest, share, reduction)
-        return max(factor.rate_factor(fastest), factor.round_up(
-            factor.payload_need(timing, elements, n, cores(), acc.margin, wl.threads,
-                                least, acc.max_overrun))), 0.0, 0.0
+        return max(factor.rate_factor(max(rates, default=0.0)), factor.payload_factor(
+            timing, elements, n, cores(), acc.margin, wl.threads, acc.max_overrun, rates,
+            share, reduction)), 0.0, 0.0
     part = _host_parts(wl.grads, fwd, bwd, opt, elements, level, n)
     # the parts as the probe would time them, for the rule auto applies to its probe's
     real = {"forward_s": part["forward"] * shared, "backward_s": part["backward"] * shared,

@@ -147,6 +147,17 @@ def payload_need(timing: accelerator.Timing, elements: int, workers: int, cores:
     return work / (timing.step_s + max_overrun * (timing.step_s + max(transfer_s, 0.0)))
 
 
+def payload_factor(timing: accelerator.Timing, elements: int, workers: int, cores: int,
+                   margin: float, threads: int, max_overrun: float, rates: list[float],
+                   share: float, reduction: str) -> float:
+    """Payload mode's host need, rounded (:func:`payload_need`), against the least transfer
+    the run can see: its bytes at the fastest rate training crosses. One place for
+    ``auto`` and the estimate."""
+    least = transfer_s(elements, workers, max(rates, default=0.0), share, reduction)
+    return round_up(payload_need(timing, elements, workers, cores, margin, threads, least,
+                                 max_overrun))
+
+
 #: What an adaptive method is assumed to send where one number is needed (the estimate,
 #: the least transfer of a run): the level NetSenseML holds at constrained rates.
 ADAPTIVE_AS = "topk:0.005"

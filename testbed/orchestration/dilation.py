@@ -192,11 +192,8 @@ def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]
         cores = len(os.sched_getaffinity(0))
         rates = faithful.training_rates(scn.model_dump(mode="json"))
         _, share, reduction = factor.wire_share(method)
-        least = factor.transfer_s(elements, scn.world_size, max(rates, default=0.0), share,
-                                  reduction)  # the fastest rate's: the least transfer
-        k_host = factor.round_up(factor.payload_need(timing, elements, scn.world_size, cores,
-                                                     acc.margin, wl.threads, least,
-                                                     acc.max_overrun))
+        k_host = factor.payload_factor(timing, elements, scn.world_size, cores, acc.margin,
+                                       wl.threads, acc.max_overrun, rates, share, reduction)
         k_net = network_factor(scn)
         return max(k_host, k_net), {**facts, "dilation_source": "auto", "probe_s": 0.0,
                                     "margin": acc.margin, "k_host": k_host, "k_network": k_net,
