@@ -76,6 +76,12 @@ class HookOptions:
                              f"{self.rtt_probe_every}, {self.residual_drain}")
 
 
+#: DDP's start-up steps: the first runs on the buckets built at construction; DDP rebuilds
+#: them once, at the start of the second (in the order the gradients arrived), so the
+#: second is the first on the final layout and pays its one-off costs (new buffers of
+#: those sizes in the collectives). Marked ``startup`` in the step statistics.
+DDP_STARTUP_STEPS = 2
+
 #: the options ``hooks.register`` takes for every method (the pacer is no option: a part)
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(HookOptions)
                      if f.name not in ("memory_kind", "payload"))
@@ -361,6 +367,11 @@ class NetSenseState:
         own = self.method.info is not None and self.method.info.state is not None
         return self.hook_state if own else None
 
+    def in_startup(self) -> bool:
+        """The step just ended is one of DDP's start-up steps (:data:`DDP_STARTUP_STEPS`).
+        Throughput leaves them out where enough steps remain (``testbed.common.metrics``)."""
+        return self.step <= DDP_STARTUP_STEPS
+
     def in_warmup(self) -> bool:
         """The step just ended ran the method's declared warm-up, not its steady state:
         PowerSGD's dense allreduces before ``start_powerSGD_iter`` (its ``iter`` counts the
@@ -388,6 +399,8 @@ class NetSenseState:
             out = self.stats.take(cur, totals, self.hook is not None, self.decision)
             if self.in_warmup():
                 out["warmup"] = 1
+            if self.in_startup():
+                out["startup"] = 1
             out.update(monitor_stats(self.monitor, cur))
             out.update(tcp_stats(self.tcp))
             if self.policy is not None:

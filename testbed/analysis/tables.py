@@ -97,7 +97,7 @@ def find_key(obj: Any, key: str) -> Any:
     return None
 
 
-_METRIC_COLUMNS = ("rank", "t", "t_worker", "samples", "accuracy", "loss", "kind", "warmup",
+_METRIC_COLUMNS = ("rank", "t", "t_worker", "samples", "accuracy", "loss", "kind", "warmup", "startup",
                    "bytes_sent")
 
 

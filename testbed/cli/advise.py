@@ -211,7 +211,7 @@ def _check_checkable(model: str, topology: str, workers: int, streams: int, prof
 def _emulate(model: str, workers: int, rate: float, rows: list[Any], adv: Any,
              results: Path | None) -> list[dict[str, Any]]:
     """Each row's method run emulated (payload mode: DDP's buckets, each method's real
-    bytes, the profile's compute; 6 steps fixed, 40 adaptive, as the paper grid), under
+    bytes, the profile's compute; 8 steps fixed, 40 adaptive, as the paper grid), under
     the heavy lock; measured throughput beside the prediction.
 
     SIGTERM while waiting or running becomes an exit (143) that unwinds: the temporary
@@ -236,7 +236,7 @@ def _exit_on_term(signum: int, _frame: Any) -> None:
 
 def _one_check(model: str, workers: int, rate: float, r: Any, adv: Any,
                where: Path) -> dict[str, Any]:
-    steps = 40 if r.method in adv.ADAPTIVE else 6
+    steps = 40 if r.method in adv.ADAPTIVE else 8
     typer.echo(f"--check: emulating {r.method} ({steps} steps) ...", err=True)
     cmd = [sys.executable, "-m", "testbed.cli", "run", CHECK_SCENARIOS[model],
            "-m", r.method, "-s", "0", "-r", str(where), "-q",

@@ -16,7 +16,12 @@ batch x world size):
   (``sum(samples[1:]) / (t_last - t_first)``, ``t`` on one clock). The first step is left
   out: it holds the rendezvous and DDP's bucket set-up, not steady-state training; so are
   the steps a method marks as its own warm-up (``warmup``: PowerSGD's dense steps before
-  ``start_powerSGD_iter``), and the first step after them is the reference point. None
+  ``start_powerSGD_iter``) and, where at least two steps remain after them, DDP's
+  start-up (``startup``: its first two steps, marked by the hook's state -- DDP rebuilds
+  its buckets once, at the second step, which is the first on the final layout and pays
+  its one-off costs: a payload run's second step ran ~10 % long and overran its slot on
+  every rank); the first step after them is the reference point. A run too short to
+  leave the start-up out keeps it (a smoke run still has a throughput). None
   with fewer than two steps (one step is all warm-up) or no elapsed time, and None (not 0)
   where no step after the first has samples: an own job that neither reported samples nor
   let the hook see its batch (``netsenseml.job``) trained an unknown number, not none.
@@ -92,8 +97,17 @@ def evaluations(rows: Iterable[Row]) -> list[Row]:
 
 
 def steady_steps(rows: Iterable[Row]) -> list[Row]:
-    """Rank 0's training steps without those its method marked as warm-up (module doc)."""
-    return [r for r in training_steps(rows) if not num(r.get("warmup"))]
+    """Rank 0's training steps without those its method marked as warm-up and, where at
+    least two steps remain, without DDP's start-up (module doc)."""
+    return _steady(training_steps(rows))
+
+
+def _steady(steps: list[Row]) -> list[Row]:
+    """``steps`` (one rank's, in order) without the warm-up and, where two remain, the
+    start-up."""
+    steps = [r for r in steps if not num(r.get("warmup"))]
+    settled = [r for r in steps if not num(r.get("startup"))]
+    return settled if len(settled) >= 2 else steps
 
 
 def throughput(rows: Iterable[Row]) -> float | None:
@@ -145,8 +159,9 @@ def final_loss(rows: Iterable[Row]) -> float | None:
 
 def overruns(rows: Iterable[Row]) -> dict[str, Any] | None:
     """The emulated accelerator's overruns: steps whose real work did not fit the profiled
-    slot (``pace_overrun`` 1; ``netsenseml.accelerator``), of every rank's training steps
-    after its first (the warm-up, as for throughput). None for a native run (no column).
+    slot (``pace_overrun`` 1; ``netsenseml.accelerator``), of the steps throughput counts
+    on every rank (after its warm-up, its start-up and its first steady step, as for
+    throughput). None for a native run (no column).
 
     ``steps``: overrun steps of all ranks; ``of``: steps counted; ``share``: their ratio;
     ``per_rank``: the overrun steps of each rank; ``late_s_max``: the largest lateness;
@@ -165,7 +180,7 @@ def overruns(rows: Iterable[Row]) -> dict[str, Any] | None:
         per_rank.setdefault(int(rank), []).append(r)
     if not per_rank:
         return None
-    counted = {rank: sorted(rs, key=lambda r: num(r.get("step")) or 0)[1:]
+    counted = {rank: _steady(sorted(rs, key=lambda r: num(r.get("step")) or 0))[1:]
                for rank, rs in sorted(per_rank.items())}
     over = {rank: sum(1 for r in rs if num(r.get("pace_overrun"))) for rank, rs in counted.items()}
     n = sum(len(rs) for rs in counted.values())

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from netsenseml.dilation import Dilation
+from testbed.common import metrics
 from testbed.simulation import paced
 
 #: The real link rate (Mbit/s) from which results/README.md section 6 holds the emulation
@@ -135,10 +136,12 @@ def rank0_steps(run: Path) -> list[dict[str, str]]:
 
 
 def marked_warmup(steps: list[dict[str, str]]) -> int:
-    """How many steps the run marked as its method's warm-up (``warmup``), which its
-    throughput left out; 0 for a run made before the marking existed (it counted them), so
-    the simulation's throughput is read over the same steps."""
-    return sum(1 for r in steps if (r.get("warmup") or "0") not in ("", "0", "0.0"))
+    """How many leading steps the run's throughput left out before its first steady step
+    beyond the first (its method's ``warmup`` and DDP's ``startup``:
+    ``testbed.common.metrics``); 0 for a run made before the marking existed (it counted
+    them), so the simulation's throughput is read over the same steps."""
+    steady = metrics.steady_steps(steps)
+    return next((i for i, r in enumerate(steps) if r is steady[0]), 0) if steady else 0
 
 
 def link_util(run: Path, steps: list[dict[str, str]]) -> float | None:

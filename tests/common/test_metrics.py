@@ -80,6 +80,23 @@ def test_a_methods_warmup_steps_are_not_its_throughput() -> None:
     assert m.throughput(plain) == pytest.approx(64 / 10)
 
 
+def test_ddps_start_up_is_left_out_where_two_steps_remain() -> None:
+    """DDP's first two steps (``startup``: its second rebuilds the buckets) are not the
+    steady state: steps end at 1, 3, 4, 5, 6 s; throughput counts steps 4-5 from 4 s. A
+    run of three steps keeps them (one steady step would leave no throughput)."""
+    rows = [{"rank": 0, "t": t, "samples": 16, **({"startup": 1} if i in (0, 1) else {})}
+            for i, t in enumerate((1.0, 3.0, 4.0, 5.0, 6.0))]
+    assert m.throughput(rows) == pytest.approx(32 / 2)
+    assert tables.run_throughput(pd.DataFrame(rows)) == pytest.approx(32 / 2)
+    short = rows[:3]
+    assert m.throughput(short) == pytest.approx(32 / 3)  # steps 2-3 from 1 s, as before
+    # the overruns count the same steps: rank 0's step 2 ran late, step 5 too
+    late = [dict(r, step=i + 1, pace_overrun=int(i in (1, 4)), pace_late_s=0.5 if i in (1, 4)
+                 else 0.0, step_s=1.0) for i, r in enumerate(rows)]
+    over = m.overruns(late)
+    assert (over["steps"], over["of"], over["late_share"]) == (1, 2, 0.25)
+
+
 def test_powersgd_marks_its_dense_start_as_warmup() -> None:
     """The hook state says a step was warm-up while PowerSGD's ``iter`` (steps ended) is at
     most ``start_powerSGD_iter``: steps 1 and 2 with the default 2; never for other methods."""
