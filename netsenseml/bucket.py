@@ -38,7 +38,7 @@ def reduce_bucket(state: NetSenseState, bucket: dist.GradBucket, compressor: com
     state.count(payload.kept, n, n * 4, clock.now() - t0)
     if compressor.reduction == "allreduce":  # 3. send, 4. decode into the bucket
         return _allreduce_bucket(state, bucket.buffer(), source, compressor, payload, extras)
-    return _allgather_bucket(state, bucket.buffer(), compressor, payload, extras)
+    return _allgather_bucket(state, bucket.buffer(), compressor, payload, extras, bucket.index())
 
 
 def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.Tensor,
@@ -82,14 +82,16 @@ def _allreduce_bucket(state: NetSenseState, buffer: torch.Tensor, source: torch.
 
 
 def _allgather_bucket(state: NetSenseState, buffer: torch.Tensor, compressor: compress.Codec,
-                      payload: Payload, extras: torch.Tensor | None) -> torch.futures.Future[torch.Tensor]:
+                      payload: Payload, extras: torch.Tensor | None,
+                      index: int) -> torch.futures.Future[torch.Tensor]:
     """A per-rank payload: all-gathered (packed by the communicator), each rank's decoded
-    and summed, averaged."""
+    and summed, averaged. Payload mode keeps the all-gather's buffers of bucket ``index``."""
     world = state.world_size
     bound = compressor.max_nbytes
+    kept = (compressor.gather_buffers, index) if is_payload(compressor) else None
     # A byte bound all ranks agree on lets one padded all-gather run (no size exchange).
     packing, gathered = allgather_packed(payload.tensors, extras, state.process_group, state.recorder,
-                                         None if bound is None else bound(buffer.numel()))
+                                         None if bound is None else bound(buffer.numel()), kept)
 
     def finish(fut: torch.futures.Future) -> torch.Tensor:
         t1 = clock.now()

@@ -240,22 +240,57 @@ class Packing(NamedTuple):
         return unpack_extras(buf, len(self.dtypes), self.n_extras)
 
 
+class GatherBuffers:
+    """All-gather buffers kept from step to step, one set per key (a DDP bucket and its
+    capacity): the padded send buffer and one receive buffer per rank.
+
+    Payload mode (``netsenseml.payload``) uses them. There the host stands in for a device
+    whose caching allocator hands the collective the same memory every step; fresh buffers
+    (``world`` x the capacity a bucket, GPT-2's int8 levels ~1 GB a rank a step) cost this
+    host page faults and copies inside the compute slots the pacer holds to the profile,
+    work the device does not do. A key's collective completes before the next step starts
+    it again (DDP waits for every bucket), so one set a key is never written twice at
+    once."""
+
+    def __init__(self) -> None:
+        self._sets: dict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+
+    def get(self, key: Any, capacity: int, world: int, device: torch.device
+            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The send buffer and the receive buffers of ``key`` (made on first use)."""
+        got = self._sets.get((key, capacity, world))
+        if got is None:
+            got = self._sets[(key, capacity, world)] = (
+                torch.zeros(capacity, dtype=torch.uint8, device=device),
+                [torch.zeros(capacity, dtype=torch.uint8, device=device) for _ in range(world)])
+        return got
+
+
 def allgather_packed(
     tensors: Sequence[torch.Tensor], extras: torch.Tensor | None, group: Any,
     recorder: CommRecorder, payload_bound: int | None = None,
+    buffers: tuple[GatherBuffers, Any] | None = None,
 ) -> tuple[Packing, torch.futures.Future[list[torch.Tensor]]]:
     """All-gathers one payload's wire ``tensors`` (and ``extras``) of every rank, packed
     into byte buffers (:func:`pack`); ``payload_bound``: a bound of the payload's bytes that
     every rank computes alike (a compressor's ``max_nbytes``), so that one padded all-gather
-    runs (:func:`allgather_bytes`). Returns the layout, whose :meth:`Packing.unpack` reads
-    each rank's buffer, and the future of the buffers in rank order."""
+    runs (:func:`allgather_bytes`); ``buffers``: kept buffers and this payload's key in
+    them (:class:`GatherBuffers`; with a bound only). Returns the layout, whose
+    :meth:`Packing.unpack` reads each rank's buffer, and the future of the buffers in rank
+    order."""
     packing = Packing(tuple(t.dtype for t in tensors), 0 if extras is None else extras.numel())
     buf = pack(tensors, extras)
-    return packing, allgather_bytes(buf, group, recorder, packing.capacity(payload_bound))
+    capacity = packing.capacity(payload_bound)
+    kept = None
+    if buffers is not None and capacity is not None:
+        pool, key = buffers
+        kept = pool.get(key, capacity, dist.get_world_size(group), buf.device)
+    return packing, allgather_bytes(buf, group, recorder, capacity, kept)
 
 
 def allgather_bytes(
-    buf: torch.Tensor, group: Any, recorder: CommRecorder, capacity: int | None = None
+    buf: torch.Tensor, group: Any, recorder: CommRecorder, capacity: int | None = None,
+    kept: tuple[torch.Tensor, list[torch.Tensor]] | None = None,
 ) -> torch.futures.Future[list[torch.Tensor]]:
     """All-gathers 1-D uint8 buffers of possibly different lengths; no truncation.
 
@@ -266,7 +301,9 @@ def allgather_bytes(
     collective is *launched from the calling thread*: gloo needs all ranks to issue
     collectives in the same order, which launching from completion callbacks (whose
     timing differs per rank) would not guarantee. The future holds one buffer per rank,
-    in rank order.
+    in rank order. ``kept`` (with ``capacity``): a send buffer and receive buffers of the
+    capacity to use instead of new ones (:class:`GatherBuffers`); the send buffer's bytes
+    past ``buf`` are whatever an earlier step left (the receivers read the true lengths).
     """
     world = dist.get_world_size(group)
     n = buf.numel()
@@ -282,8 +319,12 @@ def allgather_bytes(
         if n > capacity:
             raise ValueError(f"payload of {n} bytes exceeds the agreed capacity {capacity}")
         sizes, cap = None, capacity
-    padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
-    outs = [torch.empty(cap, dtype=torch.uint8, device=buf.device) for _ in range(world)]
+    if kept is not None and sizes is None:
+        padded, outs = kept
+        padded[:n].copy_(buf)
+    else:
+        padded = buf if n == cap else torch.cat([buf, buf.new_zeros(cap - n)])
+        outs = [torch.empty(cap, dtype=torch.uint8, device=buf.device) for _ in range(world)]
     token = recorder.launch(_nbytes(padded), equiv=_nbytes(padded) * max(1.0, world / 2))
     work = dist.all_gather(outs, padded, group=group, async_op=True)
 

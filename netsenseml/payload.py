@@ -14,7 +14,8 @@ the pacer's release of each bucket and its profiled codec time, the collectives,
 accounting, the monitor, the policy and the observations piggy-backed on bucket 0); only
 the codec is swapped for its :class:`PayloadCodec`, which hands over zeros of exactly the
 sizes and dtypes the real codec's ``compress`` returns (its ``wire``) and decodes nothing,
-and there is no error feedback (there is nothing to feed back). PowerSGD, a hook that
+and there is no error feedback (there is nothing to feed back). An all-gather's buffers are
+kept from step to step (``comm.GatherBuffers``), as a device's caching allocator keeps them. PowerSGD, a hook that
 computes its own payload, is replaced by :func:`powersgd_hook`, which issues torch's
 ``powerSGD_hook``'s three allreduces (the uncompressed 1-D tensors, the P and the Q
 matrices) at their real sizes and schedule (dense for ``start_powerSGD_iter`` steps).
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from netsenseml.comm import GatherBuffers
 from netsenseml.compress.base import Codec, Compressor, Payload, Wire, declare
 
 
@@ -66,6 +68,8 @@ class PayloadCodec(Codec):
         self.dense = False  # the wire is never the bucket: nothing is copied back
         self._zeros: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
         self.max_nbytes = self.inner.max_nbytes
+        #: all-gather buffers kept from step to step, a set per bucket (``comm.GatherBuffers``)
+        self.gather_buffers = GatherBuffers()
 
     @property
     def ratio(self) -> float | None:
