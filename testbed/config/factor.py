@@ -151,11 +151,25 @@ def payload_factor(timing: accelerator.Timing, elements: int, workers: int, core
                    margin: float, threads: int, max_overrun: float, rates: list[float],
                    share: float, reduction: str) -> float:
     """Payload mode's host need, rounded (:func:`payload_need`), against the least transfer
-    the run can see: its bytes at the fastest rate training crosses. One place for
-    ``auto`` and the estimate."""
-    least = transfer_s(elements, workers, max(rates, default=0.0), share, reduction)
-    return round_up(payload_need(timing, elements, workers, cores, margin, threads, least,
-                                 max_overrun))
+    the run can see: its bytes at the fastest rate training crosses; an all-gather's also
+    keeps that rate's real link at most :data:`GATHER_REAL_MBIT`. One place for ``auto``
+    and the estimate."""
+    fastest = max(rates, default=0.0)
+    least = transfer_s(elements, workers, fastest, share, reduction)
+    k = round_up(payload_need(timing, elements, workers, cores, margin, threads, least,
+                              max_overrun))
+    if reduction != "allreduce":
+        k = max(k, round_up(fastest / GATHER_REAL_MBIT))
+    return k
+
+
+#: The fastest real rate a link runs at under an all-gather (a per-rank payload: int8,
+#: top-k, DGC, the adaptive methods' sparse levels) in payload mode: gloo's ring
+#: all-gather costs this host per byte what its allreduce does not. GPT-2's int8 (125 MB a
+#: rank) moved at 0.78 of the link's rate at 1 Gbit/s real (k 1 at 1 Gbit/s and k 10 at
+#: 10 Gbit/s alike) and ran late on most steps, 0.89-0.92 at 200-300 Mbit/s real, where
+#: allreduce kept 0.92-0.94 at all of them (the paper grid's GPT-2 star, results/README.md).
+GATHER_REAL_MBIT = 300.0
 
 
 #: What an adaptive method is assumed to send where one number is needed (the estimate,

@@ -184,6 +184,20 @@ def test_payload_factor_follows_what_sets_the_step() -> None:
         7 * 0.02 * 4e6 * 8 / 1e9)
 
 
+def test_an_all_gather_keeps_its_real_rate_within_the_gather_limit() -> None:
+    """In payload mode an all-gather's fastest link runs at most GATHER_REAL_MBIT real;
+    an allreduce at the same rate is not held back by it."""
+    from testbed.config import estimate
+
+    scn = apply_overrides(load_scenario("paper-gpt2-star"),
+                          {"workload.grads": "payload", "topology.rate_mbit": 1000,
+                           "topology.n_workers": 8})
+    k_gather, k_reduce = dilation.choose(scn, "int8")[0], dilation.choose(scn, "allreduce")[0]
+    assert 1000 / k_gather <= factor.GATHER_REAL_MBIT < 1000 / k_reduce
+    assert estimate.estimate(scn, "int8")["k"] == k_gather
+    assert dilation.choose(scn, "netsenseml")[0] >= 1000 / factor.GATHER_REAL_MBIT
+
+
 def test_codecs_timed_for_auto_follow_the_method() -> None:
     assert dilation.codec_specs(methods.parse("allreduce")) == []
     assert dilation.codec_specs(methods.parse("topk:0.01")) == ["topk:0.01"]
