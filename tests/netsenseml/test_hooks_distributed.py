@@ -152,6 +152,26 @@ def _variable_k_gather_without_truncation(rank, world):
     assert rec.bytes_sent == 8 + max(b.numel() for b in bufs)
 
 
+def _kept_buffers_gather_each_ranks_bytes(rank, world):
+    """Payload mode's kept all-gather buffers (comm.GatherBuffers): the same tensors step
+    after step, each rank's bytes in its own buffer every time (a shorter payload after a
+    longer one included: the receivers read the true lengths), the bytes counted as new."""
+    from netsenseml.comm import CommRecorder, GatherBuffers, allgather_packed
+
+    pool, rec = GatherBuffers(), CommRecorder()
+    seen = []
+    for step, n in enumerate((700, 300)):
+        mine = torch.full((n,), float(10 * rank + step))
+        packing, fut = allgather_packed([mine], None, None, rec, 4 * 800, (pool, 0))
+        bufs = fut.wait()
+        seen.append([b.data_ptr() for b in bufs])
+        for r, b in enumerate(bufs):
+            (vals,), _ = packing.unpack(b)
+            assert torch.equal(vals, torch.full((n,), float(10 * r + step)))
+    assert seen[0] == seen[1]  # the same receive buffers both steps
+    assert rec.bytes_sent == 2 * packing.capacity(4 * 800)
+
+
 def _paper_rule_runs_agreed_and_averages(rank, world):
     """netsenseml-paper: identical decisions on all ranks, the rule moves the fraction, and
     the result is (sum of what the ranks sent) / world -- not the prototype's
@@ -298,6 +318,7 @@ SCENARIOS = {
     "ef": _topk_error_feedback_invariant,
     "bytes": _bytes_counted_equal_bytes_handed,
     "variable_k": _variable_k_gather_without_truncation,
+    "kept_buffers": _kept_buffers_gather_each_ranks_bytes,
     "netsenseml": _netsenseml_default_runs,
     "paper": _paper_rule_runs_agreed_and_averages,
     "convergence": _convergence_table_loaded_and_used,
