@@ -250,17 +250,22 @@ class GatherBuffers:
     host page faults and copies inside the compute slots the pacer holds to the profile,
     work the device does not do. A key's collective completes before the next step starts
     it again (DDP waits for every bucket), so one set a key is never written twice at
-    once."""
+    once. A key keeps one set, of its latest capacity: DDP's first step runs on other
+    buckets than the rest and an adaptive method changes its level, and sets kept for
+    those would hold gigabytes a rank for nothing (GPT-2's int8: a rank killed for memory
+    with 8 on this host)."""
 
     def __init__(self) -> None:
         self._sets: dict[Any, tuple[torch.Tensor, list[torch.Tensor]]] = {}
 
     def get(self, key: Any, capacity: int, world: int, device: torch.device
             ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The send buffer and the receive buffers of ``key`` (made on first use)."""
-        got = self._sets.get((key, capacity, world))
-        if got is None:
-            got = self._sets[(key, capacity, world)] = (
+        """The send buffer and the receive buffers of ``key`` (made on first use, and
+        again, the old ones dropped, when its capacity or the world changes)."""
+        got = self._sets.get(key)
+        if got is None or got[0].numel() != capacity or len(got[1]) != world:
+            self._sets.pop(key, None)  # the old set is freed before the new one is made
+            got = self._sets[key] = (
                 torch.zeros(capacity, dtype=torch.uint8, device=device),
                 [torch.zeros(capacity, dtype=torch.uint8, device=device) for _ in range(world)])
         return got

@@ -8,6 +8,7 @@ real processes in ``test_hooks_distributed.py`` ("recorder").
 """
 
 import pytest
+import torch
 
 from netsenseml.comm import CommRecorder
 
@@ -121,3 +122,19 @@ def test_prototype_mode_gives_each_collective_its_launch_to_completion_time():
     rec.done(a, at=0.01)
     rec.done(b, at=0.02)
     assert sink.samples == [(1_000_000, pytest.approx(0.01)), (1_000_000, pytest.approx(0.019))]
+
+
+def test_kept_gather_buffers_are_one_set_a_key_of_its_latest_capacity() -> None:
+    """Payload mode keeps a bucket's all-gather buffers; a new capacity (DDP's rebuilt
+    buckets, an adaptive level) replaces the set instead of adding one."""
+    from netsenseml.comm import GatherBuffers
+
+    pool = GatherBuffers()
+    send, outs = pool.get(3, 100, 4, torch.device("cpu"))
+    assert send.numel() == 100 and [o.numel() for o in outs] == [100] * 4
+    again = pool.get(3, 100, 4, torch.device("cpu"))
+    assert again[0] is send and all(a is b for a, b in zip(again[1], outs, strict=True))
+    bigger = pool.get(3, 250, 4, torch.device("cpu"))
+    assert bigger[0].numel() == 250 and bigger[0] is not send
+    pool.get(4, 100, 4, torch.device("cpu"))
+    assert len(pool._sets) == 2  # buckets 3 and 4, one set each
