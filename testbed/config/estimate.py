@@ -57,8 +57,7 @@ from typing import Any
 from netsenseml import accelerator, convergence, methods
 from netsenseml.dilation import Dilation
 from testbed.common import files
-from testbed.config import events, factor
-from testbed.emulation import faithful
+from testbed.config import events, factor, faithful
 from workloads import registry, sizes
 
 #: Seconds each run costs on top of its training time (build, workers forked from the

@@ -9,7 +9,7 @@ before a run (``testbed.config.estimate``, which models them from stated figures
   lockstep, :func:`lockstep_need`); in payload mode, where the host computes nothing, the
   hook's bookkeeping per step and bucket against the step (:func:`payload_need`);
 * **the network's**: the least ``k`` that brings the fastest rate training crosses into
-  the emulation's faithful range (:func:`rate_factor`, ``testbed.emulation.faithful``).
+  the emulation's faithful range (:func:`rate_factor`, ``testbed.config.faithful``).
 
 Both are rounded up to two significant digits (:func:`round_up`). Torch-free: the
 orchestrator and the estimate import it without paying for torch.
@@ -22,7 +22,7 @@ from typing import Any
 
 from netsenseml import accelerator, methods
 from netsenseml.dilation import Dilation
-from testbed.emulation import faithful
+from testbed.config import faithful
 
 
 def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:

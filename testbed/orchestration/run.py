@@ -51,8 +51,9 @@ from typing import Any
 from netsenseml.dilation import Dilation
 from netsenseml.methods import MethodSpec
 from testbed.common.names import slug
+from testbed.config import faithful
 from testbed.config.scenario import Scenario
-from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
+from testbed.emulation import Emulation, bottleneck, capture, counters
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records, stacks
 from testbed.orchestration.interrupts import RunInterrupted
