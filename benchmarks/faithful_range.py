@@ -6,7 +6,7 @@ same cores the emulated workers train on, so above some rate the emulated link n
 delivers what it is configured to (the shaper or the TCP stack cannot keep up) and the
 workers' compute slows down beside it. A run configured above that rate measures the
 machine, not the network; the testbed states the highest faithful rate
-(``testbed.emulation.faithful``), `netsense doctor --range` re-checks it on the machine at
+(``testbed.config.faithful``), `netsense doctor --range` re-checks it on the machine at
 hand, and a run configured above it carries a warning in summary.json and the report.
 
 What is measured, per configured rate R (1+1 dumbbell, the bottleneck at R, the access

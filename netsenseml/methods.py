@@ -95,7 +95,10 @@ class MethodInfo:
     registration probe's ``probe_bytes`` / ``probe_ratio``. ``payload_hook``: a hook with a
     payload-mode stand-in sending its real sizes (``netsenseml.payload``: PowerSGD).
     ``dense_steps``: the first steps a hook sends the dense gradient (PowerSGD's
-    ``start_powerSGD_iter``, ``hooks.powersgd_state``).
+    ``start_powerSGD_iter``, ``hooks.powersgd_state``). ``topk``: it sends a top-k selection
+    of its ratio (exactly, or by a sampled threshold: DGC), so it converges and is validated
+    as top-k at that ratio. ``calibrated``: the simulation's calibration (``netsense simulate
+    calibrate``) keeps its runs' compute per level it chose (NetSenseML's own overhead).
     """
 
     name: str
@@ -118,6 +121,8 @@ class MethodInfo:
     probe: bool = False
     payload_hook: bool = False
     dense_steps: int = 0
+    topk: bool = False
+    calibrated: bool = False
 
     @property
     def label(self) -> str:
@@ -175,23 +180,27 @@ register(MethodInfo("int8", "compressor", f"{_C}.quantize:Int8Compressor",
 register(MethodInfo("topk", "compressor", f"{_C}.sparse:TopKCompressor",
                     "exact top-k values + int32 indices, all-gathered", arg="ratio", lossy=True,
                     reduction="allgather", memory="residual", ladder=True, wire=2.0,
-                    options={"method": "exact"}))
+                    options={"method": "exact"}, topk=True))
 register(MethodInfo("randomk", "compressor", f"{_C}.sparse:RandomKCompressor",
                     "random-k values under a shared seed, allreduced", arg="ratio", lossy=True,
                     reduction="allreduce", memory="residual", wire=1.0))
 register(MethodInfo("dgc", "compressor", f"{_C}.sparse:TopKCompressor",
                     "top-k by sampled threshold, momentum correction", arg="ratio", lossy=True,
                     reduction="allgather", memory="momentum", wire=2.0,
-                    options={"method": "sampled"}))
+                    options={"method": "sampled"}, topk=True))
 register(MethodInfo("powersgd", "hook",
                     "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook:powerSGD_hook",
                     "torch's powerSGD_hook (low-rank P, Q)", arg="rank", lossy=True,
                     state="netsenseml.hooks:powersgd_state", payload_hook=True,
                     dense_steps=2))
-register(MethodInfo("netsenseml", "adaptive", "netsenseml.policy:NetSensePolicy",
+#: The method this library proposes and its prototype's rule, by name: what the report and
+#: the figures compare the others with (``testbed.analysis.tables.ADAPTIVE``), named here once.
+PROPOSED = "netsenseml"
+PROTOTYPE = "netsenseml-paper"
+register(MethodInfo(PROPOSED, "adaptive", "netsenseml.policy:NetSensePolicy",
                     "the adaptive policy: none -> fp16 -> int8 -> top-k(r)", lossy=True,
-                    level="none", prior=True, probe=True))
-register(MethodInfo("netsenseml-paper", "adaptive", "netsenseml.paper_rule:PaperRule",
+                    level="none", prior=True, probe=True, calibrated=True))
+register(MethodInfo(PROTOTYPE, "adaptive", "netsenseml.paper_rule:PaperRule",
                     "the NetSenseML prototype's BDP rule on one top-k fraction", lossy=True,
                     level="topk"))
 # The adaptive peers (issue 49): published rules, each in its own module's docstring.
@@ -222,6 +231,16 @@ def infos() -> tuple[MethodInfo, ...]:
 def ladder() -> tuple[MethodInfo, ...]:
     """The levels the NetSenseML policy may choose, in display order (least reduction first)."""
     return tuple(i for i in _REGISTRY.values() if i.ladder)
+
+
+def ladder_specs() -> tuple[MethodSpec, ...]:
+    """Each level of the ladder as a spec (a ratio level at ratio 1): an adaptive hook's codecs."""
+    return _ladder_specs()
+
+
+def dense_levels() -> tuple[MethodSpec, ...]:
+    """The ladder's levels that take no argument (none, fp16, bf16, int8), as specs."""
+    return tuple(s for s in _ladder_specs() if s.ratio is None)
 
 
 def level_order() -> tuple[str, ...]:
@@ -356,6 +375,17 @@ class MethodSpec:
         return 0 if self.info is None else self.info.dense_steps
 
     @property
+    def topk_ratio(self) -> float | None:
+        """The kept fraction of a method sending a top-k selection (top-k, DGC): it converges
+        and is validated as top-k at this ratio; None for any other method."""
+        return self.ratio if self.info is not None and self.info.topk else None
+
+    @property
+    def calibrated(self) -> bool:
+        """The simulation's calibration keeps its runs' compute per chosen level (NetSenseML)."""
+        return self.info is not None and self.info.calibrated
+
+    @property
     def wire(self) -> float | None:
         """Wire bytes relative to fp32 (the ratio applied); None where the registry has none
         (PowerSGD, adaptive methods, plug-ins)."""
@@ -380,6 +410,11 @@ class MethodSpec:
         if self.kind == "compressor" and not self.reference:
             return (self,)
         return ()
+
+
+@functools.cache
+def _ladder_specs() -> tuple[MethodSpec, ...]:
+    return tuple(at_level(i.label) for i in ladder())
 
 
 @functools.cache
@@ -454,6 +489,15 @@ def parse(text: object, kind: Kind | None = None) -> MethodSpec:
     return MethodSpec(f"{m['module']}:{m['attr']}", text, arg=m["arg"])
 
 
+def read(text: object) -> MethodSpec | None:
+    """A method read back from a file (a run folder's records, a CSV): its spec, or None for
+    text no method reads (an older or damaged file), so a reader can pass over it."""
+    try:
+        return parse(text)
+    except ValueError:
+        return None
+
+
 def as_spec(method: str | MethodSpec) -> MethodSpec:
     """A method entering an API that takes either (``hooks.register``, ``run_scenario``):
     a spec passes unchanged, a text is parsed here, once; the layers below take the spec."""
@@ -476,6 +520,21 @@ def level_spec(key: str) -> MethodSpec:
             return parse(f"{info.name}{sep}{arg}")
     raise ValueError(f"unknown level {key!r}; accepted: "
                      f"{', '.join(i.label for i in ladder())} (top-k as topk:R)")
+
+
+def at_level(label: str, ratio: float = 1.0) -> MethodSpec:
+    """The fixed method that sends what an adaptive decision of ``label`` (a ladder level's
+    label: ``none``, ``fp16``, ``int8``, ``topk``) at ``ratio`` sends, built without a parse:
+    ``("none", 1)`` -> ``allreduce``, ``("topk", 0.01)`` -> ``topk:0.01`` (ratio to 6
+    significant digits, as its text); a KeyError for a label that is no ladder level."""
+    for info in ladder():
+        if info.label == label:
+            if info.arg != "ratio":
+                return MethodSpec(info.name, info.name, info=info)
+            text = f"{info.name}:{ratio:.6g}"
+            value = float(f"{ratio:.6g}")
+            return MethodSpec(info.name, text, ratio=value, arg=value, info=info)
+    raise KeyError(f"no ladder level labelled {label!r}")
 
 
 def check(text: object) -> str:

@@ -98,9 +98,8 @@ class Codecs:
         self.fixed = None if compressor is None else wrap(declare(compressor))
         self.ladder: dict[str, compress.Compressor] = {}
         if policy is not None:
-            for info in methods.ladder():
-                made = methods.resolve(info.name if info.arg is None else f"{info.name}:1").build()
-                self.ladder[info.label] = wrap(made)
+            for spec in methods.ladder_specs():
+                self.ladder[spec.label] = wrap(methods.resolve(spec).build())
             self.ladder["topk"] = wrap(compress.TopKCompressor(0.1, method=policy.topk_method or topk_method))
 
     def for_decision(self, decision: Decision) -> compress.Compressor:

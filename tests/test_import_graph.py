@@ -269,3 +269,21 @@ def test_the_analysis_imports_neither_the_orchestration_nor_the_emulation() -> N
           if e.importer.startswith("testbed.analysis")
           and e.imported.startswith(("testbed.orchestration", "testbed.emulation"))]
     assert not up, "\n".join(up)
+
+
+#: The configuration's one import of the emulation, with why it stays: validating a scenario's
+#: netem fields asks this kernel (a LAZY rule above covers it too).
+CONFIG_ASKS_THE_EMULATION = {("testbed.config.scenario", "testbed.emulation.kernel"):
+                             "a scenario's delay/jitter/loss are refused on a kernel without "
+                             "sch_netem before anything is built"}
+
+
+def test_the_configuration_sits_below_the_emulation() -> None:
+    """Layers by meaning: a scenario's description (rates, the faithful range it is held
+    against, the estimate, the dilation rule) is read without the code that builds networks;
+    the emulation reads the configuration, not the other way round."""
+    up = sorted({f"{e.importer} imports {e.imported} (line {e.line})" for e in all_imports()
+                 if e.importer.startswith("testbed.config")
+                 and e.imported.startswith("testbed.emulation")
+                 and (e.importer, e.imported) not in CONFIG_ASKS_THE_EMULATION})
+    assert not up, "\n".join(up)

@@ -19,7 +19,8 @@ from typing import Any
 
 from mininet.topo import Topo
 
-from topologies.spec import IMPAIRMENT_FIELDS, REQUIRED, fields_of
+from topologies.graph import TopoGraph
+from topologies.spec import IMPAIRMENT_FIELDS, REQUIRED, fields_of, register_builder
 
 IFNAMSIZ = 15  # Linux limit on interface name length (16 bytes including the NUL)
 
@@ -42,6 +43,13 @@ class NamedTopo(Topo):
     Params: type
     #: the ``Params`` fields that ``mn --custom ... --topo kind,A,B`` passes positionally
     positional: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Each topology's ``Params`` learns which ``build()`` makes its graph
+        (``TopologyParams.graph``: its paths are read off what is built)."""
+        super().__init_subclass__(**kwargs)
+        if isinstance(cls.__dict__.get("Params"), type):
+            register_builder(cls.Params, cls)
 
     def values(self, args: tuple[Any, ...], given: dict[str, Any]) -> SimpleNamespace:
         """``build(*args, **given)``'s values by field name: ``args`` named by
@@ -130,6 +138,14 @@ class NamedTopo(Topo):
         self.named_links[name] = LinkInfo(name, self.node_name(a), self.node_name(b),
                                           None if rate_mbit is None else float(rate_mbit),
                                           int(queue_pkts))
+
+    def graph(self) -> TopoGraph:
+        """What was built, in logical names: the hosts (workers, then cross hosts) and the
+        named links between nodes (``topologies.graph``)."""
+        cut = len(self.prefix)
+        return TopoGraph(tuple(self.worker_hosts + self.cross_hosts),
+                         tuple((li.name, li.node1[cut:], li.node2[cut:])
+                               for li in self.named_links.values()))
 
     def validate_names(self) -> None:
         """Raise ValueError if any interface name would exceed IFNAMSIZ (15) characters."""

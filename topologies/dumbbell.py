@@ -48,19 +48,8 @@ class DumbbellParams(spec.ShapedParams):
         return {"bottleneck": self.bottleneck_mbit,
                 **{h: self.access_mbit for h in self.hosts()}}
 
-    def side(self, host: str) -> int:
-        """0 for a host on s0 (left), 1 on s1: workers by index, cross hosts alternate."""
-        i = int(host[1:])
-        return (0 if i < self.n_left else 1) if host[0] == "w" else i % 2
-
-    def path_links(self, src: str, dst: str) -> set[str] | None:
-        links = {src, dst}
-        if self.side(src) != self.side(dst):
-            links.add("bottleneck")
-        return links
-
     def probe_pairs(self) -> dict[str, tuple[str, str]]:
-        pairs = spec.access_pairs(self.hosts(), self.side)
+        pairs = self.access_pairs()  # a peer on the host's own switch
         pairs["bottleneck"] = ("w0", f"w{self.n_left}")  # first left to first right worker
         return pairs
 

@@ -56,17 +56,10 @@ class LeafSpineParams(spec.ShapedParams):
                    for i in range(self.leaves) for j in range(self.spines)}
         return {**uplinks, **{h: self.access_mbit for h in self.hosts()}}
 
-    def path_links(self, src: str, dst: str) -> set[str] | None:
-        leaf = {h: int(h[1:]) // self.hosts_per_leaf for h in (src, dst)}
-        links = {src, dst}
-        if leaf[src] != leaf[dst]:  # any spine (ECMP's choice): every uplink of both leaves
-            links |= {f"l{leaf[h]}-p{j}" for h in (src, dst) for j in range(self.spines)}
-        return links
-
     def probe_pairs(self) -> dict[str, tuple[str, str]]:
         # Access links only, from a host under the same leaf; which uplink carries a flow
         # is the ECMP hash's choice, so no pair is known to cross a given uplink.
-        return spec.access_pairs(self.hosts(), lambda h: int(h[1:]) // self.hosts_per_leaf)
+        return self.access_pairs()
 
 
 class LeafSpineTopo(NamedTopo):

@@ -20,8 +20,10 @@ to validate (only the testbed validates, in its own environment).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+import functools
 from typing import Any
+
+from topologies.graph import TopoGraph
 
 
 class _Required:
@@ -87,11 +89,27 @@ class TopologyParams(BaseModel):
         cross = set(self.cross_hosts())
         return [name for name in self.link_rates() if name not in cross]
 
+    def graph(self) -> TopoGraph | None:
+        """The graph this topology's ``build()`` makes from these values, in logical names
+        (``topologies.graph``); None where no ``NamedTopo`` declares this model as its
+        ``Params`` or its ``build()`` refuses the values (it builds nothing real: Mininet's
+        ``Topo`` only records nodes and links)."""
+        return _graph(type(self), self.build_params())
+
     def path_links(self, src: str, dst: str) -> set[str] | None:
         """The named links traffic from host ``src`` to ``dst`` crosses (either direction of
-        each), or None when the topology does not say (then no check uses it). The
-        scenario's validation warns of cross traffic that shares no link with training."""
-        return None
+        each): those on every shortest path of the built graph (``TopoGraph.path_links``),
+        or None when there is no graph (then no check uses it). The scenario's validation
+        warns of cross traffic that shares no link with training."""
+        graph = self.graph()
+        return None if graph is None else graph.path_links(src, dst)
+
+    def access_pairs(self) -> dict[str, tuple[str, str]]:
+        """Probe pairs for the hosts' own links, from the built graph: toward each host from
+        the first other host on its switch or leaf (``TopoGraph.access_pairs``); none
+        without a graph. What a built-in's ``probe_pairs`` starts from."""
+        graph = self.graph()
+        return {} if graph is None else graph.access_pairs(self.hosts())
 
     def nominal_rate_mbit(self) -> float | None:
         """The nominal rate training is bounded by (the x axis of rate sweeps)."""
@@ -146,22 +164,43 @@ def fields_of(params: type) -> dict[str, Any]:
     return {n: getattr(params, n, REQUIRED) for n in dict.fromkeys(names) if n != "kind"}
 
 
+#: ``Params`` model -> the ``NamedTopo`` class that builds it (``NamedTopo`` registers each
+#: subclass as it is defined: ``topologies.base``).
+_BUILDERS: dict[type, type] = {}
+
+
+def register_builder(params: type, topo: type) -> None:
+    """Makes ``topo`` the class whose ``build()`` a ``params`` model's graph comes from."""
+    _BUILDERS[params] = topo
+
+
+def _graph(params: type, values: dict[str, Any]) -> TopoGraph | None:
+    topo = _BUILDERS.get(params)
+    if topo is None:
+        return None
+    try:
+        key = tuple(sorted(values.items()))
+        hash(key)
+    except TypeError:  # values that are no key (lists of real hosts): built each time
+        return _build_graph(topo, tuple(values.items()))
+    return _cached_graph(topo, key)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_graph(topo: type, key: tuple[tuple[str, Any], ...]) -> TopoGraph | None:
+    return _build_graph(topo, key)
+
+
+def _build_graph(topo: type, items: tuple[tuple[str, Any], ...]) -> TopoGraph | None:
+    try:
+        return topo(prefix="", **dict(items)).graph()
+    except (ValueError, TypeError, NotImplementedError):  # values its build() refuses
+        return None
+
+
 def workers(n: int) -> list[str]:
     return [f"w{i}" for i in range(n)]
 
 
 def cross(n: int) -> list[str]:
     return [f"x{i}" for i in range(n)]
-
-
-def access_pairs(hosts: Iterable[str], group: Callable[[str], Hashable]
-                 ) -> dict[str, tuple[str, str]]:
-    """Probe pairs for hosts' access links: toward host h from the first other host of h's
-    group (same switch or leaf), so only two access links lie on the path."""
-    hosts = list(hosts)
-    pairs: dict[str, tuple[str, str]] = {}
-    for h in hosts:
-        peers = [p for p in hosts if p != h and group(p) == group(h)]
-        if peers:
-            pairs[h] = (peers[0], h)
-    return pairs

@@ -44,11 +44,8 @@ class StarParams(spec.ShapedParams):
     def link_rates(self) -> dict[str, float | None]:
         return {h: self.rate_mbit for h in self.hosts()}
 
-    def path_links(self, src: str, dst: str) -> set[str] | None:
-        return {src, dst}  # each host's own link to the one switch
-
     def probe_pairs(self) -> dict[str, tuple[str, str]]:
-        return spec.access_pairs(self.hosts(), lambda h: 0)  # all hosts share s0
+        return self.access_pairs()  # all hosts share s0: any other host
 
 
 class StarTopo(NamedTopo):

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.analysis import loading, tables, timelines
+from testbed.analysis import loading, tables, timeline_csv
 from testbed.analysis.figures import timeline as timeline_figure
 from testbed.analysis.results import Results
 
@@ -41,7 +41,7 @@ class ExportError(ValueError):
 def metrics(folders: loading.Folders | Path, run: pd.Series, steps: pd.DataFrame
             ) -> pd.DataFrame:
     """One row per rank-0 training step: step, wall and the scalars (module docstring)."""
-    tl = timelines.run_timeline(folders, run, steps)
+    tl = timeline_csv.run_timeline(folders, run, steps)
     if tl.empty:
         return pd.DataFrame()
     s = tables.training_step_rows(steps)

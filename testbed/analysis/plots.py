@@ -6,7 +6,7 @@ registered figure the results support, saves it (PNG + PDF), and writes the tabl
 (runs.csv, throughput.csv, tta.csv, speedup.csv with the oracle and ideal rows, ideal.csv,
 crossover.csv, ideal_vs_fixed.csv, static_vs_oracle.csv (NetSenseML trained to the target at
 static rates against the best fixed level's projected time there), and timeline.csv: the adaptation timeline's runs step by
-step, testbed.analysis.timelines). A table with no rows is not
+step, testbed.analysis.timeline_csv). A table with no rows is not
 written (and an older copy of it in the same folder is removed): a header-only file says
 nothing (``skipped.csv`` says which were not made and why). Every run folder can be plotted on its own (``netsense plot results/smoke/<run>``):
 it gets the figures one run can show (its accuracy curve and its timeline).
@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.analysis import loading, tables, timelines
+from testbed.analysis import loading, tables, timeline_csv
 from testbed.analysis.figures import Inputs, NoData, registry, style
 from testbed.analysis.figures import network as _network
 from testbed.analysis.figures import throughput as _throughput
@@ -66,7 +66,7 @@ def tables_of(res: Results, inp: Inputs | None = None) -> dict[str, pd.DataFrame
         "throughput.csv": res.throughput(),
         "tta.csv": res.tta(),
         "speedup.csv": inp.speedup,
-        "timeline.csv": timelines.timeline_table(res.folders, tl, res.steps, kinds=None)
+        "timeline.csv": timeline_csv.timeline_table(res.folders, tl, res.steps, kinds=None)
         if not tl.empty else pd.DataFrame(),
         "ideal.csv": res.ideal(),
         "crossover.csv": res.crossover()[0],

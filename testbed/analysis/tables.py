@@ -50,7 +50,7 @@ from testbed.common import files, metrics
 from testbed.common.stats import ci95, ratio_ci95, t975  # noqa: F401 - t975: tables.t975
 from topologies import registry as topology_registry
 
-ADAPTIVE = "netsenseml"
+ADAPTIVE = methods.PROPOSED
 ORACLE = "oracle"
 IDEAL = "ideal"
 SPEEDUP_KINDS = ("throughput", "tta", "timeline")
@@ -60,10 +60,10 @@ RUN_KEY = ("experiment", "rate_mbit", "method", "seed")
 
 def is_adaptive(method: str) -> bool:
     """True for methods of the registry's ``adaptive`` kind (NetSenseML, the paper's rule)."""
-    try:
-        return methods.parse(method).kind == "adaptive"
-    except ValueError:
+    spec = methods.read(method)
+    if spec is None:  # text no method reads (an older record): by its name
         return method.split(":", 1)[0].startswith(ADAPTIVE)
+    return spec.adaptive
 
 
 RATE_KEYS = ("rate_mbit", "bottleneck_mbit", "bandwidth_mbit", "rate")
@@ -160,17 +160,22 @@ _evals = evaluations  # deprecated name
 
 
 def level_of(method: str) -> str:
-    """The convergence table's key of a fixed method (allreduce is the level "none")."""
-    return "none" if method == "allreduce" else method
+    """The convergence table's key of a fixed method (allreduce is the level "none"); any
+    other method (or text no method reads) as it is."""
+    spec = methods.read(method)
+    return (spec.level_key if spec is not None else None) or method
+
+
+def is_reference(method: str) -> bool:
+    """DDP's own fp32 allreduce, the baseline the others are compared with."""
+    spec = methods.read(method)
+    return spec is not None and spec.reference
 
 
 def is_ladder(method: str) -> bool:
     """A fixed method of the NetSenseML ladder (what the crossover and ideal schedule use)."""
-    try:
-        spec = methods.parse(method)
-    except ValueError:
-        return False
-    return bool(spec.info is not None and spec.info.ladder and spec.kind != "adaptive")
+    spec = methods.read(method)
+    return spec is not None and spec.ladder
 
 
 def _rate_of(params: dict[str, Any], config: dict[str, Any]) -> float:
@@ -843,8 +848,8 @@ def verdict_table(sp: pd.DataFrame) -> pd.DataFrame:
             if not orc.empty else "n/a",
             "oracle_tta_method": orc["oracle_tta_method"].iloc[0] if not orc.empty else None,
             "vs_oracle_tta": tx(orc),
-            "vs_allreduce_tta": tx(base[base["baseline"] == "allreduce"]),
-            "vs_paper_tta": tx(base[base["baseline"] == "netsenseml-paper"]),
+            "vs_allreduce_tta": tx(base[base["baseline"].map(is_reference).astype(bool)]),
+            "vs_paper_tta": tx(base[base["baseline"] == methods.PROTOTYPE]),
         })
     return pd.DataFrame(out, columns=cols)
 

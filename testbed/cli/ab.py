@@ -3,7 +3,7 @@ first with a Welch t-interval on the logs (honest from 2 seeds per arm), a permu
 a verdict (faster / slower / cannot tell, with the seeds that would tell).
 
 The running is ``testbed.orchestration.ab``'s (arms, the interleaved order, revisions'
-checkouts), the statistics ``testbed.analysis.ab``'s; this module checks the input (one
+checkouts), the statistics ``testbed.analysis.ab_stats``'s; this module checks the input (one
 line, exit 2, before anything is made), prints and decides when to stop. Exit codes as
 ``netsense run``: 0 every run ok, 1 a run failed (left out of the statistics and named),
 2 bad input, 130/143 interrupted (the comparison stops after the interrupted run's teardown;
@@ -103,18 +103,18 @@ def _plan(arm: list[str] | None, seeds: str, metric: str, until_width: float | N
           max_seeds: int) -> tuple[str, list[Any], list[int]]:
     """(the metric's summary.json field, the arms with their revisions resolved, the seeds),
     or one error line naming the option and exit 2."""
-    from testbed.analysis import ab as stats_ab
+    from testbed.analysis import ab_stats
     from testbed.orchestration import ab as run_ab
 
     try:
-        field = stats_ab.metric_field(metric)
+        field = ab_stats.metric_field(metric)
         arms = run_ab.parse_arms(list(arm or []))
         seed_list = run_ab.parse_seeds(seeds)
         if until_width is not None and max_seeds < len(seed_list):
             raise run_ab.ABError(f"--max-seeds {max_seeds}: fewer than the {len(seed_list)} "
                                  "seeds of --seeds")
         return field, run_ab.resolve_revisions(arms), seed_list
-    except (run_ab.ABError, stats_ab.ABInputError) as exc:
+    except (run_ab.ABError, ab_stats.ABInputError) as exc:
         fail(str(exc))
 
 
@@ -178,7 +178,7 @@ class _Session:
 
     def run_seeds(self, runner: Any, new: list[int], total: int) -> None:
         """Every arm once for each of the ``new`` seeds, interleaved."""
-        from testbed.analysis import ab as stats_ab
+        from testbed.analysis import ab_stats
         from testbed.orchestration import ab as run_ab
 
         todo = run_ab.plan(self.arms, new, start=len(self.used))
@@ -188,7 +188,7 @@ class _Session:
                                     show=lambda s: metric_text(s, self.field, self.metric)):
             self.order.append((done.arm.label, done.seed))
             o = done.outcome
-            self.obs.append(stats_ab.observation(
+            self.obs.append(ab_stats.observation(
                 done.arm.label, done.seed, o.summary, o.status,
                 str(Path(o.run_dir).resolve().relative_to(self.root.resolve())), self.field))
 
@@ -224,7 +224,7 @@ def _run_session(s: _Session, scn: Any, path: Path, overrides: list[str], seeds:
     """The seeds, then (``--until-width``) one more at a time until the intervals are narrow
     enough; the revisions' checkouts removed after. Returns the exit code of an interrupt
     (0: none)."""
-    from testbed.analysis import ab as stats_ab
+    from testbed.analysis import ab_stats
     from testbed.common.files import NoSpace
     from testbed.orchestration import ab as run_ab
     from testbed.orchestration import launcher
@@ -236,8 +236,8 @@ def _run_session(s: _Session, scn: Any, path: Path, overrides: list[str], seeds:
             runner = run_ab.Runner(scn, path, overrides, s.root, checkouts)
             s.run_seeds(runner, seeds, len(s.arms) * len(seeds))
             if until_width is not None:
-                while (stopped := stats_ab.stop_reason(
-                        stats_ab.compare(s.obs, labels, field=s.field), until_width,
+                while (stopped := ab_stats.stop_reason(
+                        ab_stats.compare(s.obs, labels, field=s.field), until_width,
                         len(s.used), max_seeds)
                        ) is None:
                     s.run_seeds(runner, run_ab.next_seeds(s.used), len(s.order) + len(s.arms))
@@ -259,21 +259,20 @@ def _run_session(s: _Session, scn: Any, path: Path, overrides: list[str], seeds:
 
 def _write(s: _Session, scn: Any, metric: str, code: int, console: Console) -> None:
     """ab.json and ab.csv of the session, and its table printed."""
-    from testbed.analysis import ab as stats_ab
+    from testbed.analysis import ab_stats
 
-    res = stats_ab.compare(s.obs, [a.label for a in s.arms], field=s.field)
+    res = ab_stats.compare(s.obs, [a.label for a in s.arms], field=s.field)
     info = {"scenario": scn.name, "metric": metric, "field": s.field, "seeds": s.used,
             "order": [list(x) for x in s.order], "stopped": s.stopped,
             "interrupted": code != 0,
             "commits": {a.label: a.commit for a in s.arms if a.commit},
-            "resamples": stats_ab.RESAMPLES, "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
-    written = stats_ab.write(s.root, res, s.obs, info)
+            "resamples": ab_stats.RESAMPLES, "bootstrap_seed": ab_stats.BOOTSTRAP_SEED}
+    written = ab_stats.write(s.root, res, s.obs, info)
     _print(console, res, metric, written, s.stopped)
 
 
 def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str) -> None:
-    from testbed.analysis import ab as stats_ab
-    from testbed.analysis import loading
+    from testbed.analysis import ab_stats, loading
     from testbed.common.outputs import OutputError, check_dir
 
     if not folder.is_dir():
@@ -289,25 +288,25 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
     try:
         check_dir(folder, "--from-runs")
         loaded = loading.load_all(folder)  # read once: the fields and the runs
-        field = stats_ab.metric_field(metric, stats_ab.known_fields(folder, loaded))
-        labels, obs, excluded = stats_ab.from_runs(folder, labels, scenario, field, loaded)
-    except (stats_ab.ABInputError, OutputError) as exc:
+        field = ab_stats.metric_field(metric, ab_stats.known_fields(folder, loaded))
+        labels, obs, excluded = ab_stats.from_runs(folder, labels, scenario, field, loaded)
+    except (ab_stats.ABInputError, OutputError) as exc:
         fail(str(exc))
     err = Console(stderr=True)
     for e in excluded:
         err.print(f"note: excluded damaged run {e.run}: {e.reason}", highlight=False,
                   markup=False)
-    res = stats_ab.compare(obs, labels, field=field)
+    res = ab_stats.compare(obs, labels, field=field)
     from testbed.common.files import read_json
 
     prior = read_json(folder / "ab.json") or {}  # a session read back keeps its record
     info = {**{k: prior[k] for k in ("commits", "order") if k in prior},
             "scenario": scenario or prior.get("scenario"), "metric": metric, "field": field,
             "from_runs": str(folder),
-            "seeds": sorted({o.seed for o in obs}), "resamples": stats_ab.RESAMPLES,
-            "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
-    written = stats_ab.write(folder, res, obs, info,
-                             stem=stats_ab.readback_stem(prior, res.arms, metric))
+            "seeds": sorted({o.seed for o in obs}), "resamples": ab_stats.RESAMPLES,
+            "bootstrap_seed": ab_stats.BOOTSTRAP_SEED}
+    written = ab_stats.write(folder, res, obs, info,
+                             stem=ab_stats.readback_stem(prior, res.arms, metric))
     _print(Console(width=max(120, Console().width)), res, metric, written, None)
 
 
@@ -335,7 +334,7 @@ def _fmt(v: float) -> str:
 
 def _print(console: Console, res: Any, metric: str, written: list[Path],
            stopped: str | None) -> None:
-    from testbed.analysis import ab as stats_ab
+    from testbed.analysis import ab_stats
 
     base = res.arms[0]
     t = Table(title=f"ab: {metric}, {len(res.arms)} arms, ratio to {base}", title_justify="left")
@@ -354,7 +353,7 @@ def _print(console: Console, res: Any, metric: str, written: list[Path],
     for r in res.rows[1:]:
         console.print(f"verdict: {r['arm']} vs {base}: {r['verdict']}", highlight=False,
                       markup=False, soft_wrap=True)
-    console.print(stats_ab.explain(res), highlight=False, markup=False, soft_wrap=True)
+    console.print(ab_stats.explain(res), highlight=False, markup=False, soft_wrap=True)
     for arm, items in res.left_out.items():
         console.print(f"left out of {arm}: {len(items)} run(s): " + "; ".join(items[:5])
                       + (f"; +{len(items) - 5} more" if len(items) > 5 else ""),

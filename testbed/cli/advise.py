@@ -113,8 +113,8 @@ def advise(
                                  batch_size=batch_size)
     except adv.AdviseError as exc:
         fail(str(exc))
-    if "powersgd" in ",".join(method_list) and not all(b.shapes for b in work.buckets):
-        method_list = [m for m in method_list if not m.startswith("powersgd")]
+    if not all(b.shapes for b in work.buckets):  # a low-rank method's sizes need them
+        method_list = [m for m in method_list if not adv.needs_shapes(m)]
     weight = adv.stream_weight()
     net = adv.Network(topology, workers, rate, streams, alpha_s=latency_us * 1e-6,
                       stream_weight=weight)
@@ -139,10 +139,10 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
     # optimistic one
     firm = bool(best.throughput * (1 - best.uncertainty_pct / 100)
                 > runner.throughput * (1 + runner.uncertainty_pct / 100))  # NaN: not firm
-    base = next((r.throughput for r in rows if r.method == "allreduce"), None)
+    base = next((r.throughput for r in rows if adv.is_reference(r.method)), None)
     t = work.timing
     free = [r.method for r in rows if r.method not in adv.ADAPTIVE
-            and adv.codec_label(r.method) != "none"
+            and not adv.is_reference(r.method)
             and adv.codec_label(r.method) not in t.codec_s_per_mb]
     return {
         "model": work.model, "dataset": work.dataset, "batch_size": work.batch_size,

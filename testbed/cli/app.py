@@ -153,7 +153,7 @@ def _faithful_note(scn: Any) -> None:
     """A warning line before anything runs when the scenario's training path is configured
     above the emulation's faithful range at the factor it will run at (a native run's 1, a
     given factor); ``dilation: auto`` picks a factor that brings it inside."""
-    from testbed.emulation import faithful
+    from testbed.config import faithful
 
     acc = getattr(scn, "accelerator", None)
     if acc is not None and acc.dilation == "auto":

@@ -153,11 +153,12 @@ def checks() -> list[Check]:
 
 
 def check_faithful(measure: bool = False, mode_ok: bool = True) -> Check:
-    """The stated faithful range (testbed.emulation.faithful); with ``measure``, goodput
+    """The stated faithful range (testbed.config.faithful); with ``measure``, goodput
     across a shaped link at the reference rate and at the limit while two workers compute,
     the limit holding when it is within 5 % of the reference (native mode only: it builds an
     emulation, so run it under the heavy-work lock on a shared machine)."""
-    from testbed.emulation import faithful
+    from testbed.config import faithful
+    from testbed.emulation import loaded_goodput
 
     limit = faithful.faithful_mbit()
     stated = (f"runs up to {limit:g} Mbit/s are faithful "
@@ -170,7 +171,7 @@ def check_faithful(measure: bool = False, mode_ok: bool = True) -> Check:
         return Check("faithful", False, stated + "; not measured: needs native mode (root)",
                      "run `netsense doctor --range` as root")
     try:
-        ok, detail = faithful.check(faithful.measure((faithful.REFERENCE_MBIT, limit)))
+        ok, detail = loaded_goodput.check(loaded_goodput.measure((faithful.REFERENCE_MBIT, limit)))
     except Exception as exc:  # the measurement's failure is the detail worth showing
         return Check("faithful", False, f"{stated}; measurement failed: {exc}", "")
     return Check("faithful", ok, f"{stated}; {detail}",
@@ -199,8 +200,7 @@ def accelerator_fit(timing: accelerator.Timing, workload: dict, workers: int, co
     """``workers`` pace probes at once, as `dilation: auto` runs them before a run
     (``testbed.orchestration.dilation``), and what follows from them. ``workload``: model,
     dataset, batch_size, knobs. Raises ``DilationError`` (one line) when they fail."""
-    from testbed.config import factor
-    from testbed.emulation import faithful
+    from testbed.config import factor, faithful
     from testbed.orchestration import dilation
 
     real = dilation.measure_workload(workload["model"], workload["dataset"],
@@ -231,7 +231,8 @@ def check_accelerator(label: str, fit_or_error: AcceleratorFit | str,
     full = (f"accelerator: {label}, {f.workers} workers x {f.threads} thread"
             f"{'s' if f.threads != 1 else ''} on {f.cores} cores: `dilation: auto` picks "
             f"k = {f.k:g} (host {f.k_host:g}, {net}); virtual links up to "
-            f"{f.max_mbit:g} Mbit/s stay in the faithful range ({f.max_mbit / f.k:g} Mbit/s "
+            f"{f.max_mbit:g} Mbit/s stay in the faithful range "
+            f"({Dilation(f.k).real_mbit(f.max_mbit):g} Mbit/s "
             f"x k); at this k the real work fits up to {f.max_workers} workers (rule: a "
             f"worker's compute x max(1, workers x threads / cores), from {f.workers} "
             f"measured at once); real forward {f.real['forward_s'] * 1e3:.3g} ms, backward "

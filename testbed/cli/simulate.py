@@ -401,7 +401,7 @@ def paced_cmd(target: PacedTargetArg, methods: PacedMethodsOption = None,
         thr = res.throughput(job.batch_size, job.workers, warm) or 0.0
         levels: dict[str, int] = {}
         for st in res.steps[1:]:
-            key = paced.level_method(st.level, st.ratio) if job.method in paced.SIMULATED \
+            key = str(paced.level_method(st.level, st.ratio)) if job.method in paced.SIMULATED \
                 else job.method
             levels[key] = levels.get(key, 0) + 1
         top = ", ".join(f"{k} x{v}" for k, v in sorted(levels.items(), key=lambda kv: -kv[1])[:3])

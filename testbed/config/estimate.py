@@ -57,8 +57,7 @@ from typing import Any
 from netsenseml import accelerator, convergence, methods
 from netsenseml.dilation import Dilation
 from testbed.common import files
-from testbed.config import events, factor
-from testbed.emulation import faithful
+from testbed.config import events, factor, faithful
 from workloads import registry, sizes
 
 #: Seconds each run costs on top of its training time (build, workers forked from the
@@ -130,23 +129,21 @@ PROBE_CODEC_REPS = 4
 PROBE_IMPORT_S = 3.0
 #: What the estimate assumes an adaptive method sends (NetSenseML's floor, where it sat at
 #: every constrained rate of the paper-scale runs) and PowerSGD's share of the gradient
-#: (both in ``factor``, whose rule needs them too) and PowerSGD's dense first steps
-#: (``start_powerSGD_iter``, hooks.powersgd_state).
+#: (both in ``factor``, whose rule needs them too).
 ADAPTIVE_AS = factor.ADAPTIVE_AS
 POWERSGD_SHARE = factor.POWERSGD_SHARE
 #: An adaptive method's steps to the target over plain training's: NetSenseML took 220-260
 #: where the table's allreduce took 213 (the committed accel-crossover and accel-policy runs).
 ADAPTIVE_STEPS = 1.1
-POWERSGD_DENSE_STEPS = 2
 
 
 def cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _level(method: str) -> tuple[str | None, float, str]:
+def _level(spec: methods.MethodSpec) -> tuple[str | None, float, str]:
     """(codec level, wire share of fp32, reduction) of the bytes a method sends."""
-    return factor.wire_share(method)
+    return factor.wire_share(spec)
 
 
 def _get(obj: Any, dotted: str) -> Any:
@@ -157,15 +154,15 @@ def _get(obj: Any, dotted: str) -> Any:
     return obj
 
 
-def _native(scenario: Any, method: str | None = None) -> dict[str, Any]:
+def _native(scenario: Any, spec: methods.MethodSpec) -> dict[str, Any]:
     limit = _get(scenario, "workload.time_limit_s")
     steps = _get(scenario, "workload.steps")
     train = float(limit) if limit else float(steps) * FALLBACK_STEP_S if steps else 30.0
-    target = _to_target(scenario, method) if hasattr(scenario, "world_size") else None
+    target = _to_target(scenario, spec) if hasattr(scenario, "world_size") else None
     if target is not None and target[1]:  # stops at the target: the table's steps, its step
         rates = faithful.training_rates(scenario.model_dump(mode="json"))
         wl = scenario.workload
-        _, share, reduction = _level(method or "allreduce")
+        _, share, reduction = _level(spec)
         elements = gradient_elements(wl.model, wl.knobs(), wl.dataset)
         step = target[1] + _comm_s(scenario.world_size, elements, rates, share, reduction)
         train = min(train, target[0] * step)
@@ -225,17 +222,18 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     training time on the run's clock), ``step_s`` (virtual, when estimated), ``probe_s``
     (the ``auto`` probe's real seconds before the run, in ``seconds``) and ``probe_key``
     (what the probe is cached by: runs of one key after the first pay no probe)."""
+    spec = methods.as_spec(method or "allreduce")  # text enters here, once
     acc = getattr(scenario, "accelerator", None)
     if acc is None or not hasattr(scenario, "world_size"):
-        return _native(scenario, method)
+        return _native(scenario, spec)
     wl = scenario.workload
     try:
         timing = acc.timing(wl.model, wl.knobs(), wl.batch_size)
     except accelerator.ProfileError:
-        return _native(scenario, method)
+        return _native(scenario, spec)
     n = scenario.world_size
     elements = gradient_elements(wl.model, wl.knobs(), wl.dataset)
-    level, share, reduction = _level(method or "allreduce")
+    level, share, reduction = _level(spec)
     rates = faithful.training_rates(scenario.model_dump(mode="json"))
 
     def step_of(lv: tuple[str | None, float, str]) -> float:
@@ -244,23 +242,22 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
                 + _queue_wait_s(scenario, elements, rates, lv[2]))
 
     step_v = step_of((level, share, reduction))
-    if methods.parse(method or "allreduce").kind == "adaptive":  # the fastest level it has
-        step_v = min([step_v, *(step_of(_level(i.name)) for i in methods.ladder()
-                                if i.arg is None)])
+    if spec.adaptive:  # the fastest level it has
+        step_v = min([step_v, *(step_of(_level(c)) for c in methods.dense_levels())])
     limit, steps = wl.time_limit_s, wl.steps
     virtual = float(limit) if limit else float(steps or 0) * step_v
-    target = _to_target(scenario, method)
+    target = _to_target(scenario, spec)
     if target is not None:  # stops at the target: at most its steps
         virtual = min(virtual, target[0] * step_v)
-    if not limit and steps and methods.parse(method or "allreduce").name == "powersgd":
-        dense = min(int(steps), POWERSGD_DENSE_STEPS)  # torch's hook: plain allreduce first
+    if not limit and steps and spec.dense_steps:
+        dense = min(int(steps), spec.dense_steps)  # torch's hook: plain allreduce first
         virtual += dense * (_comm_s(n, elements, rates, 1.0, reduction)
                             - _comm_s(n, elements, rates, share, reduction))
     k, record, probe = _dilation(scenario, timing, elements, level, rates,
                                  share, reduction)
     return {"seconds": Dilation(k).real_s(virtual) + PER_RUN_OVERHEAD_S + record + probe, "k": k,
             "virtual_s": virtual, "step_s": step_v, "probe_s": probe,
-            "probe_key": factor.probe_key(scenario, method or "allreduce") if probe else None}
+            "probe_key": factor.probe_key(scenario, spec) if probe else None}
 
 
 def _dilation(scenario: Any, timing: accelerator.Timing, elements: int, level: str | None,
@@ -296,7 +293,7 @@ def _dilation(scenario: Any, timing: accelerator.Timing, elements: int, level: s
 CONVERGENCE_DIR = Path(__file__).resolve().parent.parent / "scenarios" / "convergence"
 
 
-def _to_target(scenario: Any, method: str | None) -> tuple[float, float | None] | None:
+def _to_target(scenario: Any, spec: methods.MethodSpec) -> tuple[float, float | None] | None:
     """``(steps, loopback step s or None)`` to the scenario's target for the method, where
     the run stops at the target (``stop-at-target``) and a convergence table for its
     workload is known (its own ``convergence``, or a shipped one of the same workload and
@@ -315,19 +312,18 @@ def _to_target(scenario: Any, method: str | None) -> tuple[float, float | None] 
         vals = [cap if v is None else float(v) for v in (levels.get(key) or {}).get(field) or []]
         return sum(vals) / len(vals) if vals and all(vals) else None
 
-    spec = methods.parse(method or "allreduce")
     base = mean("none", "steps")
     if base is None:
         return None
     try:
-        key = convergence.level_key(method or "allreduce")
+        key = convergence.level_key(spec)
     except convergence.ConvergenceError:  # adaptive: near the base; DGC, PowerSGD: as top-k
         key = None
     if key is not None and mean(key, "steps"):
         ms = mean(key, "step_ms")
         return mean(key, "steps"), None if ms is None else ms / 1e3
-    ratio = spec.arg if spec.name == "dgc" and isinstance(spec.arg, float) else POWERSGD_SHARE
-    c = (ADAPTIVE_STEPS if spec.kind == "adaptive"
+    ratio = spec.topk_ratio if spec.topk_ratio is not None else POWERSGD_SHARE
+    c = (ADAPTIVE_STEPS if spec.adaptive
          else convergence.from_table(table).factor("topk", ratio))
     ms = mean("none", "step_ms")
     return base * c, None if ms is None else ms / 1e3

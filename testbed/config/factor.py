@@ -9,7 +9,7 @@ before a run (``testbed.config.estimate``, which models them from stated figures
   lockstep, :func:`lockstep_need`); in payload mode, where the host computes nothing, the
   hook's bookkeeping per step and bucket against the step (:func:`payload_need`);
 * **the network's**: the least ``k`` that brings the fastest rate training crosses into
-  the emulation's faithful range (:func:`rate_factor`, ``testbed.emulation.faithful``).
+  the emulation's faithful range (:func:`rate_factor`, ``testbed.config.faithful``).
 
 Both are rounded up to two significant digits (:func:`round_up`). Torch-free: the
 orchestrator and the estimate import it without paying for torch.
@@ -21,7 +21,8 @@ import math
 from typing import Any
 
 from netsenseml import accelerator, methods
-from testbed.emulation import faithful
+from netsenseml.dilation import Dilation
+from testbed.config import faithful
 
 
 def least_factor(timing: accelerator.Timing, real: dict[str, Any], margin: float) -> float:
@@ -96,17 +97,18 @@ def workers_within(need: float, k: float, workers: int, threads: int, cores: int
     are not in it: the margin covers them)."""
     cores, threads = max(int(cores), 1), max(int(threads), 1)
     measured_share = max(1.0, workers * threads / cores)
-    growth = k * measured_share / need  # how much slower a worker may get and still fit
+    slot_real = Dilation(k).real_s(1.0)  # a virtual second of slot, in real seconds
+    growth = slot_real * measured_share / need  # how much slower a worker may get and fit
     return max(int(math.floor(growth * cores / threads + 1e-9)), 0)
 
 
-def round_up(k: float) -> float:
-    """Up to two significant digits (a factor that reads well in a record)."""
-    if k <= 1:
+def round_up(need: float) -> float:
+    """A factor of at least ``need``, up to two significant digits (it reads well in a record)."""
+    if need <= 1:
         return 1.0
-    exp = math.floor(math.log10(k)) - 1
+    exp = math.floor(math.log10(need)) - 1
     # the digits as an integer first: 12 * 0.1 would read 1.2000000000000002 in a record
-    return float(round(math.ceil(k / 10 ** exp - 1e-9) * 10 ** exp, max(-exp, 0)))
+    return float(round(math.ceil(need / 10 ** exp - 1e-9) * 10 ** exp, max(-exp, 0)))
 
 
 #: Payload mode's host work (``workloads.payload``): per step the worker's loop, records
@@ -186,12 +188,9 @@ def wire_share(method: Any) -> tuple[str | None, float, str]:
     spec = methods.as_spec(method)
     if spec.kind == "adaptive":
         spec = _ADAPTIVE_SPEC
-    info = methods.get(spec.name) if spec.name in methods.names() else None
-    if info is None or info.wire is None:  # PowerSGD, plug-ins: a low-rank share
+    if spec.wire is None:  # PowerSGD, plug-ins: a low-rank share
         return None, POWERSGD_SHARE, "allreduce"
-    ratio = spec.arg if isinstance(spec.arg, int | float) and info.arg == "ratio" else 1.0
-    level = None if spec.name == "allreduce" else info.label
-    return level, methods.bytes_ratio(info.label, ratio), info.reduction or "allreduce"
+    return None if spec.reference else spec.label, spec.wire, spec.collective or "allreduce"
 
 
 def transfer_s(elements: int, workers: int, mbit: float, share: float, reduction: str) -> float:

@@ -21,7 +21,7 @@ Every run is an ordinary run folder, ``<ab folder>/<arm slug>/<scenario>/<run id
 ``netsense compare`` and ``report`` read it. Interruptions: ``run_scenario`` raises
 ``RunInterrupted`` after its teardown; a revision's run is a child process, to which the
 signal is passed on and whose teardown is waited for before ``RunInterrupted`` is raised
-here too. The statistics are ``testbed.analysis.ab``'s; the command is ``testbed.cli.ab``.
+here too. The statistics are ``testbed.analysis.ab_stats``'s; the command is ``testbed.cli.ab``.
 """
 
 from __future__ import annotations

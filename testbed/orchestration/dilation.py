@@ -46,9 +46,8 @@ from typing import Any
 from netsenseml import methods
 from netsenseml.dilation import Dilation
 from testbed.common import files
-from testbed.config import factor  # the rule, shared with the estimate
+from testbed.config import factor, faithful  # factor: the rule, shared with the estimate
 from testbed.config.factor import codec_specs, probe_key
-from testbed.emulation import faithful
 from testbed.orchestration.hostload import cpu_times
 from workloads import registry
 
@@ -321,7 +320,7 @@ def host_busy_pct(seconds: float = 0.5) -> float:
 
 def network_factor(scn: Any) -> float:
     """The least ``k`` that brings every rate training crosses into the emulation's faithful
-    range (``testbed.emulation.faithful``): a virtual 40 Gbit/s link at k = 40 is a real
+    range (``testbed.config.faithful``): a virtual 40 Gbit/s link at k = 40 is a real
     1 Gbit/s one."""
     rates = faithful.training_rates(scn.model_dump(mode="json"))
     return factor.rate_factor(max(rates, default=0.0))

@@ -51,8 +51,9 @@ from typing import Any
 from netsenseml.dilation import Dilation
 from netsenseml.methods import MethodSpec
 from testbed.common.names import slug
+from testbed.config import faithful
 from testbed.config.scenario import Scenario
-from testbed.emulation import Emulation, bottleneck, capture, counters, faithful
+from testbed.emulation import Emulation, bottleneck, capture, counters
 from testbed.emulation.traffic import CrossTraffic
 from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records, stacks
 from testbed.orchestration.interrupts import RunInterrupted
@@ -455,9 +456,10 @@ class _Run(RunLifecycle):
         ends = [bottleneck.LinkEnd(link, dev, pid, toward)
                 for link in links for dev, pid, toward in self.emu.link_ends(link)]
         # Under dilation the qdiscs are read less often in real time (each read is a `tc`
-        # process, whose start-up takes CPU from the paced workers): at most 1 s apart, and
-        # still 10 ms virtual or finer at k <= 100.
-        period = bottleneck.PERIOD_S * min(max(self.dilation.k / 10, 1.0), 10.0)
+        # process, whose start-up takes CPU from the paced workers): every 10 ms virtual,
+        # but never more often than undilated nor more than 1 s apart.
+        base = bottleneck.PERIOD_S
+        period = min(max(self.dilation.real_s(base / 10), base), 10 * base)
         self.sampler = bottleneck.BottleneckSampler(
             ends, self.emu.link_rate, self.folder.path / "bottleneck.csv", self.launch_wall,
             period_s=period, dilation=self.dilation)

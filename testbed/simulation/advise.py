@@ -63,7 +63,6 @@ from typing import Any
 from netsenseml import accelerator, methods
 from netsenseml.loop import Measured, StepLoop
 from netsenseml.policy import Calibration as PolicyCalibration
-from netsenseml.policy import NetSensePolicy
 from netsenseml.sense import NetworkMonitor
 from testbed.simulation.model import volume_and_messages
 from workloads import registry
@@ -269,24 +268,35 @@ def powersgd_sizes(shapes: Sequence[Sequence[int]], rank: int,
     return unc, ps, qs
 
 
-def sends(method: str, bucket: Bucket, ratio: float | None = None) -> Send:
+def sends(method: str | methods.MethodSpec, bucket: Bucket, ratio: float | None = None
+          ) -> Send:
     """A fixed method's collectives for one bucket, from the method registry."""
-    spec = methods.parse(method)
-    info = methods.get(spec.name)
+    spec = methods.as_spec(method)
+    info = spec.info
     fp32 = 4.0 * bucket.elements
-    if info.name == "powersgd":
-        unc, ps, qs = powersgd_sizes(bucket.shapes, int(spec.arg))
+    if spec.rank is not None:  # low rank (PowerSGD): P and Q of the bucket's matrices
+        unc, ps, qs = powersgd_sizes(bucket.shapes, spec.rank)
         return Send((("allreduce", 4.0 * unc), ("allreduce", 4.0 * ps), ("allreduce", 4.0 * qs)))
-    if info.kind != "compressor" or info.wire is None or info.reduction is None:
+    if info is None or info.kind != "compressor" or info.wire is None or info.reduction is None:
         raise AdviseError(f"--methods: {method!r} has no wire size in the method registry")
     r = ratio if ratio is not None else (float(spec.arg) if info.arg == "ratio" else 1.0)
     wire = info.wire * r if info.arg == "ratio" else info.wire
     return Send(((info.reduction, fp32 * wire),))
 
 
-def codec_label(method: str) -> str:
+def codec_label(method: str | methods.MethodSpec) -> str:
     """The level label a profile's ``codec_s_per_mb`` names the method's codec by."""
-    return methods.get(methods.parse(method).name).label
+    return methods.as_spec(method).label
+
+
+def needs_shapes(method: str | methods.MethodSpec) -> bool:
+    """A low-rank method (PowerSGD): its sizes need the buckets' shapes (:func:`sends`)."""
+    return methods.as_spec(method).rank is not None
+
+
+def is_reference(method: str | methods.MethodSpec) -> bool:
+    """DDP's own fp32 allreduce (no codec): the baseline of the answer's speedups."""
+    return methods.as_spec(method).reference
 
 
 @dataclass(frozen=True)
@@ -300,10 +310,12 @@ class Step:
     collectives: int
 
 
-def step(work: Workload, net: Network, method: str, ratio: float | None = None) -> Step:
+def step(work: Workload, net: Network, method: str | methods.MethodSpec,
+         ratio: float | None = None) -> Step:
     """One steady-state step of ``method`` (module docstring: the pacer's schedule)."""
     t = work.timing
-    label = codec_label(method)
+    spec = methods.as_spec(method)
+    label = codec_label(spec)
     total = work.elements
     seen = 0
     codec_before = 0.0
@@ -316,7 +328,7 @@ def step(work: Workload, net: Network, method: str, ratio: float | None = None) 
         c = t.codec_s(label, 4 * b.elements)
         codec_before += c
         start = max(release + c, link_free)
-        for kind, size in sends(method, b, ratio).parts:
+        for kind, size in sends(spec, b, ratio).parts:
             d = net.collective_s(kind, size)
             start += d
             comm += d
@@ -330,12 +342,6 @@ def step(work: Workload, net: Network, method: str, ratio: float | None = None) 
 
 
 # ----------------------------------------------------------------------------- adaptive
-def _level_method(level: str, ratio: float) -> str:
-    if level == "topk":
-        return f"topk:{ratio:.6g}"
-    return "allreduce" if level == "none" else level
-
-
 def adaptive(work: Workload, net: Network, method: str,
              steps: int = ADAPTIVE_STEPS) -> tuple[float, dict[str, int]]:
     """Mean step (steps 2..``steps``) of an adaptive method's real policy fed by the closed
@@ -348,8 +354,7 @@ def adaptive(work: Workload, net: Network, method: str,
     t = work.timing
     codec = {lvl: t.codec_s(lvl, int(dense)) for lvl in ("fp16", "int8", "topk")}
     codec["none"] = 0.0
-    policy = NetSensePolicy() if method == "netsenseml" else methods.resolve(method).build()
-    loop = StepLoop(policy, NetworkMonitor())
+    loop = StepLoop(methods.resolve(method).build(), NetworkMonitor())
     loop.calibrate(PolicyCalibration(
         dense_bytes=dense, world_size=net.workers, latency_s=lat,
         s_per_byte=max(sec - lat, 0.1 * sec) / (4 * n), codec_s=codec,
@@ -358,7 +363,7 @@ def adaptive(work: Workload, net: Network, method: str,
     levels: dict[str, int] = {}
     for i in range(steps):
         d = loop.next_step()
-        m = _level_method(d.level, d.ratio)
+        m = methods.at_level(d.level, d.ratio)
         s = step(work, net, m)
         probe = loop.rtt_probe_due()
         kind = "allgather" if d.level in ("int8", "topk") else "allreduce"
@@ -372,7 +377,7 @@ def adaptive(work: Workload, net: Network, method: str,
                                collectives=s.collectives + (1 if probe else 0)))
         if i >= 1:
             times.append(s.step_s)
-            key = m if d.level == "topk" else d.level
+            key = str(m) if d.level == "topk" else d.level
             levels[key] = levels.get(key, 0) + 1
     return sum(times) / len(times), levels
 
@@ -481,11 +486,10 @@ def uncertainty(table: dict[tuple[str, str], float], method: str,
     every row (a method never validated)."""
     cond = "congested" if congested else "idle"
     spec = methods.parse(method)
-    name = spec.name
-    if name in ("topk", "dgc"):
-        key = "topk:0.01" if float(spec.arg) <= 0.03 else "topk:0.1"
+    if spec.topk_ratio is not None:
+        key = "topk:0.01" if spec.topk_ratio <= 0.03 else "topk:0.1"
     else:
-        key = _NEAREST.get(name, name)
+        key = _NEAREST.get(spec.name, spec.name)
     if (key, cond) in table:
         own = key == method
         return table[(key, cond)], f"{key} {cond}" + ("" if own else f" (nearest to {method})")
@@ -573,11 +577,12 @@ def against_runs(folder: Path = PAPER_RUNS) -> list[RunCheck]:
             cfg = json.loads((summary.parent / "config.json").read_text())
             topo, wl = cfg["scenario"]["topology"], cfg["scenario"]["workload"]
             method = str(cfg["method"])
+            spec = methods.parse(method)  # the run folder's method enters here
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if (s.get("status") != "ok" or s.get("throughput_samples_per_s") is None
                 or topo.get("kind") != "star" or wl.get("model") != "resnet18-imagenet"
-                or method.startswith("powersgd") or methods.parse(method).plugin):
+                or spec.dense_steps or spec.plugin):
             continue
         key = (float(topo["rate_mbit"]), method, int(topo["n_workers"]))
         seen.setdefault(key, []).append(float(s["throughput_samples_per_s"]))
@@ -588,5 +593,5 @@ def against_runs(folder: Path = PAPER_RUNS) -> list[RunCheck]:
     for (rate, method, workers), thr in sorted(seen.items()):
         row, = predict(work, Network("star", workers, rate), [method])
         out.append(RunCheck(rate, method, workers, len(thr), sum(thr) / len(thr),
-                            row.throughput, method == "allreduce"))
+                            row.throughput, methods.parse(method).reference))
     return out

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from netsenseml import methods
 from testbed.analysis import loading
 from testbed.common.files import write_json
 from testbed.simulation.model import oversubscription
@@ -222,7 +223,7 @@ def _replayable(run: loading.RunData) -> tuple[dict[str, Any], dict[str, Any], s
     if run.status != "ok" or not method:
         return None
     try:
-        if method != "netsenseml":
+        if not methods.parse(method).calibrated:  # NetSenseML: measured per level it chose
             level_of(method)
     except ValueError:
         return None
@@ -362,9 +363,10 @@ def fit_compute(runs: list[RunFacts], critical: bool = False) -> tuple[
     acc: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for r in runs:
         extra = oversubscription(r.n, r.cpus) - 1.0
-        if r.method == "netsenseml":
+        spec = methods.parse(r.method)
+        if spec.calibrated:
             src = r.level_max if critical and r.level_max else r.levels
-            items = [(f"netsenseml/{k}", v, r.level_codec.get(k, 0.0))
+            items = [(f"{spec.name}/{k}", v, r.level_codec.get(k, 0.0))
                      for k, v in src.items()]
         else:
             level, ratio = level_of(r.method)
@@ -404,12 +406,14 @@ def compute_table(cal: Calibration, condition: str, method: str, n: int = 1,
     crit_share = (cal.critical_contention.get(condition) or cal.critical_contention.get("idle")
                   or {})
     extra = oversubscription(n, cpus) - 1.0
+    spec = methods.parse(method)
+    own = f"{spec.name}/" if spec.calibrated else None  # its own levels' keys
 
     def table(src: dict[str, float], k: dict[str, float] = share) -> dict[str, float]:
         out = {key: v * (1 + k.get(key, 1.0) * extra) for key, v in src.items() if "/" not in key}
-        if method == "netsenseml":
+        if own is not None:
             out.update({key.split("/", 1)[1]: v * (1 + k.get(key, 1.0) * extra)
-                        for key, v in src.items() if key.startswith("netsenseml/")})
+                        for key, v in src.items() if key.startswith(own)})
         return out
 
     return Compute(table(base), table(codec), table(crit, crit_share))
@@ -474,7 +478,8 @@ def workload_of(runs: list[RunFacts]) -> dict[str, Any]:
         raise ValueError("calibration: runs of more than one workload (model, dataset, "
                          f"batch): {sorted(kinds)}; calibrate on one workload's runs")
     (model, dataset, batch), = kinds
-    topk = [r.topk_bytes_per_element for r in runs if r.method.startswith("topk")]
+    topk = [r.topk_bytes_per_element for r in runs
+            if methods.parse(r.method).topk_ratio is not None]
     return {"model": model, "dataset": dataset, "batch_size": batch,
             "dense_bytes": statistics.median(r.dense_bytes for r in runs),
             "topk_bytes_per_element": statistics.median(topk) if topk else 8.0}

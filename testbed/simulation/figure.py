@@ -10,6 +10,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from netsenseml import methods
+
 NUMBERS = ("step_s", "comm_s", "compute_s", "throughput", "steps_to_target", "tta_s")
 
 
@@ -27,16 +29,16 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
 
 def figure(csv_path: Path, png_path: Path, title: str) -> None:
     """Throughput and time to accuracy against W from the CSV, one line per method
-    (log-log); NetSenseML's points are labelled with its chosen level."""
+    (log-log); an adaptive method's points (NetSenseML's) are labelled with its chosen level."""
     rows = read_csv(csv_path)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    for m in methods:
+    for m in dict.fromkeys(r["method"] for r in rows):
         rs = sorted((r for r in rows if r["method"] == m), key=lambda r: r["workers"])
         ws = [r["workers"] for r in rs]
         axes[0].plot(ws, [r["throughput"] for r in rs], marker="o", label=m)
         axes[1].plot(ws, [r["tta_s"] for r in rs], marker="o", label=m)
-        if m == "netsenseml":
+        spec = methods.read(m)  # the CSV's text enters here
+        if spec is not None and spec.adaptive:
             for r in rs:
                 for ax, key in ((axes[0], "throughput"), (axes[1], "tta_s")):
                     ax.annotate(r["level"], (r["workers"], r[key]), fontsize=7,

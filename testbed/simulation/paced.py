@@ -88,7 +88,6 @@ GOODPUT = 1448 / 1514
 #: The adaptive methods simulated (module docstring), and why the others are not.
 SIMULATED = ("netsenseml", "netsenseml-paper", "stellatrain")
 NOT_SIMULATED = {"accordion": "it decides from gradient norms, which a simulation has none of"}
-POWERSGD_START = 2  # torch's start_powerSGD_iter as netsenseml.payload uses it
 TINY_BYTES = 64  # the recorder's tiny collectives (netsenseml.comm: the RTT probe)
 PROBE_BYTES = 1 << 20
 PROBE_REPEATS = 3
@@ -219,7 +218,7 @@ class BucketPlan:
     parts: tuple[tuple[str, float], ...]
 
 
-def step_plan(job: PacedJob, step: int, method: str) -> list[BucketPlan]:
+def step_plan(job: PacedJob, step: int, method: str | methods.MethodSpec) -> list[BucketPlan]:
     """Step ``step`` (1-based) of ``method`` (a fixed method, or an adaptive one's level as
     a method): DDP's first step one bucket, then the layout's."""
     t = job.timing
@@ -228,9 +227,9 @@ def step_plan(job: PacedJob, step: int, method: str) -> list[BucketPlan]:
         buckets: tuple[advise.Bucket, ...] = (advise.Bucket(job.elements, shapes),)
     else:
         buckets = job.buckets
-    spec = methods.parse(method)
-    dense = spec.name == "powersgd" and step <= POWERSGD_START
-    label = advise.codec_label(method)
+    spec = methods.as_spec(method)
+    dense = step <= spec.dense_steps  # PowerSGD's dense start-up steps
+    label = advise.codec_label(spec)
     out, seen, codec_before = [], 0, 0.0
     for b in buckets:
         seen += b.elements
@@ -238,16 +237,9 @@ def step_plan(job: PacedJob, step: int, method: str) -> list[BucketPlan]:
         c = 0.0 if dense else t.codec_s(label, 4 * b.elements)
         codec_before += c
         parts = ((("allreduce", 4.0 * b.elements),) if dense
-                 else advise.sends(method, b).parts)
+                 else advise.sends(spec, b).parts)
         out.append(BucketPlan(release, c, tuple(p for p in parts if p[1] > 0)))
     return out
-
-
-def level_method(level: str, ratio: float) -> str:
-    """An adaptive decision as the fixed method that sends the same."""
-    if level == "topk":
-        return f"topk:{ratio:.6g}"
-    return "allreduce" if level == "none" else level
 
 
 # ----------------------------------------------------------------------------- samples
@@ -305,10 +297,14 @@ def measured(colls: list[Coll], period: float, codec: float) -> Measured:
 
 
 # ----------------------------------------------------------------------------- the simulation
-def warmup_steps(method: str) -> int:
+#: An adaptive decision (level label, ratio) as the fixed method that sends the same, a spec.
+level_method = methods.at_level
+
+
+def warmup_steps(method: str | methods.MethodSpec) -> int:
     """The leading steps a method declares its warm-up, which a run marks and its
     throughput leaves out (``netsenseml.state``: PowerSGD's dense steps)."""
-    return POWERSGD_START if methods.parse(method).name == "powersgd" else 0
+    return methods.as_spec(method).dense_steps
 
 
 @dataclass
@@ -347,20 +343,21 @@ class _Paced(_Simulation):
         """The run's steps (its step count or time limit); its cross traffic from the end
         of the first step (``timeline_origin: first_step``); then every bulk flow ends."""
         job = self.paced
-        loop = _start_loop(job, self.probe, self.timed) if job.method in SIMULATED else None
+        spec = methods.parse(job.method)  # the job's text enters here, once
+        loop = _start_loop(spec, job, self.probe, self.timed) if spec.name in SIMULATED else None
         origin = last_done = self.e.clock
         step = 0
         while not self.finished_paced(step, origin):
             step += 1
             if loop is not None:
                 d = loop.next_step()
-                method, level, ratio = level_method(d.level, d.ratio), d.level, d.ratio
+                method, level, ratio = methods.at_level(d.level, d.ratio), d.level, d.ratio
             else:
-                method, (level, ratio) = job.method, _level(job.method)
+                method, level, ratio = spec, spec.level, spec.ratio or 1.0
             t0 = self.e.clock
             colls, codec, end = self.run_step(step, method, loop, t0)
             self.out.append(StepRecord(step, t0 - origin, end - t0 - codec, 0.0, end - t0, level,
-                                       ratio, sum(c.nbytes for c in colls), method, 0))
+                                       ratio, sum(c.nbytes for c in colls), str(method), 0))
             if loop is not None:
                 self.feed(loop, colls, last_done, end - t0, codec)
             last_done = max(c.done for c in colls)
@@ -379,7 +376,7 @@ class _Paced(_Simulation):
             return step > 0 and self.e.clock - origin >= job.time_limit_s
         return step >= job.steps
 
-    def run_step(self, step: int, method: str, loop: StepLoop | None,
+    def run_step(self, step: int, method: methods.MethodSpec, loop: StepLoop | None,
                  t0: float) -> tuple[list[Coll], float, float]:
         """One paced step from ``t0``: its collectives, its codec seconds, its end."""
         t = self.paced.timing
@@ -422,18 +419,12 @@ class _Paced(_Simulation):
         loop.end_step(measured(colls, period, codec))
 
 
-def _level(method: str) -> tuple[str, float]:
-    spec = methods.parse(method)
-    ratio = float(spec.arg) if methods.get(spec.name).arg == "ratio" else 1.0
-    return spec.level or spec.name, ratio
-
-
-def _start_loop(job: PacedJob, probe: dict[str, float], timed: Any) -> StepLoop:
+def _start_loop(spec: methods.MethodSpec, job: PacedJob, probe: dict[str, float],
+                timed: Any) -> StepLoop:
     """The run's policy, built as the hook builds it, in its step loop; the registration
     probe simulated where the policy needs it (``netsenseml.probe.probe_network``)."""
-    resolved = methods.resolve(job.method)
-    options = ({"prior": convergence.load(job.convergence)} if job.method == "netsenseml"
-               else {})
+    resolved = methods.resolve(spec)
+    options = {"prior": convergence.load(job.convergence)} if spec.reads_prior else {}
     loop = StepLoop(resolved.build(**options), NetworkMonitor())
     if not loop.policy.needs_calibration:
         return loop

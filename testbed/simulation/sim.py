@@ -588,9 +588,9 @@ def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
     hook builds it (NetSenseML with the job's convergence prior); where the policy needs
     the registration probe (``needs_calibration``), the probe simulated as the hook runs
     it and the policy calibrated on it (its first decision)."""
-    options = ({"prior": convergence.load(job.convergence)} if job.method == "netsenseml"
-               else {})
-    loop = StepLoop(methods.resolve(job.method).build(**options), NetworkMonitor())
+    resolved = methods.resolve(job.method)
+    options = {"prior": convergence.load(job.convergence)} if resolved.spec.reads_prior else {}
+    loop = StepLoop(resolved.build(**options), NetworkMonitor())
     if not loop.policy.needs_calibration:
         return loop
     lat = min(timed("allreduce", 4.0) for _ in range(PROBE_REPEATS))

@@ -214,14 +214,14 @@ def test_the_committed_policy_comparisons_are_what_their_runs_give(folder: str) 
     what the committed (packed) runs give today, ratio and interval, row by row."""
     import json
 
-    from testbed.analysis import ab as stats_ab
+    from testbed.analysis import ab_stats
 
     where = ROOT / "results" / "runs" / "accel-policy" / folder
     committed = json.loads((where / "ab.json").read_text())
-    arms, obs, excluded = stats_ab.from_runs(where, committed["arms"], None,
+    arms, obs, excluded = ab_stats.from_runs(where, committed["arms"], None,
                                              committed["field"])
     assert not excluded and arms == committed["arms"]
-    rows = stats_ab.compare(obs, arms).rows
+    rows = ab_stats.compare(obs, arms).rows
     for got, want in zip(rows, committed["rows"], strict=True):
         assert got["arm"] == want["arm"] and got["n"] == want["n"] == 6
         for key in ("mean", "ratio", "ratio_lo", "ratio_hi"):

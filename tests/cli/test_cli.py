@@ -126,6 +126,16 @@ def test_doctor_reports_each_capability(tmp_path, monkeypatch):
     assert ("ok" in netem_line) == kernel.has_netem()
 
 
+def test_doctor_advice_follows_the_cause():
+    """A permission problem is not a missing kernel module, and the advice says which."""
+    from testbed.cli.doctor import _fix
+
+    perm = _fix("RTNETLINK answers: Operation not permitted", "sch_htb")
+    module = _fix("Error: Specified qdisc kind is unknown.", "sch_netem")
+    assert "permission" in perm and "modprobe" not in perm
+    assert "modprobe" in module and "sch_netem" in module and "permission" not in module
+
+
 def test_sigint_ignored_at_start_is_made_to_interrupt(tmp_path):
     """A ``netsense`` started with SIGINT ignored (a background job of a non-interactive
     shell) makes it interrupt again before any command runs: ``main`` leaves Python's

@@ -330,13 +330,3 @@ def test_without_user_namespaces_doctor_fails_and_run_refuses(tmp_path):
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "max_user_namespaces" in lines[0], run.stderr
     assert not (tmp_path / "res").exists() and not (tmp_path / "state").exists()
-
-
-def test_doctor_advice_follows_the_cause():
-    """A permission problem is not a missing kernel module, and the advice says which."""
-    from testbed.cli.doctor import _fix
-
-    perm = _fix("RTNETLINK answers: Operation not permitted", "sch_htb")
-    module = _fix("Error: Specified qdisc kind is unknown.", "sch_netem")
-    assert "permission" in perm and "modprobe" not in perm
-    assert "modprobe" in module and "sch_netem" in module and "permission" not in module

@@ -88,3 +88,10 @@ def test_load_refuses_text_that_is_not_json(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(accelerator.ProfileError, match="not readable JSON"):
         accelerator.load(str(path))
+
+
+def test_a_given_step_time_is_split_and_a_bad_one_refused() -> None:
+    t = accelerator.Timing.from_step(0.01)
+    assert (t.forward_s, t.backward_s, t.optimizer_s) == pytest.approx((0.003, 0.006, 0.001))
+    with pytest.raises(accelerator.ProfileError, match="positive"):
+        accelerator.Timing.from_step(0)

@@ -24,8 +24,9 @@ from tests.netsenseml.ddp_harness import (
     two_bucket_model,
 )
 
-# serial: 4 ranks on the 2 cores, and two collectives' order in time is asserted
-pytestmark = pytest.mark.serial
+#: serial: two collectives' order in time is asserted ("recorder"), and world 4 puts 4 ranks on
+#: the 2 cores; the one-process world and the refusals hold no clock and run in parallel
+SERIAL = pytest.mark.serial
 
 
 # ------------------------------------------------------------------ scenarios
@@ -343,10 +344,12 @@ def _run(world: int, names: list[str]) -> None:
     mp.spawn(_worker, args=(world, free_port(), names), nprocs=world, join=True)
 
 
+@SERIAL
 def test_hooks_world2_all_scenarios():
     _run(2, list(SCENARIOS))
 
 
+@SERIAL
 @pytest.mark.slow  # 4 ranks on the 2 cores; world 2 runs every scenario in make test
 def test_hooks_world4_core_scenarios():
     _run(4, ["allreduce", "fp16", "ef", "bytes", "variable_k"])

@@ -26,6 +26,8 @@ def test_each_layers_question_is_answered_from_the_registry(text: str) -> None:
     assert spec.needs_values == (info.name == "accordion")
     assert spec.payload_hook == (info.name == "powersgd")
     assert spec.dense_steps == (2 if info.name == "powersgd" else 0)
+    assert spec.topk_ratio == (spec.ratio if info.name in ("topk", "dgc") else None)
+    assert spec.calibrated == (info.name == "netsenseml")
     assert spec.ladder == (info.ladder and info.kind != "adaptive")
     if info.wire is None or spec.adaptive:
         assert spec.wire is None
@@ -67,3 +69,23 @@ def test_parsing_a_spec_again_is_the_spec_itself() -> None:
     assert methods.parse(spec, kind="compressor") is spec
     with pytest.raises(ValueError, match="not a compressor"):
         methods.parse(methods.parse("powersgd:2"), kind="compressor")
+
+
+@pytest.mark.parametrize(("label", "ratio", "text"), [
+    ("none", 1.0, "allreduce"), ("fp16", 1.0, "fp16"), ("bf16", 0.3, "bf16"),
+    ("int8", 1.0, "int8"), ("topk", 0.0123456789, "topk:0.0123457"), ("topk", 1.0, "topk:1")])
+def test_a_decision_is_the_fixed_method_it_sends_without_a_parse(label: str, ratio: float,
+                                                                   text: str) -> None:
+    """``at_level`` builds what parsing the decision's text built (the simulation's steps)."""
+    assert methods.at_level(label, ratio) == methods.parse(text)
+    assert str(methods.at_level(label, ratio)) == text
+    with pytest.raises(KeyError):
+        methods.at_level("dgc", 0.01)  # not a ladder level
+    assert [str(s) for s in methods.ladder_specs()] == ["allreduce", "fp16", "bf16", "int8",
+                                                         "topk:1"]
+    assert [str(s) for s in methods.dense_levels()] == ["allreduce", "fp16", "bf16", "int8"]
+
+
+def test_a_files_method_is_read_or_passed_over() -> None:
+    assert methods.read("topk:0.01") == methods.parse("topk:0.01")
+    assert methods.read("topk:2") is None and methods.read(None) is None

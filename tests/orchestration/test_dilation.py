@@ -13,10 +13,9 @@ import pytest
 
 from netsenseml import accelerator, methods
 from testbed.common import metrics
-from testbed.config import factor
+from testbed.config import factor, faithful
 from testbed.config.events import Action
 from testbed.config.scenario import apply_overrides, load_scenario
-from testbed.emulation import faithful
 from testbed.emulation.bottleneck import BottleneckSampler, LinkEnd
 from testbed.orchestration import dilation, run_records
 from testbed.orchestration.timeline import Timeline

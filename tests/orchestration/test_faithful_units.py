@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.config import faithful
 from testbed.config.scenario import load_scenario
-from testbed.emulation import faithful
+from testbed.emulation import loaded_goodput
 
 
 def _dump(name: str) -> dict:
@@ -45,7 +46,7 @@ def test_set_rate_events_count_and_the_limit_can_be_stated(monkeypatch) -> None:
 
 
 def test_check_compares_with_the_reference_efficiency() -> None:
-    ok, line = faithful.check([(100.0, 0.958), (1000.0, 0.93)])
+    ok, line = loaded_goodput.check([(100.0, 0.958), (1000.0, 0.93)])
     assert ok and "97.1% of the reference" in line
-    ok, _ = faithful.check([(100.0, 0.958), (3000.0, 0.85)])
+    ok, _ = loaded_goodput.check([(100.0, 0.958), (3000.0, 0.85)])
     assert not ok

@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from testbed.analysis import ideal, report, tables
-from testbed.emulation import faithful
+from testbed.config import faithful
 from tests.cli.apps import analysis_app
 
 pytestmark = [pytest.mark.emulation, pytest.mark.slow]  # slow: a real sweep of its own

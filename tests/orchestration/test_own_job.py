@@ -46,14 +46,19 @@ def _scenario(tmp_path: Path, args: list[str], timeout_s: float = 60, **more) ->
     return path
 
 
+def _netsense_run(scenario: Path, root: Path, *more: str, timeout: float = 400) -> list[Path]:
+    """``netsense run`` of ``scenario`` into ``root``, quiet, which must exit 0: its run folders."""
+    p = subprocess.run([str(NETSENSE), "run", str(scenario), "-r", str(root), "-q", *more],
+                       capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return run_dirs(root)
+
+
 def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_path: Path) -> None:
     path = _scenario(tmp_path, ["--steps", "400"], timeline=[  # ~2 s of training
         {"at_s": 0.3, "kind": "set_rate", "link": "w1", "rate_mbit": 20}])
     root = tmp_path / "results"
-    p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
-                       capture_output=True, text=True, timeout=400)
-    assert p.returncode == 0, p.stdout + p.stderr
-    dirs = run_dirs(root)
+    dirs = _netsense_run(path, root)
     assert len(dirs) == 2
     for d in dirs:
         s = json.loads((d / "summary.json").read_text())
@@ -92,10 +97,7 @@ def test_a_job_that_reports_nothing_gets_the_scenarios_samples_and_no_accuracy_c
     data["workload"]["samples_per_step"] = 48
     path.write_text(yaml.safe_dump(data))
     root = tmp_path / "results"
-    p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
-                       capture_output=True, text=True, timeout=400)
-    assert p.returncode == 0, p.stdout + p.stderr
-    for d in run_dirs(root):
+    for d in _netsense_run(path, root):
         s = json.loads((d / "summary.json").read_text())
         assert s["status"] == "ok" and s["samples_total"] == 40 * 48 * 2, s
         assert s["samples_from"] == "scenario" and s["accuracy_reported"] is False
@@ -111,11 +113,7 @@ def test_a_job_that_reports_nothing_gets_the_scenarios_samples_and_no_accuracy_c
 def test_readme_section_4s_job_runs_under_netsense_run(tmp_path: Path) -> None:
     assert (REPO / "examples" / "my_job.py").read_text() == readme_snippet()
     root = tmp_path / "results"
-    p = subprocess.run([str(NETSENSE), "run", str(REPO / "examples" / "my_job.yaml"), "-r",
-                        str(root), "-m", "netsenseml", "-q"], capture_output=True, text=True,
-                       timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    (d,) = run_dirs(root)
+    (d,) = _netsense_run(REPO / "examples" / "my_job.yaml", root, "-m", "netsenseml", timeout=300)
     s = json.loads((d / "summary.json").read_text())
     assert s["status"] == "ok" and s["steps"] == 30, s
     assert s["time_to_accuracy_s"] is not None  # hooks.report(accuracy=...) and the target
@@ -200,10 +198,7 @@ def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_pat
     many jobs save one: the analysis does not take a host's folder for a run folder."""
     path = _scenario(tmp_path, ["--steps", "20", "--write", "config.json"])
     root = tmp_path / "results"
-    p = subprocess.run([str(NETSENSE), "run", str(path), "-r", str(root), "-q"],
-                       capture_output=True, text=True, timeout=400)
-    assert p.returncode == 0, p.stdout + p.stderr
-    dirs = run_dirs(root)
+    dirs = _netsense_run(path, root)
     assert len(dirs) == 2
     for d in dirs:
         written = sorted((d / "hosts").glob("*/config.json"))

@@ -298,11 +298,11 @@ def test_a_repeated_seed_counts_once(swept: Path, tmp_path: Path) -> None:
 def test_timeline_rows_carry_the_network_as_applied(swept: Path) -> None:
     """timeline.csv's join of steps.csv and events.csv, checked against the raw files: tiny's
     4 cross-traffic streams run between the applied cross_start and cross_stop."""
-    from testbed.analysis import timelines
+    from testbed.analysis import timeline_csv
 
     runs, steps = tables.load_runs(swept)
     row = runs[(runs["method"] == "allreduce") & (runs["rate_mbit"] == 20.0)].iloc[0]
-    tl = timelines.run_timeline(swept, row, steps[steps["run"] == row["run"]])
+    tl = timeline_csv.run_timeline(swept, row, steps[steps["run"] == row["run"]])
     raw = [r for r in _raw(swept / row["run"]) if r["rank"] == "0" and _f(r["samples"])]
     assert len(tl) == len(raw) and (tl["rate_mbit"] == 20.0).all()
     with open(swept / row["run"] / "events.csv", newline="") as fh:
@@ -313,4 +313,4 @@ def test_timeline_rows_carry_the_network_as_applied(swept: Path) -> None:
     outside = tl[(tl["t_s"] < on - 0.01) | (tl["t_s"] > off + 0.01)]
     assert len(inside) > 0 and (inside["streams"] == 4).all()
     assert len(outside) > 0 and (outside["streams"] == 0).all()
-    assert list(tl.columns) == timelines.COLUMNS
+    assert list(tl.columns) == timeline_csv.COLUMNS

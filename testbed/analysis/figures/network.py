@@ -1,6 +1,6 @@
 """What the network did during a run, from its loaded folder: events as applied, the
 configured rate and competing streams as step series, the bottleneck's queue, the monitor's
-estimate. Used by the timeline figure and by ``timelines.timeline_table`` (timeline.csv).
+estimate. Used by the timeline figure and by ``timeline_csv.timeline_table`` (timeline.csv).
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
+from netsenseml import methods  # noqa: E402 - the torch-free registry
 from testbed.common import files  # noqa: E402
 
-ADAPTIVE = "netsenseml"
+ADAPTIVE = methods.PROPOSED
 
 RATE_AXIS = "bottleneck rate (Mbit/s)"
 THROUGHPUT_AXIS = "training throughput (samples/s, log)"

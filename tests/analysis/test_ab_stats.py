@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.analysis import ab as stats_ab
+from testbed.analysis import ab_stats
 from testbed.common import stats
 from testbed.orchestration import ab as run_ab
 from tests.cli.invoke import netsense_proc
@@ -97,11 +97,11 @@ def test_a_revision_resolves_to_its_commit_or_is_refused() -> None:
 
 
 def test_compare_rows_are_the_stats_of_the_arms_values() -> None:
-    obs = [stats_ab.Observation("A", s, "ok", v, f"a{s}") for s, v in enumerate(BASE)]
-    obs += [stats_ab.Observation("B", s, "ok", v, f"b{s}") for s, v in enumerate(FAST)]
-    obs += [stats_ab.Observation("B", 9, "failed", None, "b9", "boom"),
-            stats_ab.Observation("B", 8, "ok", None, "b8")]  # no value of the metric
-    res = stats_ab.compare(obs, ["A", "B"])
+    obs = [ab_stats.Observation("A", s, "ok", v, f"a{s}") for s, v in enumerate(BASE)]
+    obs += [ab_stats.Observation("B", s, "ok", v, f"b{s}") for s, v in enumerate(FAST)]
+    obs += [ab_stats.Observation("B", 9, "failed", None, "b9", "boom"),
+            ab_stats.Observation("B", 8, "ok", None, "b8")]  # no value of the metric
+    res = ab_stats.compare(obs, ["A", "B"])
     a, b = res.rows
     assert (a["n"], a["ratio"]) == (4, 1.0) and math.isnan(a["p"])
     assert (a["mean"], a["ci95"]) == tuple(stats.ci95(BASE)[:2])
@@ -222,34 +222,34 @@ def test_bad_input_is_one_line_exit_2_and_nothing_made(tmp_path, args, needles) 
 
 
 def test_until_width_stops_when_every_interval_is_narrow_or_at_max_seeds() -> None:
-    wide = stats_ab.compare(
-        [stats_ab.Observation("A", s, "ok", v, "") for s, v in enumerate(BASE)]
-        + [stats_ab.Observation("B", s, "ok", v, "") for s, v in enumerate(FAST)], ["A", "B"])
+    wide = ab_stats.compare(
+        [ab_stats.Observation("A", s, "ok", v, "") for s, v in enumerate(BASE)]
+        + [ab_stats.Observation("B", s, "ok", v, "") for s, v in enumerate(FAST)], ["A", "B"])
     w = wide.widest()
     assert 0 < w < 1
-    assert stats_ab.stop_reason(wide, w / 2, 4, 16) is None  # add a seed
-    assert "--max-seeds 16 reached" in stats_ab.stop_reason(wide, w / 2, 16, 16)
-    assert "within" in stats_ab.stop_reason(wide, w * 1.01, 4, 16)
-    one = stats_ab.compare([stats_ab.Observation("A", 0, "ok", 1.0, ""),
-                            stats_ab.Observation("B", 0, "ok", 2.0, "")], ["A", "B"])
-    assert one.widest() == math.inf and stats_ab.stop_reason(one, 10.0, 1, 16) is None
+    assert ab_stats.stop_reason(wide, w / 2, 4, 16) is None  # add a seed
+    assert "--max-seeds 16 reached" in ab_stats.stop_reason(wide, w / 2, 16, 16)
+    assert "within" in ab_stats.stop_reason(wide, w * 1.01, 4, 16)
+    one = ab_stats.compare([ab_stats.Observation("A", 0, "ok", 1.0, ""),
+                            ab_stats.Observation("B", 0, "ok", 2.0, "")], ["A", "B"])
+    assert one.widest() == math.inf and ab_stats.stop_reason(one, 10.0, 1, 16) is None
 
 
 def test_the_verdict_says_faster_slower_or_the_seeds_that_would_tell() -> None:
     told = stats.log_ratio_t(FAST, BASE)
-    assert stats_ab.verdict(told, 4, 4, 2) == "faster"
-    assert stats_ab.verdict(stats.log_ratio_t(BASE, FAST), 4, 4, 2) == "slower"
+    assert ab_stats.verdict(told, 4, 4, 2) == "faster"
+    assert ab_stats.verdict(stats.log_ratio_t(BASE, FAST), 4, 4, 2) == "slower"
     # a time: below 1 is faster; another metric: higher / lower
-    assert stats_ab.verdict(stats.log_ratio_t(BASE, FAST), 4, 4, 2, "time_to_accuracy_s") == "faster"
-    assert stats_ab.verdict(told, 4, 4, 2, "bytes_sent_total") == "higher"
+    assert ab_stats.verdict(stats.log_ratio_t(BASE, FAST), 4, 4, 2, "time_to_accuracy_s") == "faster"
+    assert ab_stats.verdict(told, 4, 4, 2, "bytes_sent_total") == "higher"
     # 2 + 2 seeds of the kind (each arm +-61 %): the interval holds 1, and says so
     a, b = [100.0, 160.0], [95.0, 140.0]
     r = stats.log_ratio_t(a, b)
     assert r.lo < 1 < r.hi
-    text = stats_ab.verdict(r, 2, 2, stats.seeds_to_tell(a, b))
+    text = ab_stats.verdict(r, 2, 2, stats.seeds_to_tell(a, b))
     assert text.startswith("cannot tell at 2+2 seeds (the interval holds 1); ~")
     assert "seeds per arm would tell" in text
-    assert stats_ab.verdict(stats.log_ratio_t([1.0], b), 1, 2, None).startswith(
+    assert ab_stats.verdict(stats.log_ratio_t([1.0], b), 1, 2, None).startswith(
         "cannot tell: an interval needs 2 or more seeds per arm (have 1+2)")
 
 
