@@ -27,6 +27,7 @@ from testbed.cli.common import (
     DEFAULT_RESULTS,
     ResultsOption,
     SetOption,
+    away_from_committed,
     check_runnable,
     fail,
     parse_overrides,
@@ -53,6 +54,10 @@ MaxSeedsOption = Annotated[int, typer.Option(
 FromRunsOption = Annotated[Path | None, typer.Option(
     "--from-runs", metavar="DIR", help="run nothing: compare the run folders under DIR "
     "(arms: --arm, else DIR's ab.json, else the runs' methods)")]
+ReadBackOutOption = Annotated[Path | None, typer.Option(
+    "--out", "-o", metavar="DIR", help="with --from-runs: the folder for its ab.json/ab.csv "
+    "(default DIR; for a DIR git tracks, e.g. results/runs/..., its view folder under "
+    "results/views/)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no line per run")]
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", "-n", help="print the runs in their interleaved order, where they go and an "
@@ -69,6 +74,7 @@ def ab_cmd(
     results: ResultsOption = DEFAULT_RESULTS,
     set_: SetOption = None,
     from_runs: FromRunsOption = None,
+    out: ReadBackOutOption = None,
     quiet: QuietOption = False,
     dry_run: DryRunOption = False,
 ) -> None:
@@ -78,14 +84,18 @@ def ab_cmd(
     per arm that would tell.
 
     Runs go to RESULTS/ab-<scenario>/<arm>/<scenario>/<run id>, the table to ab.json and
-    ab.csv beside them (with --from-runs: in DIR; another comparison than DIR's ab.json
-    asked, e.g. other arms or metric: ab-<metric>-<arms>.json beside it).
+    ab.csv beside them (with --from-runs: in DIR, or --out; another comparison than DIR's
+    ab.json asked, e.g. other arms or metric: ab-<metric>-<arms>.json beside it). A DIR git
+    tracks (the committed runs under results/runs/) is never written into unless --out
+    names it: the table goes to results/views/<its path>/ (said).
     """
     if until_width is not None and not (until_width > 0 and math.isfinite(until_width)):
         fail(f"--until-width: {until_width} is not a positive number")
     if from_runs is not None:
-        _from_runs(from_runs, scenario, arm, metric)
+        _from_runs(from_runs, scenario, arm, metric, out)
         return
+    if out is not None:
+        fail("--out: only with --from-runs (a session writes its table beside its runs)")
     if scenario is None:
         fail("SCENARIO: missing (or give --from-runs DIR)")
     field, arms, seed_list = _plan(arm, seeds, metric, until_width, max_seeds)
@@ -271,7 +281,8 @@ def _write(s: _Session, scn: Any, metric: str, code: int, console: Console) -> N
     _print(console, res, metric, written, s.stopped)
 
 
-def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str) -> None:
+def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str,
+               out: Path | None = None) -> None:
     from testbed.analysis import ab as stats_ab
     from testbed.analysis import loading
     from testbed.common.outputs import OutputError, check_dir
@@ -286,8 +297,9 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
             fail(f"--arm {dup!r}: given twice; arm labels must be unique")
         if len(labels) < 2:
             fail(f"--arm: give at least 2 arms (got {len(labels)})")
+    dest = out if out is not None else away_from_committed(folder, "--out/-o") or folder
     try:
-        check_dir(folder, "--from-runs")
+        check_dir(dest, "--out" if out is not None else "--from-runs")
         loaded = loading.load_all(folder)  # read once: the fields and the runs
         field = stats_ab.metric_field(metric, stats_ab.known_fields(folder, loaded))
         labels, obs, excluded = stats_ab.from_runs(folder, labels, scenario, field, loaded)
@@ -306,7 +318,7 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
             "from_runs": str(folder),
             "seeds": sorted({o.seed for o in obs}), "resamples": stats_ab.RESAMPLES,
             "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
-    written = stats_ab.write(folder, res, obs, info,
+    written = stats_ab.write(dest, res, obs, info,
                              stem=stats_ab.readback_stem(prior, res.arms, metric))
     _print(Console(width=max(120, Console().width)), res, metric, written, None)
 

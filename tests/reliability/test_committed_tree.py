@@ -15,8 +15,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from testbed.analysis import tables
-from tests.reliability.helpers import run_cli
+from tests.reliability.helpers import NETSENSE, env_for, run_cli
 from tests.reliability.run_folders import good_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,3 +99,64 @@ def test_the_report_names_degraded_runs_and_says_what_the_statistics_count(tmp_p
         assert "Left out of the statistics" not in page  # "... counted" under that title
         assert "Degraded runs (1)" in page and "netsenseml-s0" in page
         assert "4.0 % of steps overran" in page
+
+
+#: A real committed evaluation (12 packed runs of two arms and the ab.json of their session):
+#: every analysis command is run on a copy of it, committed in a repository of its own.
+REAL_TREE = REPO / "results" / "runs" / "accel-policy" / "static5"
+
+
+def _real_committed_tree(tmp_path: Path) -> tuple[Path, Path]:
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    shutil.copy(REPO / ".gitignore", repo / ".gitignore")
+    tree = repo / "results" / "runs" / "static5"
+    shutil.copytree(REAL_TREE, tree)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "runs")
+    return repo, tree
+
+
+@pytest.mark.slow  # nine commands on 12 real runs: ~45 s on the 2-core build machine
+def test_no_analysis_command_writes_into_a_committed_tree_unless_told(tmp_path) -> None:
+    """ab --from-runs, sensing, compare (run from inside the tree), report, plot and export
+    on the committed runs: ``git status`` stays clean, each says where its output went; an
+    output named with -o/--out is written there (ab --from-runs used to write its
+    ab-<metric>-<arms>.json into the committed folder, sensing its three files into the run)."""
+    if not REAL_TREE.is_dir():
+        pytest.skip("no committed accel-policy/static5 tree")
+    repo, tree = _real_committed_tree(tmp_path)
+    view = repo / "results" / "views" / "runs" / "static5"
+    run = next(tree.rglob("*-netsenseml-s0"))
+    before = {p for p in tree.rglob("*")}
+    cmds = [(["ab", "--from-runs", str(tree), "--metric", "tta"], tmp_path, view / "ab.json"),
+            (["ab", "--from-runs", str(tree), "-a", "topk:0.01", "-a", "netsenseml"], tmp_path,
+             view / "ab-throughput-topk-0.01_vs_netsenseml.json"),
+            (["sensing", str(run)], tmp_path,
+             view / run.relative_to(tree) / "sensing.json"),
+            (["compare", "."], tree, view / "compare" / "compare.csv"),
+            (["report", "-r", str(tree)], tmp_path, view / "report.html"),
+            (["plot", "-r", str(tree)], tmp_path, view / "figures"),
+            (["export", str(tree), "--tensorboard", str(tmp_path / "tb")], tmp_path, None)]
+    for cmd, cwd, made in cmds:
+        env, _ = env_for(tmp_path)
+        proc = subprocess.run([str(NETSENSE), *cmd], capture_output=True, text=True, env=env,
+                              cwd=cwd, timeout=300)
+        assert proc.returncode == 0, (cmd, proc.stderr)
+        assert _git(repo, "status", "--porcelain") == "", cmd  # nothing new, nothing changed
+        assert {p for p in tree.rglob("*")} == before, cmd
+        if made is not None:
+            assert made.exists(), (cmd, proc.stdout, proc.stderr)
+            assert "is a committed results tree (git tracks it): not writing into it" \
+                in proc.stderr, (cmd, proc.stderr)
+    # told where: written there, the committed record rewritten only when asked to
+    proc = run_cli(["ab", "--from-runs", str(tree), "--metric", "tta", "-o", str(tree)],
+                   tmp_path)
+    assert proc.returncode == 0 and "committed results tree" not in proc.stderr, proc.stderr
+    changed = [ln for ln in _git(repo, "diff", "-U0").splitlines()
+               if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+    # the committed record rewritten by today's code: the same numbers, only where it was read
+    assert changed and all('"from_runs"' in ln for ln in changed), changed
+    proc = run_cli(["ab", "smoke", "-o", str(tmp_path / "x")], tmp_path)
+    assert proc.returncode == 2 and "--out: only with --from-runs" in proc.stderr
