@@ -314,13 +314,20 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
 
     prior = read_json(folder / "ab.json") or {}  # a session read back keeps its record
     info = {**{k: prior[k] for k in ("commits", "order") if k in prior},
-            "scenario": scenario or prior.get("scenario"), "metric": metric, "field": field,
+            "scenario": scenario or prior.get("scenario") or _one_scenario(loaded),
+            "metric": metric, "field": field,
             "from_runs": str(folder),
             "seeds": sorted({o.seed for o in obs}), "resamples": stats_ab.RESAMPLES,
             "bootstrap_seed": stats_ab.BOOTSTRAP_SEED}
     written = stats_ab.write(dest, res, obs, info,
                              stem=stats_ab.readback_stem(prior, res.arms, metric))
     _print(Console(width=max(120, Console().width)), res, metric, written, None)
+
+
+def _one_scenario(loaded: Any) -> str | None:
+    """The scenario the runs read back ran, where they ran one (the record names it)."""
+    names = {str((r.config.get("scenario") or {}).get("name") or "") for r in loaded.runs}
+    return names.pop() or None if len(names) == 1 else None
 
 
 def metric_text(summary: dict[str, Any], field: str, metric: str) -> str:
