@@ -140,8 +140,9 @@ def _print_plan(scn: Any, arms: list[Any], seeds: list[int], root: Path,
     est = estimate_runs([(scn, a.method) for a, _ in order], is_cached)
     total = sum(e["seconds"] for e in est)
     per_seed = total / max(len(seeds), 1)
+    about = "at most" if any(e.get("bound") for e in est) else "about"  # an own job
     typer.echo(f"ab {scn.name}: {len(arms)} arms x {len(seeds)} seeds = {len(order)} runs, "
-               f"interleaved, {scn.world_size} workers; about {total / 60:.1f} min")
+               f"interleaved, {scn.world_size} workers; {about} {total / 60:.1f} min")
     for (a, seed), e in zip(order, est, strict=True):
         rev = f" @ {a.commit[:12]}" if a.commit else ""
         typer.echo(f"  {a.label:<22} seed {seed:<3} ~{e['seconds']:>6.0f} s -> "

@@ -231,7 +231,8 @@ def _print_dry_run(name: str, runs: list[Any], console: Console, verbose: bool) 
     if verbose:
         console.print(_dry_run_runs(rows))
     pending = sum(1 for r in rows if r["state"] == "pending")
-    console.print(f"{pending} pending, {len(rows) - pending} done; estimated "
+    at_most = "at most " if any(r.get("bound") for r in rows) else ""
+    console.print(f"{pending} pending, {len(rows) - pending} done; estimated {at_most}"
                   f"{total / 60:.1f} min = {total / 3600:.1f} h ({_estimate_basis(rows)})"
                   + ("" if verbose else "; --verbose lists every run"), highlight=False)
 
@@ -252,9 +253,15 @@ def _estimate_basis(rows: list[dict[str, Any]]) -> str:
     from testbed.config import sweep as sw
 
     paced = [r for r in rows if r["k"] != 1.0 or r.get("step_s")]
-    basis = (f"training time limit or steps x {sw.FALLBACK_STEP_S} s, + "
-             f"{sw.PER_RUN_OVERHEAD_S:.0f} s per run for build, worker start-up and "
-             "teardown")
+    basis = (f"training time limit or steps x {sw.FALLBACK_STEP_S} s, or to the target "
+             "where the run stops at it (the convergence table's steps x its step + the "
+             "transfer and the queue behind cross traffic; an adaptive method at its best "
+             f"fixed level), + {sw.PER_RUN_OVERHEAD_S:.1f} s per run for build, worker "
+             "start-up and teardown")
+    bound = sum(1 for r in rows if r.get("bound"))
+    if bound:
+        basis = (f"{basis}; {bound} own-job runs at most their deadline each (an own job "
+                 "decides its length)")
     if paced:
         ks = sorted(r["k"] for r in paced)
         basis = (f"{basis}; {len(paced)} runs on the emulated accelerator: virtual "

@@ -168,11 +168,15 @@ def _print_run_plan(scn: Any, methods: list[Any], seeds: list[int], root: Path) 
     from testbed.config.estimate import estimate_runs
     from testbed.orchestration.dilation import is_cached
 
-    est = sum(e["seconds"] for e in estimate_runs([(scn, m) for _ in seeds for m in methods],
-                                                   is_cached))
+    plan = estimate_runs([(scn, m) for _ in seeds for m in methods], is_cached)
+    est = sum(e["seconds"] for e in plan)
+    # an own job decides its length: its deadline bounds each run, said as a bound
+    about = (f"at most {est / 60:.1f} min (an own job decides its length; each run ends by "
+             f"its deadline, {plan[0]['seconds']:.0f} s: timeout_s)"
+             if plan and plan[0].get("bound") else f"about {est / 60:.1f} min")
     typer.echo(f"scenario {scn.name}: {len(methods) * len(seeds)} runs "
                f"({len(methods)} methods x {len(seeds)} seeds), {scn.world_size} workers; "
-               f"about {est / 60:.1f} min")
+               f"{about}")
     for s in seeds:
         for m in methods:
             # the folder's name as make_run_id writes it: the method's slug (no ':')
