@@ -79,14 +79,19 @@ def test_a_comparison_on_fewer_than_3_seeds_is_not_called_won() -> None:
     assert tables._call(0.5, 0.4, 0.6, 6) == "lost"
 
 
-def test_the_report_names_degraded_runs_and_says_what_the_statistics_count(tmp_path) -> None:
-    root = tmp_path / "results"
+def _runs_one_degraded(root: Path) -> None:
+    """Four good runs (two rates, two methods) under ``root``, the last marked degraded."""
     for rate in (10, 50):
         for m in ("allreduce", "netsenseml"):
             d = good_run(root, rate, m)
     summary = json.loads((d / "summary.json").read_text())
     summary["degraded"] = "the host did not keep up: 4.0 % of steps overran their slot"
     (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_report_names_degraded_runs_and_says_what_the_statistics_count(tmp_path) -> None:
+    root = tmp_path / "results"
+    _runs_one_degraded(root)
     html = root / "report.html"
     for flags, says in (([], "What the statistics count: 1 degraded run (the host did not keep "
                              "up with the emulated accelerator) left out"),
@@ -198,12 +203,7 @@ def test_the_report_leads_with_the_ab_comparisons_and_calls_none_on_2_seeds(tmp_
     from testbed.analysis import report
 
     root = tmp_path / "results"
-    for rate in (10, 50):
-        for m in ("allreduce", "netsenseml"):
-            d = good_run(root, rate, m)
-    summary = json.loads((d / "summary.json").read_text())
-    summary["degraded"] = "the host did not keep up: 4.0 % of steps overran their slot"
-    (d / "summary.json").write_text(json.dumps(summary))
+    _runs_one_degraded(root)
     _ab_record(root / "sw", 2)
     _ab_record(root / "sw" / "rate", 3)
     page = report.build_report(root, tmp_path / "r.html", tmp_path / "fig",
