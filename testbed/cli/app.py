@@ -270,6 +270,13 @@ def _unique(path: Path) -> Path:
 def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
+
+def _mb(v: float | None) -> str:
+    """MB sent: a tenth of a MB, or two digits below it (an own job's small model sent
+    0.02 MB, shown as 0.0)."""
+    return "-" if v is None else f"{v:.2g}" if 0 < v < 0.1 else f"{v:.1f}"
+
+
 def _print_table(name: str, outcomes: list[Any]) -> None:
     if not outcomes:
         return
@@ -286,9 +293,11 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
     failed: list[str] = []
     warned: list[str] = []
     for r in summary_table_rows(outcomes):
+        silent = r["status"] == "ok" and not r["accuracy_reported"]  # "not reported", not "-"
         table.add_row(
             str(r["method"]), str(r["seed"]), r["status"], _fmt(r["throughput"], ".1f"),
-            _fmt(r["final_acc"], ".3f"), _fmt(r["tta"], ".1f"), _fmt(r["mb_sent"], ".1f"),
+            "not reported" if silent else _fmt(r["final_acc"], ".3f"),
+            "not reported" if silent else _fmt(r["tta"], ".1f"), _mb(r["mb_sent"]),
         )
         if r["status"] != "ok":
             failed.append(f"{r['method']} seed {r['seed']}: {r['reason']}")
@@ -298,6 +307,11 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
     console.print(table)
     console.print(f"run folders: {Path(outcomes[0].run_dir).parent}", highlight=False,
                   markup=False)
+    if any(r["status"] == "ok" and not r["accuracy_reported"]
+           for r in summary_table_rows(outcomes)):
+        console.print("not reported: the job reported no accuracy (hooks.report(accuracy=...)"
+                      " gives final accuracy and time to accuracy)", highlight=False,
+                      markup=False, soft_wrap=True)
     for line in failed:
         console.print(f"failed: {line}", highlight=False, markup=False, soft_wrap=True)
     for line in warned:
