@@ -36,11 +36,13 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
+from testbed.analysis import ab as stats_ab
 from testbed.analysis import loading, plots, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
 from testbed.analysis.results import Results
 from testbed.common import bounded, files, names
 from testbed.common.files import atomic_write_text
+from testbed.common.outputs import committed_runs_of
 from testbed.common.provenance import git_commit
 from testbed.config.sweep import SWEEPS_DIR
 
@@ -566,9 +568,6 @@ def _ab_sections(res: Results) -> list[dict[str, Any]]:
     """The A/B comparisons (``netsense ab``) that answer for these runs, the page's first
     section: those under the results folder, and, for a committed tree, the committed ones
     of the same scenarios beside it (``ab.related_records``)."""
-    from testbed.analysis import ab as stats_ab
-    from testbed.common.outputs import committed_runs_of
-
     scenarios = {str((res.folders[r].config.get("scenario") or {}).get("name") or "")
                  for r in res.runs["run"]} if not res.runs.empty else set()
     committed = committed_runs_of(res.root)
@@ -601,8 +600,6 @@ def _ab_sections(res: Results) -> list[dict[str, Any]]:
 
 def _ab_note() -> str:
     """What the A/B tables' intervals are (``netsense ab``'s own line, for any baseline)."""
-    from testbed.analysis import ab as stats_ab
-
     return stats_ab.INTERVALS.format(base="the baseline", reps=stats_ab.RESAMPLES)
 
 
