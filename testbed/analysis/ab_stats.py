@@ -317,3 +317,62 @@ def readback_stem(prior: dict[str, Any], arms: list[str], metric: str) -> str:
     if not prior or (prior.get("arms") == arms and prior.get("metric", "throughput") == metric):
         return "ab"
     return f"ab-{slug(metric)}-{'_vs_'.join(slug(a) for a in arms)}"
+
+
+# ------------------------------------------------------------- committed comparisons, read
+#: The file names an A/B's table has (a session's ab.json, a read-back's ab-<metric>-<arms>).
+RECORD_GLOB = "ab*.json"
+
+
+def records(folder: Path, runs_scenario: bool = True) -> list[dict[str, Any]]:
+    """Every A/B table written under ``folder`` (a session's or a read-back's), as written,
+    with ``path`` (the file) and ``scenario`` (the record's, else, with ``runs_scenario``,
+    that of the first of its runs found beside it), folder by folder. What the report shows first: the committed
+    comparisons are the evaluation's current answer. In each folder the session's own
+    ab.json comes before its read-backs."""
+    out = []
+    for path in sorted(Path(folder).rglob(RECORD_GLOB),
+                       key=lambda p: (p.parent, p.name != "ab.json", p.name)):
+        data = files.read_json(path)
+        if not (isinstance(data, dict) and isinstance(data.get("rows"), list)
+                and isinstance(data.get("arms"), list) and data["rows"]):
+            continue
+        out.append({**data, "path": path, "scenario": data.get("scenario")
+                    or (_record_scenario(path.parent, data) if runs_scenario else None)})
+    return out
+
+
+def _record_scenario(where: Path, data: dict[str, Any]) -> str | None:
+    """The scenario of a record's first run whose config.json is found under ``where``."""
+    for o in data.get("runs") or []:
+        cfg = files.read_json(where / str(o.get("run", "")) / "config.json") \
+            if isinstance(o, dict) and o.get("run") else None
+        if isinstance(cfg, dict):
+            return (cfg.get("scenario") or {}).get("name")
+    return None
+
+
+def related_records(root: Path, scenarios: set[str], committed: Path | None
+                    ) -> list[dict[str, Any]]:
+    """The comparisons :func:`records` finds under ``root``, and, where ``committed`` (the
+    checkout's committed results, ``results/runs/``) is given, those under it of the
+    ``scenarios`` ``root``'s runs ran: the evaluation's answer for a scenario may sit in a
+    sibling tree (accel-crossover's d70 runs 2 seeds a method; its 6-seed A/B is
+    ``accel-policy/d70``). Each record once; the scenario of one under ``root`` only as
+    recorded (the caller holds its runs' configs: ``record_runs``)."""
+    own = records(root, runs_scenario=False)
+    seen = {Path(r["path"]).resolve() for r in own}
+    more = [r for r in records(committed) if Path(r["path"]).resolve() not in seen
+            and r.get("scenario") in scenarios] if committed is not None and \
+        committed.is_dir() else []
+    return own + more
+
+
+def record_runs(rec: dict[str, Any], root: Path) -> list[str]:
+    """The record's runs as paths relative to ``root`` (where it lies under ``root``)."""
+    where = Path(rec["path"]).parent.resolve()
+    if not where.is_relative_to(Path(root).resolve()):
+        return []
+    base = where.relative_to(Path(root).resolve())
+    return [str(base / str(o["run"])) for o in rec.get("runs") or []
+            if isinstance(o, dict) and o.get("run")]

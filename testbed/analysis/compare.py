@@ -153,7 +153,9 @@ def figure(runs: pd.DataFrame, steps: pd.DataFrame, groups: pd.DataFrame) -> plt
     label_of = {(r.source, r.experiment, r.rate_mbit, r.method): r.group
                 for r in groups.itertuples()}
     colors = _group_colors(groups)
-    cats = _levels(steps)
+    # the levels of the runs drawn: a method whose runs were all left out (degraded) drew an
+    # empty row (PowerSGD's on accel-crossover/d70)
+    cats = _levels(steps[steps["run"].isin(set(ok["run"]))] if "run" in steps else steps)
     panels = 3 if cats else 2
     fig, axes = plt.subplots(panels, 1, figsize=(9, 2.6 * panels + 0.8), sharex=True,
                              gridspec_kw={"height_ratios": [1.4, 1.2, 0.8][:panels]})

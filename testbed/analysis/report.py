@@ -1,10 +1,13 @@
 """One self-contained HTML page for a results folder: the claim, figures, tables, scenarios.
 
-The page leads with the claim: time to accuracy per experiment, rate and method (seeds
-reaching the target, mean and 95 % t-interval, NetSenseML's TTA speedup over each method
-with its interval) and the won/tie/lost calls, then throughput; it says which code made it
-(the commit, and "dirty" with uncommitted changes), how many runs were paced by the emulated
-accelerator and how many degraded runs were left out.
+The page leads with the A/B comparisons recorded for its runs' scenarios (``netsense ab``'s
+tables: under the folder, and for a committed tree the committed ones beside it; each arm's
+ratio with its interval and verdict, not called below 3 seeds a side), then the claim: time
+to accuracy per experiment, rate and method (seeds reaching the target, mean and 95 %
+t-interval, NetSenseML's TTA speedup over each method with its interval) and the
+won/tie/lost calls, then throughput; degraded and damaged runs are named before the
+figures. It says which code made it (the commit, and "dirty" with uncommitted changes), how
+many runs were paced by the emulated accelerator and how many degraded runs were left out.
 
 Why self-contained (PNG figures inlined as base64, CSS in the page, no JavaScript): the page
 is the thing people mail around or attach to an issue; it must open anywhere, offline,
@@ -33,11 +36,13 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
+from testbed.analysis import ab as stats_ab
 from testbed.analysis import loading, plots, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
 from testbed.analysis.results import Results
 from testbed.common import bounded, files, names
 from testbed.common.files import atomic_write_text
+from testbed.common.outputs import committed_runs_of
 from testbed.common.provenance import git_commit
 from testbed.config.sweep import SWEEPS_DIR
 
@@ -523,6 +528,81 @@ def _trouble_tables(res: Results) -> tuple[list[dict[str, Any]], list[dict[str, 
     return first, last
 
 
+def _ab_value(v: Any, field: str) -> str:
+    """A mean of an A/B's metric in as many digits as it needs, its unit where it has one."""
+    if not isinstance(v, int | float) or v != v:
+        return "–"
+    unit = " samples/s" if field == "throughput_samples_per_s" else \
+        " s" if field.endswith("_s") else ""
+    return (f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}") + unit
+
+
+def _ab_rows(rec: dict[str, Any]) -> pd.DataFrame:
+    """One A/B record's rows as the page shows them: a comparison with fewer than
+    ``tables.MIN_SEEDS_TO_CALL`` seeds on a side is not called, whatever its interval."""
+    field = str(rec.get("field") or "")
+    base_n = int(rec["rows"][0].get("n") or 0)
+    out = []
+    for i, r in enumerate(rec["rows"]):
+        n = int(r.get("n") or 0)
+        ci = r.get("ci95")
+        mean = _ab_value(r.get("mean"), field) + (
+            f" ± {_ab_value(ci, field).split(' ')[0]}" if isinstance(ci, int | float)
+            and ci == ci else "")
+        lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
+        ratio = r.get("ratio")
+        verdict = r.get("verdict") or ""
+        if i and min(n, base_n) < tables.MIN_SEEDS_TO_CALL:
+            verdict = (f"fewer than {tables.MIN_SEEDS_TO_CALL} seeds ({n}+{base_n}): not "
+                       "called")
+        out.append({
+            "arm": r.get("arm"), "n": n, "mean": mean,
+            "ratio": "1 (baseline)" if i == 0 else "–" if not isinstance(ratio, int | float)
+            else f"{ratio:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if isinstance(lo, int | float)
+                                   and isinstance(hi, int | float) else ""),
+            "p": r.get("p") if i else None, "verdict": verdict})
+    return pd.DataFrame(out)
+
+
+def _ab_sections(res: Results) -> list[dict[str, Any]]:
+    """The A/B comparisons (``netsense ab``) that answer for these runs, the page's first
+    section: those under the results folder, and, for a committed tree, the committed ones
+    of the same scenarios beside it (``ab.related_records``)."""
+    scenarios = {str((res.folders[r].config.get("scenario") or {}).get("name") or "")
+                 for r in res.runs["run"]} if not res.runs.empty else set()
+    committed = committed_runs_of(res.root)
+    loaded = set(res.runs["run"]) if not res.runs.empty else set()
+    out = []
+    for rec in stats_ab.related_records(res.root, scenarios, committed):
+        path = Path(rec["path"]).resolve()
+        root = res.root.resolve()
+        where = path.relative_to(root) if path.is_relative_to(root) else \
+            path.relative_to(committed.resolve().parent.parent) if committed is not None \
+            and path.is_relative_to(committed.resolve().parent.parent) else path
+        if not rec.get("scenario"):  # a read-back that named none: its runs' (read already)
+            known = [r for r in stats_ab.record_runs(rec, res.root) if r in loaded]
+            rec = {**rec, "scenario": (res.folders[known[0]].config.get("scenario") or {})
+                   .get("name") if known else None}
+        seeds = rec.get("seeds") or []
+        rows = _ab_rows(rec)
+        out.append({
+            "title": f"{where}: {rec.get('scenario') or 'scenario not recorded'}, "
+                     f"{rec.get('metric', 'throughput')}, {len(seeds)} seeds per arm "
+                     f"({min(seeds, default=0)}-{max(seeds, default=0)}), ratio to "
+                     f"{rec['arms'][0]}",
+            "html": html_table(rows, [
+                Col("arm", "arm"), Col("n", "seeds", "int"),
+                Col("mean", f"{rec.get('metric', 'throughput')}: mean ± 95 %"),
+                Col("ratio", f"x {rec['arms'][0]} [95 % interval]"), Col("p", "p", "f3"),
+                Col("verdict", "verdict")])})
+    return out
+
+
+def _ab_note() -> str:
+    """What the A/B tables' intervals are (``netsense ab``'s own line, for any baseline)."""
+    return stats_ab.INTERVALS.format(base="the baseline", reps=stats_ab.RESAMPLES)
+
+
 def _headlines(res: Results, sp: pd.DataFrame) -> dict[str, Markup | None]:
     """The claim (time to accuracy, seeds, intervals), the verdicts, the throughput
     headline and the experiments not compared: the page's top, each None when empty."""
@@ -541,7 +621,7 @@ def _headlines(res: Results, sp: pd.DataFrame) -> dict[str, Markup | None]:
         "verdicts": html_table(verdicts, [
             Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
             Col("won", "won", "int"), Col("tie", "tie", "int"), Col("lost", "lost", "int"),
-            Col("few_seeds", f"under {tables.MIN_SEEDS_TO_CALL} seeds (not called)", "int"),
+            Col("few_seeds", f"fewer than {tables.MIN_SEEDS_TO_CALL} seeds (not called)", "int"),
             Col("unreached", "baseline never reached", "int"),
             Col("vs_oracle", "vs best fixed"), Col("oracle_tta_method", "best fixed"),
             Col("vs_oracle_tta", "TTA x best fixed [95 % CI]")]) if not verdicts.empty
@@ -586,9 +666,10 @@ def render(results: Results | Path, runs: pd.DataFrame | None = None,
         n_paced=len(paced), paced_k=", ".join(f"{k:g}" for k in sorted(
             paced["dilation"].dropna().unique())) if len(paced) else "",
         generated=time.strftime("%Y-%m-%d %H:%M %Z"),
-        **_headlines(res, sp),
+        **_headlines(res, sp), ab_tables=_ab_sections(res), first_tables=first,
+        ab_note=_ab_note(),
         figures=_figures(figs or {}, {**res.skipped, **(missing or {})}, verbose),
-        tables=first + _main_tables(res, sp, tta_note) + last, tta_note=tta_note,
+        tables=_main_tables(res, sp, tta_note) + last, tta_note=tta_note,
         scenarios=_scenarios(res.folders, runs), sweep_files=_sweep_files(_sweep_names(runs)),
         verbose=verbose,
         versions=html_table(_versions(res.folders, runs), [Col("fact", "fact", "run"),

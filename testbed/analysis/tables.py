@@ -791,18 +791,18 @@ def _kb(v: Any) -> str:
 #: The fewest seeds per side on which the report calls a comparison won, tied or lost: with 2
 #: the t-interval has one degree of freedom (t = 12.7) and, where it still excludes 1, rests
 #: on two runs a side; a reader takes "won" for evidence (issue 50), so below this the
-#: comparison is counted as "under 3 seeds" and its interval stays in the speedup table.
+#: comparison is counted as "fewer than 3 seeds" and its interval stays in the speedup table.
 MIN_SEEDS_TO_CALL = 3
 
 
 def _call(v: float, lo: float, hi: float, seeds: float | None = None) -> str:
-    """won / lost when the 95 % interval of a speedup excludes 1, else tie; ``few seeds``
-    when a side has fewer than :data:`MIN_SEEDS_TO_CALL` seeds (``seeds``: the smaller
-    side's count)."""
+    """won / lost when the 95 % interval of a speedup excludes 1, else tie; ``fewer than
+    3 seeds`` when a side has fewer than :data:`MIN_SEEDS_TO_CALL` seeds (``seeds``: the
+    smaller side's count)."""
     if pd.isna(v):
         return "n/a"
     if seeds is not None and pd.notna(seeds) and seeds < MIN_SEEDS_TO_CALL:
-        return f"few seeds ({int(seeds)})"
+        return f"fewer than {MIN_SEEDS_TO_CALL} seeds ({int(seeds)})"
     if pd.notna(lo) and lo > 1:
         return "won"
     if pd.notna(hi) and hi < 1:
@@ -840,7 +840,7 @@ def verdict_table(sp: pd.DataFrame) -> pd.DataFrame:
             "experiment": exp, "rate_mbit": rate,
             "won": sum(c.startswith("won") for c in calls),
             "tie": calls.count("tie"), "lost": sum(c.startswith("lost") for c in calls),
-            "few_seeds": sum(c.startswith("few seeds") for c in calls),
+            "few_seeds": sum(c.startswith("fewer than") for c in calls),
             "unreached": unreached,
             "vs_oracle": _call(*orc[["tta_speedup", "tta_speedup_lo", "tta_speedup_hi"]]
                                .iloc[0], min(orc["netsenseml_seeds"].iloc[0],

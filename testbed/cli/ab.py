@@ -27,6 +27,7 @@ from testbed.cli.common import (
     DEFAULT_RESULTS,
     ResultsOption,
     SetOption,
+    away_from_committed,
     check_runnable,
     fail,
     parse_overrides,
@@ -53,6 +54,10 @@ MaxSeedsOption = Annotated[int, typer.Option(
 FromRunsOption = Annotated[Path | None, typer.Option(
     "--from-runs", metavar="DIR", help="run nothing: compare the run folders under DIR "
     "(arms: --arm, else DIR's ab.json, else the runs' methods)")]
+ReadBackOutOption = Annotated[Path | None, typer.Option(
+    "--out", "-o", metavar="DIR", help="with --from-runs: the folder for its ab.json/ab.csv "
+    "(default DIR; for a DIR git tracks, e.g. results/runs/..., its view folder under "
+    "results/views/)")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no line per run")]
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", "-n", help="print the runs in their interleaved order, where they go and an "
@@ -69,6 +74,7 @@ def ab_cmd(
     results: ResultsOption = DEFAULT_RESULTS,
     set_: SetOption = None,
     from_runs: FromRunsOption = None,
+    out: ReadBackOutOption = None,
     quiet: QuietOption = False,
     dry_run: DryRunOption = False,
 ) -> None:
@@ -78,14 +84,18 @@ def ab_cmd(
     per arm that would tell.
 
     Runs go to RESULTS/ab-<scenario>/<arm>/<scenario>/<run id>, the table to ab.json and
-    ab.csv beside them (with --from-runs: in DIR; another comparison than DIR's ab.json
-    asked, e.g. other arms or metric: ab-<metric>-<arms>.json beside it).
+    ab.csv beside them (with --from-runs: in DIR, or --out; another comparison than DIR's
+    ab.json asked, e.g. other arms or metric: ab-<metric>-<arms>.json beside it). A DIR git
+    tracks (the committed runs under results/runs/) is never written into unless --out
+    names it: the table goes to results/views/<its path>/ (said).
     """
     if until_width is not None and not (until_width > 0 and math.isfinite(until_width)):
         fail(f"--until-width: {until_width} is not a positive number")
     if from_runs is not None:
-        _from_runs(from_runs, scenario, arm, metric)
+        _from_runs(from_runs, scenario, arm, metric, out)
         return
+    if out is not None:
+        fail("--out: only with --from-runs (a session writes its table beside its runs)")
     if scenario is None:
         fail("SCENARIO: missing (or give --from-runs DIR)")
     field, arms, seed_list = _plan(arm, seeds, metric, until_width, max_seeds)
@@ -130,8 +140,9 @@ def _print_plan(scn: Any, arms: list[Any], seeds: list[int], root: Path,
     est = estimate_runs([(scn, a.method) for a, _ in order], is_cached)
     total = sum(e["seconds"] for e in est)
     per_seed = total / max(len(seeds), 1)
+    about = "at most" if any(e.get("bound") for e in est) else "about"  # an own job
     typer.echo(f"ab {scn.name}: {len(arms)} arms x {len(seeds)} seeds = {len(order)} runs, "
-               f"interleaved, {scn.world_size} workers; about {total / 60:.1f} min")
+               f"interleaved, {scn.world_size} workers; {about} {total / 60:.1f} min")
     for (a, seed), e in zip(order, est, strict=True):
         rev = f" @ {a.commit[:12]}" if a.commit else ""
         typer.echo(f"  {a.label:<22} seed {seed:<3} ~{e['seconds']:>6.0f} s -> "
@@ -271,7 +282,8 @@ def _write(s: _Session, scn: Any, metric: str, code: int, console: Console) -> N
     _print(console, res, metric, written, s.stopped)
 
 
-def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str) -> None:
+def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric: str,
+               out: Path | None = None) -> None:
     from testbed.analysis import ab_stats, loading
     from testbed.common.outputs import OutputError, check_dir
 
@@ -285,8 +297,9 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
             fail(f"--arm {dup!r}: given twice; arm labels must be unique")
         if len(labels) < 2:
             fail(f"--arm: give at least 2 arms (got {len(labels)})")
+    dest = out if out is not None else away_from_committed(folder, "--out/-o") or folder
     try:
-        check_dir(folder, "--from-runs")
+        check_dir(dest, "--out" if out is not None else "--from-runs")
         loaded = loading.load_all(folder)  # read once: the fields and the runs
         field = ab_stats.metric_field(metric, ab_stats.known_fields(folder, loaded))
         labels, obs, excluded = ab_stats.from_runs(folder, labels, scenario, field, loaded)
@@ -301,13 +314,20 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
 
     prior = read_json(folder / "ab.json") or {}  # a session read back keeps its record
     info = {**{k: prior[k] for k in ("commits", "order") if k in prior},
-            "scenario": scenario or prior.get("scenario"), "metric": metric, "field": field,
+            "scenario": scenario or prior.get("scenario") or _one_scenario(loaded),
+            "metric": metric, "field": field,
             "from_runs": str(folder),
             "seeds": sorted({o.seed for o in obs}), "resamples": ab_stats.RESAMPLES,
             "bootstrap_seed": ab_stats.BOOTSTRAP_SEED}
-    written = ab_stats.write(folder, res, obs, info,
+    written = ab_stats.write(dest, res, obs, info,
                              stem=ab_stats.readback_stem(prior, res.arms, metric))
     _print(Console(width=max(120, Console().width)), res, metric, written, None)
+
+
+def _one_scenario(loaded: Any) -> str | None:
+    """The scenario the runs read back ran, where they ran one (the record names it)."""
+    names = {str((r.config.get("scenario") or {}).get("name") or "") for r in loaded.runs}
+    return names.pop() or None if len(names) == 1 else None
 
 
 def metric_text(summary: dict[str, Any], field: str, metric: str) -> str:

@@ -20,6 +20,7 @@ from testbed.cli.common import (
     DEFAULT_RESULTS,
     ResultsOption,
     SetOption,
+    away_from_committed,
     deprecated,
     fail,
     parse_overrides,
@@ -230,7 +231,8 @@ def _print_dry_run(name: str, runs: list[Any], console: Console, verbose: bool) 
     if verbose:
         console.print(_dry_run_runs(rows))
     pending = sum(1 for r in rows if r["state"] == "pending")
-    console.print(f"{pending} pending, {len(rows) - pending} done; estimated "
+    at_most = "at most " if any(r.get("bound") for r in rows) else ""
+    console.print(f"{pending} pending, {len(rows) - pending} done; estimated {at_most}"
                   f"{total / 60:.1f} min = {total / 3600:.1f} h ({_estimate_basis(rows)})"
                   + ("" if verbose else "; --verbose lists every run"), highlight=False)
 
@@ -251,9 +253,15 @@ def _estimate_basis(rows: list[dict[str, Any]]) -> str:
     from testbed.config import sweep as sw
 
     paced = [r for r in rows if r["k"] != 1.0 or r.get("step_s")]
-    basis = (f"training time limit or steps x {sw.FALLBACK_STEP_S} s, + "
-             f"{sw.PER_RUN_OVERHEAD_S:.0f} s per run for build, worker start-up and "
-             "teardown")
+    basis = (f"training time limit or steps x {sw.FALLBACK_STEP_S} s, or to the target "
+             "where the run stops at it (the convergence table's steps x its step + the "
+             "transfer and the queue behind cross traffic; an adaptive method at its best "
+             f"fixed level), + {sw.PER_RUN_OVERHEAD_S:.1f} s per run for build, worker "
+             "start-up and teardown")
+    bound = sum(1 for r in rows if r.get("bound"))
+    if bound:
+        basis = (f"{basis}; {bound} own-job runs at most their deadline each (an own job "
+                 "decides its length)")
     if paced:
         ks = sorted(r["k"] for r in paced)
         basis = (f"{basis}; {len(paced)} runs on the emulated accelerator: virtual "
@@ -300,20 +308,15 @@ def _not_into_committed(folder: Path, figures: Path | None, html: Path | None = 
                         report: bool = False) -> tuple[Path | None, Path | None]:
     """The outputs ``plot``/``report`` write when a default would land inside a results
     tree git tracks (the committed evaluation, ``results/runs/``): its view folder instead
-    (``testbed.common.outputs.view_folder``), said on stderr; an output the user named is
-    written where named."""
-    from testbed.common.outputs import tracked, view_folder
-
-    if (figures is not None and (html is not None or not report)) or not tracked(folder):
+    (``away_from_committed``), said on stderr; an output the user named is written where
+    named."""
+    if figures is not None and (html is not None or not report):
         return figures, html
-    view = view_folder(folder)
+    view = away_from_committed(folder, "--figures/-f and --html" if report else "--figures/-f")
+    if view is None:
+        return figures, html
     figures = figures if figures is not None else view / "figures"
     html = html if html is not None or not report else view / "report.html"
-    told = "--figures/-f and --html" if report else "--figures/-f"
-    Console(stderr=True).print(
-        f"note: {folder} is a committed results tree (git tracks it): not writing into it; "
-        f"output in {view} ({told} to write elsewhere)", highlight=False, markup=False,
-        soft_wrap=True)
     return figures, html
 
 
@@ -399,9 +402,9 @@ def compare_cmd(
     paths: Annotated[list[Path], typer.Argument(
         help="run folders or folders of run folders (any number, from anywhere)",
         metavar="RUN_OR_FOLDER...", show_default=False)],
-    out: Annotated[Path, typer.Option(
-        "--out", "-o", metavar="DIR", help="folder for compare.csv and compare.png/.pdf")
-    ] = Path("compare"),
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", metavar="DIR", help="folder for compare.csv and compare.png/.pdf "
+        "(default ./compare; inside a results tree git tracks, its view folder)")] = None,
     include_degraded: IncludeDegradedOption = False,
 ) -> None:
     """Any runs side by side: headline metrics per group (95 % intervals over seeds) and
@@ -412,6 +415,7 @@ def compare_cmd(
     for p in paths:
         if not p.is_dir():
             fail(f"RUN_OR_FOLDER: no such folder {str(p)!r}")
+    out = out if out is not None else _compare_out(paths)
     _check_out(out, "--out", folder=True)
     err = Console(stderr=True)
     runs, steps = _compared_runs(paths, include_degraded, err)
@@ -438,6 +442,18 @@ def compare_cmd(
         err.print(f"note: no figure: {exc}", highlight=False, markup=False)
     for p in written:
         console.print(str(p), highlight=False, soft_wrap=True)
+
+
+def _compare_out(paths: list[Path]) -> Path:
+    """``compare``'s default folder: ``./compare``, unless that lies inside a compared folder
+    git tracks (``cd results/runs/x && netsense compare .``): then that folder's view."""
+    out = Path("compare")
+    for p in paths:
+        if out.resolve().is_relative_to(p.resolve()):
+            view = away_from_committed(p, "--out/-o")
+            if view is not None:
+                return view / "compare"
+    return out
 
 
 def _compared_runs(paths: list[Path], include_degraded: bool, err: Console) -> tuple[Any, Any]:
@@ -573,13 +589,18 @@ def export_cmd(
 def sensing_cmd(
     run_dir: Annotated[Path, typer.Argument(help="one run folder (with bottleneck.csv)")],
     out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="folder for sensing.csv/.json/.png (default: the run folder)")] = None,
+        "--out", "-o", help="folder for sensing.csv/.json/.png (default: the run folder; "
+        "for a run git tracks, its view folder)")] = None,
 ) -> None:
-    """Sensing validation: the monitor's estimates against the bottleneck's truth."""
+    """Sensing validation: the monitor's estimates against the bottleneck's truth.
+
+    A committed run (git tracks it) is never written into unless --out names it."""
     from testbed.analysis import sensing
 
     if not run_dir.is_dir():
         fail(f"run_dir: no such folder {str(run_dir)!r}")
+    if out is None:
+        out = away_from_committed(run_dir, "--out/-o")
     try:
         summary, written = sensing.write(run_dir, out)
     except sensing.SensingError as exc:

@@ -168,11 +168,15 @@ def _print_run_plan(scn: Any, methods: list[Any], seeds: list[int], root: Path) 
     from testbed.config.estimate import estimate_runs
     from testbed.orchestration.dilation import is_cached
 
-    est = sum(e["seconds"] for e in estimate_runs([(scn, m) for _ in seeds for m in methods],
-                                                   is_cached))
+    plan = estimate_runs([(scn, m) for _ in seeds for m in methods], is_cached)
+    est = sum(e["seconds"] for e in plan)
+    # an own job decides its length: its deadline bounds each run, said as a bound
+    about = (f"at most {est / 60:.1f} min (an own job decides its length; each run ends by "
+             f"its deadline, {plan[0]['seconds']:.0f} s: timeout_s)"
+             if plan and plan[0].get("bound") else f"about {est / 60:.1f} min")
     typer.echo(f"scenario {scn.name}: {len(methods) * len(seeds)} runs "
                f"({len(methods)} methods x {len(seeds)} seeds), {scn.world_size} workers; "
-               f"about {est / 60:.1f} min")
+               f"{about}")
     for s in seeds:
         for m in methods:
             # the folder's name as make_run_id writes it: the method's slug (no ':')
@@ -266,6 +270,13 @@ def _unique(path: Path) -> Path:
 def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
+
+def _mb(v: float | None) -> str:
+    """MB sent: a tenth of a MB, or two digits below it (an own job's small model sent
+    0.02 MB, shown as 0.0)."""
+    return "-" if v is None else f"{v:.2g}" if 0 < v < 0.1 else f"{v:.1f}"
+
+
 def _print_table(name: str, outcomes: list[Any]) -> None:
     if not outcomes:
         return
@@ -282,9 +293,11 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
     failed: list[str] = []
     warned: list[str] = []
     for r in summary_table_rows(outcomes):
+        silent = r["status"] == "ok" and not r["accuracy_reported"]  # "not reported", not "-"
         table.add_row(
             str(r["method"]), str(r["seed"]), r["status"], _fmt(r["throughput"], ".1f"),
-            _fmt(r["final_acc"], ".3f"), _fmt(r["tta"], ".1f"), _fmt(r["mb_sent"], ".1f"),
+            "not reported" if silent else _fmt(r["final_acc"], ".3f"),
+            "not reported" if silent else _fmt(r["tta"], ".1f"), _mb(r["mb_sent"]),
         )
         if r["status"] != "ok":
             failed.append(f"{r['method']} seed {r['seed']}: {r['reason']}")
@@ -294,6 +307,11 @@ def _print_table(name: str, outcomes: list[Any]) -> None:
     console.print(table)
     console.print(f"run folders: {Path(outcomes[0].run_dir).parent}", highlight=False,
                   markup=False)
+    if any(r["status"] == "ok" and not r["accuracy_reported"]
+           for r in summary_table_rows(outcomes)):
+        console.print("not reported: the job reported no accuracy (hooks.report(accuracy=...)"
+                      " gives final accuracy and time to accuracy)", highlight=False,
+                      markup=False, soft_wrap=True)
     for line in failed:
         console.print(f"failed: {line}", highlight=False, markup=False, soft_wrap=True)
     for line in warned:

@@ -34,6 +34,22 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def away_from_committed(folder: Path, told: str) -> Path | None:
+    """Where a command writes instead of ``folder`` when git tracks ``folder`` (a committed
+    results tree, ``results/runs/``: a default output inside it would leave untracked or
+    changed files in the checkout): its view folder (``testbed.common.outputs.view_folder``),
+    said on stderr with ``told``, the option that writes elsewhere; None when git does not
+    track ``folder`` (outputs go where they always went)."""
+    from testbed.common.outputs import tracked, view_folder
+
+    if not tracked(folder):
+        return None
+    view = view_folder(folder)
+    typer.echo(f"note: {folder} is a committed results tree (git tracks it): not writing into "
+               f"it; output in {view} ({told} to write elsewhere)", err=True)
+    return view
+
+
 def deprecated(old: str, new: str) -> None:
     """One line on stderr for an old option spelling that still works."""
     typer.echo(f"note: {old} is deprecated; use {new}", err=True)

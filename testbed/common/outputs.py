@@ -159,3 +159,20 @@ def view_folder(folder: Path) -> Path:
             return place
         return Path(tempfile.gettempdir()) / "netsense-views" / rel
     return Path(tempfile.gettempdir()) / "netsense-views" / folder.name
+
+
+#: Where a checkout keeps its committed evaluation (``netsense pack -o results/runs/<eval>``).
+COMMITTED_RUNS = Path("results") / "runs"
+
+
+def committed_runs_of(folder: Path) -> Path | None:
+    """The committed evaluation (``results/runs/`` of the checkout) beside a :func:`tracked`
+    ``folder``, where there is one; None for a folder git does not track (a user's own
+    results: nothing beside it is taken for its answer)."""
+    if not tracked(folder):
+        return None
+    top = _git(Path(folder), "rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return None
+    runs = Path(top.stdout.strip()) / COMMITTED_RUNS
+    return runs if runs.is_dir() else None

@@ -717,6 +717,8 @@ def summary_table_rows(outcomes: list[RunOutcome]) -> list[dict[str, Any]]:
             "mb_sent": (s.get("bytes_sent_total") or 0) / 1e6,
             "reason": s.get("reason"), "run_dir": str(o.run_dir),
             "warnings": s.get("warnings", []),
+            # an own job that never called hooks.report(accuracy=...): no accuracy to show
+            "accuracy_reported": s.get("accuracy_reported", True),
         })
     return rows
 

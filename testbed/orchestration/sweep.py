@@ -291,5 +291,5 @@ def dry_run_rows(runs: list[RunSpec]) -> tuple[list[dict[str, Any]], float]:
                      "method": r.method, "seed": r.seed,
                      "state": "skip (ok)" if done else "pending", "est_s": est,
                      "k": guess["k"], "virtual_s": guess["virtual_s"],
-                     "step_s": guess.get("step_s")})
+                     "step_s": guess.get("step_s"), "bound": bool(guess.get("bound"))})
     return rows, total

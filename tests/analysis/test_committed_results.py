@@ -257,3 +257,33 @@ def test_the_paper_scale_tables_are_what_its_runs_give(name: str) -> None:
     committed tables must be what the code computes from the committed paper-scale runs."""
     computed = plots.tables_of(Results.load(PAPER_RUNS, include_degraded=True))[name]
     _assert_same_table(computed, pd.read_csv(PAPER_FIGURES / name))
+
+
+def test_the_timelines_network_spans_every_drawn_step_series(drawn: dict) -> None:
+    """d70's NetSenseML run ends at ~0.26 virtual s, allreduce's at ~0.59: the rate and
+    stream panels went blank after 0.26 while step times went on (issue 50); the longest
+    run's network now continues them (dashed), to the last step drawn."""
+    [fig] = drawn["adaptation_timeline"]
+    axes = fig.axes
+    last_step = max(float(np.nanmax(line.get_xdata())) for line in axes[-1].get_lines()
+                    if len(line.get_xdata()))
+    for a in axes[:2]:  # rate, streams
+        ends = [float(np.nanmax(line.get_xdata())) for line in a.get_lines()
+                if len(line.get_xdata()) and line.get_linestyle() != "None"]
+        assert max(ends) >= 0.98 * last_step, (a.get_ylabel(), max(ends), last_step)
+
+
+def test_compare_draws_no_level_row_for_runs_it_left_out() -> None:
+    """d70's PowerSGD runs are degraded and left out of compare's groups; its level axis
+    still had an empty 'powersgd' row."""
+    from testbed.analysis import compare
+
+    runs, steps = compare.load([RUNS / "d70"])
+    groups = compare.table(runs)
+    assert "powersgd:4" not in set(groups["method"])
+    fig = compare.figure(runs, steps, groups)
+    try:
+        levels = [t.get_text() for t in fig.axes[-1].get_yticklabels()]
+        assert "powersgd" not in levels and {"none", "topk"} <= set(levels), levels
+    finally:
+        plt.close(fig)

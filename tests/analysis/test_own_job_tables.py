@@ -101,6 +101,10 @@ def test_report_says_not_reported_and_compares_the_two_methods(job_tree: Path, t
     # explain "n/a" in general may say "not reached")
     assert "not reached (" not in text and "no baseline" not in text
     assert "reached target</th>" in text and ">no</td>" not in text
+    # no accuracy and no loss: no empty frame of axes (the stranger's report drew one),
+    # the figure skipped with the reason
+    assert not (tmp_path / "figs" / "accuracy_vs_time.png").exists()
+    assert "recorded no accuracy and no loss" in (tmp_path / "figs" / "skipped.csv").read_text()
 
 
 def test_the_hook_counts_the_model_inputs_or_takes_the_scenarios_samples(tmp_path: Path) -> None:

@@ -149,3 +149,25 @@ def test_sigint_ignored_at_start_is_made_to_interrupt(tmp_path):
                          text=True, timeout=120, env={**os.environ, "NETSENSE_STATE_DIR": str(tmp_path / "state")})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0 True", out.stdout
+
+
+def test_the_run_table_says_not_reported_for_an_own_jobs_silent_accuracy(capsys, tmp_path):
+    """pytorch/examples' multigpu_torchrun.py, run as an own job, reports no accuracy: the
+    table after `netsense run` showed "-" (as for a run that failed to evaluate) and its
+    21-parameter model's 0.02 MB as 0.0; compare and report said "not reported by the job"."""
+    from testbed.cli.app import _print_table
+    from testbed.orchestration.rundir import RunOutcome
+
+    silent = {"method": "fp16", "seed": 0, "throughput_samples_per_s": 514.6,
+              "final_accuracy": None, "time_to_accuracy_s": None, "bytes_sent_total": 21504,
+              "accuracy_reported": False}
+    told = {**silent, "method": "netsenseml", "final_accuracy": 0.91,
+            "time_to_accuracy_s": 3.2, "bytes_sent_total": 2_500_000, "accuracy_reported": True}
+    _print_table("stranger", [RunOutcome(tmp_path / "a", "ok", silent),
+                              RunOutcome(tmp_path / "b", "ok", told)])
+    out = capsys.readouterr().out
+    fp16 = next(ln for ln in out.splitlines() if "fp16" in ln)
+    assert fp16.count("not reported") == 2 and "0.022" in fp16, out
+    ns = next(ln for ln in out.splitlines() if "netsenseml" in ln)
+    assert "0.910" in ns and "3.2" in ns and "2.5" in ns, out
+    assert "hooks.report(accuracy=...)" in out

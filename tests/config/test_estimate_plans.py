@@ -108,3 +108,16 @@ def test_ab_dry_run_prints_the_interleaved_runs_and_an_estimate_and_runs_nothing
     assert 1 <= minutes <= 10, res.output  # six runs of ~20-50 s each
     assert "nothing run" in res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_an_own_jobs_plan_is_a_bound_said_as_one(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/my_job.yaml's runs took 1.5-2.5 s; the job decides its length, which no
+    estimate can know: the plan says "at most" its deadline (it said "about 1.1 min", an
+    invented 30 s a run)."""
+    res = netsense(["run", str(ROOT / "examples" / "my_job.yaml"), "-n", "-r",
+                    str(tmp_path / "r")], tmp_path, monkeypatch)
+    assert res.exit_code == 0, res.output
+    assert "at most 4.0 min (an own job decides its length; each run ends by its deadline, " \
+           "120 s: timeout_s)" in res.output, res.output
+    assert "about" not in res.output

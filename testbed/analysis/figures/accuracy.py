@@ -79,6 +79,10 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
         raise NoData("no finished runs")
     steps = inp.steps[inp.steps["run"].isin(sel["run"])]
     use_acc = "accuracy" in steps.columns and steps["accuracy"].notna().any()
+    if not use_acc and not ("loss" in steps.columns and steps["loss"].notna().any()):
+        # an own job that never called hooks.report: an empty frame of axes said nothing
+        raise NoData("the runs recorded no accuracy and no loss (an own job reports them "
+                     "with hooks.report(accuracy=..., loss=...))")
     rates = sorted(sel["rate_mbit"].dropna().unique()) or [np.nan]
     fig, axes = plt.subplots(1, len(rates), figsize=(6.6 * len(rates), 4.6), squeeze=False,
                              sharey=True)

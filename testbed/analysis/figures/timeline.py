@@ -10,7 +10,10 @@ with their ``at_s`` times in every run.
 
 It shows one experiment, one seed and one rate: the adaptive method's lowest seed, and every
 other method run with the same seed at the same rate (so the network panels, which are that
-run's, are true of every step-time series under them).
+run's, are true of every step-time series under them). Where another of those runs lasted
+longer than the adaptive one (a slower method to the same target), the configured rate and
+the streams go on dashed as the longest run had them applied, to the end of its steps: the
+same schedule, so the later step times have their network beside them too.
 """
 
 from __future__ import annotations
@@ -80,6 +83,19 @@ class _Reference:
     t0: float
     #: the runs whose kept ratio and levels are drawn (:func:`_adaptive`)
     adaptive: list[_Series] = field(default_factory=list)
+    #: the network after the reference run's end, as the longest selected run had it
+    after: _After | None = None
+
+
+@dataclass
+class _After:
+    """The longest selected run's configured rate, streams and applied events from the
+    reference run's end to its own (times on its own clock, as the reference's are)."""
+
+    method: str
+    rate: pd.DataFrame
+    streams: pd.DataFrame
+    events: pd.DataFrame
 
 
 @dataclass
@@ -118,15 +134,52 @@ def _reference(inp: Inputs, sel: pd.DataFrame) -> _Reference:
     t_end = float(ref_steps["t"].max()) - t0
     folder = inp.folder(ref["run"])
     cfg = folder.config
-    events = network.read_events(folder)
-    if not events.empty:
-        events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce")
-                               - t0)
+    events = _applied(folder, t0)
     rate, streams = network.network_series(cfg, events, t_end)
     rate["t"] = rate["t"].clip(lower=0)
     streams["t"] = streams["t"].clip(lower=0)
     return _Reference(ref, ref_steps, events, rate, streams,
-                      network.read_bottleneck(folder), t0, _adaptive(inp, sel))
+                      network.read_bottleneck(folder), t0, _adaptive(inp, sel),
+                      _after(inp, sel, t_end))
+
+
+def _applied(folder: Any, t0: float) -> pd.DataFrame:
+    """A run's events, ``t_applied`` in seconds since its first training step."""
+    events = network.read_events(folder)
+    if not events.empty:
+        events = events.assign(t_applied=pd.to_numeric(events["t_applied"], errors="coerce")
+                               - t0)
+    return events
+
+
+def _after(inp: Inputs, sel: pd.DataFrame, t_end: float) -> _After | None:
+    """The network past the reference run's end ``t_end``: the longest selected run's, from
+    ``t_end`` to its last step; None when no run outlasted the reference."""
+    ends = []
+    for _, r in sel.iloc[1:].iterrows():
+        s_all = inp.steps[inp.steps["run"] == r["run"]]
+        s = _rank0(s_all)
+        if not s.empty:
+            t0 = _first_step_t(s_all)
+            ends.append((float(s["t"].max()) - t0, t0, r))
+    if not ends:
+        return None
+    end, t0, r = max(ends, key=lambda x: x[0])
+    if end <= t_end * 1.02:
+        return None
+    folder = inp.folder(r["run"])
+    events = _applied(folder, t0)
+    rate, streams = network.network_series(folder.config, events, end)
+
+    def tail(series: pd.DataFrame, col: str) -> pd.DataFrame:
+        before = series[series["t"] <= t_end]
+        start = float(before[col].iloc[-1]) if not before.empty else float(series[col].iloc[0])
+        return pd.concat([pd.DataFrame({"t": [t_end], col: [start]}),
+                          series[series["t"] > t_end]], ignore_index=True)
+
+    late = events[pd.to_numeric(events.get("t_applied"), errors="coerce") > t_end] \
+        if not events.empty else events
+    return _After(str(r["method"]), tail(rate, "rate_mbit"), tail(streams, "streams"), late)
 
 
 def _levels(steps: pd.DataFrame) -> pd.Series:
@@ -144,7 +197,9 @@ def _panels(ref: _Reference) -> dict[str, Any]:
     """{panel: its axis}, top to bottom: only the panels the runs have data for."""
     has_kept = any(_has_kept(x.steps) for x in ref.adaptive)
     has_level = any(not _levels(x.steps).empty for x in ref.adaptive)
-    panels = ["network"] + (["streams"] if ref.streams["streams"].max() > 0 else []) \
+    streams = ref.streams["streams"].max() > 0 or (
+        ref.after is not None and ref.after.streams["streams"].max() > 0)
+    panels = ["network"] + (["streams"] if streams else []) \
         + (["queue"] if not ref.queue.empty else []) + (["kept"] if has_kept else []) \
         + (["level"] if has_level else []) + ["step"]
     heights = {"network": 1.2, "streams": 0.7, "queue": 0.8, "kept": 1.0, "level": 0.8,
@@ -159,12 +214,17 @@ def _network_panel(a: Any, ref: _Reference, color: Any) -> None:
     rate, est = ref.rate, network.estimate_mbit(ref.steps)
     a.step(rate["t"], rate["rate_mbit"], where="post", color="k", lw=1.4,
            label="configured rate (training path's lowest)")
+    if ref.after is not None:
+        a.step(ref.after.rate["t"], ref.after.rate["rate_mbit"], where="post", color="k",
+               lw=1.2, ls="--", alpha=0.6, label=f"after its run: {ref.after.method}'s")
     if est is not None:
         a.plot(ref.steps["t"] - ref.t0, est[0], ls="none", marker=".", ms=3, color=color,
                alpha=0.7, label=f"{ref.run['method']}: {est[1]}")
     top = float(np.nanmax(rate["rate_mbit"])) if rate["rate_mbit"].notna().any() else None
-    if top:  # an estimate measured over a tiny window must not squash the configured rate
-        a.set_ylim(0, top * 1.5)
+    if top:  # an estimate measured over a tiny window must not squash the configured rate;
+        # room above it for the legend (3 lines with the longer run's rate, which reaches
+        # the right-hand side the legend sits on)
+        a.set_ylim(0, top * (2.0 if ref.after is not None else 1.5))
     a.set_ylabel(style.NETWORK_AXIS)
     style.plain(a)
     style.legend(a, loc="upper right")
@@ -173,7 +233,12 @@ def _network_panel(a: Any, ref: _Reference, color: Any) -> None:
 def _streams_panel(a: Any, ref: _Reference, _color: Any) -> None:
     streams = ref.streams
     a.step(streams["t"], streams["streams"], where="post", color="tab:red")
-    a.set_ylim(0, max(1.0, float(streams["streams"].max())) * 1.2)
+    top = float(streams["streams"].max())
+    if ref.after is not None:
+        a.step(ref.after.streams["t"], ref.after.streams["streams"], where="post",
+               color="tab:red", ls="--", alpha=0.6)
+        top = max(top, float(ref.after.streams["streams"].max()))
+    a.set_ylim(0, max(1.0, top) * 1.2)
     a.yaxis.get_major_locator().set_params(integer=True)
     a.set_ylabel(style.STREAMS_AXIS)
 
@@ -250,6 +315,8 @@ def draw(inp: Inputs, sel: pd.DataFrame) -> plt.Figure:
         else:
             _PANELS[name](a, ref, color)
     events = ref.events
+    if ref.after is not None and not ref.after.events.empty:
+        events = pd.concat([events, ref.after.events], ignore_index=True)
     applied = events.dropna(subset=["t_applied"]) if not events.empty else events
     for one in ax.values():
         for t in applied.get("t_applied", []):
