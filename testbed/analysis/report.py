@@ -36,7 +36,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
-from testbed.analysis import ab as stats_ab
+from testbed.analysis import ab_stats as stats_ab
 from testbed.analysis import loading, plots, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
 from testbed.analysis.results import Results

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from netsenseml import accelerator
+from netsenseml import accelerator, methods
 from testbed.config import estimate
 from testbed.config.accelerator import Accelerator
 from testbed.config.scenario import list_scenarios, validate_scenario
@@ -211,7 +211,7 @@ def test_every_shipped_native_scenario_is_estimated_on_a_basis_the_runs_checked(
             est = estimate.estimate(scn, m)
             if wl.command:
                 assert est.get("bound"), name
-            elif stops and estimate._native_to_target(scn, str(m)) is not None:
+            elif stops and estimate._native_to_target(scn, methods.as_spec(m)) is not None:
                 assert est["virtual_s"] <= (wl.time_limit_s or math.inf), (name, m)
             else:
                 want = wl.time_limit_s or wl.steps * estimate.FALLBACK_STEP_S

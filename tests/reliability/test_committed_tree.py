@@ -172,7 +172,7 @@ def test_the_committed_ab_comparisons_of_a_trees_scenarios_are_found_beside_it()
     """accel-crossover's d70 runs 2 seeds a method (one of NetSenseML's degraded); the
     evaluation's answer for accel-d70 is the 6-seed A/B committed in accel-policy/d70: the
     report of accel-crossover finds it (and accel-static's), each folder's session first."""
-    from testbed.analysis import ab as stats_ab
+    from testbed.analysis import ab_stats as stats_ab
 
     runs = REPO / "results" / "runs"
     if not (runs / "accel-policy" / "d70" / "ab.json").is_file():
@@ -189,7 +189,7 @@ def test_the_committed_ab_comparisons_of_a_trees_scenarios_are_found_beside_it()
 
 def _ab_record(tree: Path, seeds: int) -> None:
     """An ab.json of two arms over ``seeds`` seeds whose ratio's interval excludes 1."""
-    from testbed.analysis import ab as stats_ab
+    from testbed.analysis import ab_stats as stats_ab
 
     obs = [stats_ab.Observation(arm, s, "ok", v * (1 + 0.001 * s), f"{arm}-s{s}")
            for arm, v in (("allreduce", 100.0), ("netsenseml", 200.0)) for s in range(seeds)]
