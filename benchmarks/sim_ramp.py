@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from netsenseml import methods  # noqa: E402
 from testbed.common.files import atomic_write_text  # noqa: E402
 from testbed.common.provenance import git_commit  # noqa: E402
 from testbed.simulation import paced  # noqa: E402
@@ -51,7 +52,7 @@ SWEEP = "paper-grid"
 RAMPS = ("resnet18-ramp", "vgg16-ramp", "gpt2-ramp")
 COLUMNS = ["model", "method", "k", "window", "start_s", "end_s", "streams", "samples_per_s",
            "cover", "level", "level_share"]
-LEVEL_COLUMNS = ["model", "method", "start_s", "end_s", "level"]
+LEVEL_COLUMNS = ["model", "method", "start_s", "end_s", "level", "wire"]
 VALIDATION_COLUMNS = ["run", "model", "method", "window", "start_s", "end_s", "streams",
                       "emulated", "simulated", "error_pct", "predicted", "prediction_error_pct",
                       "emu_cover", "sim_cover", "levels_same"]
@@ -104,7 +105,8 @@ def prediction_rows(job: paced.PacedJob, res: paced.PacedResult,
                      "cover": round(cover, 3), "level": dom[0] if dom else "",
                      "level_share": round(dom[1], 4) if dom else None})
     levels = ([{"model": job.model, "method": job.method, "start_s": round(a, 4),
-                "end_s": round(b, 4), "level": lv} for a, b, lv in pr.level_segments(track)]
+                "end_s": round(b, 4), "level": lv, "wire": methods.parse(lv).wire}
+               for a, b, lv in pr.level_segments(track)]
               if job.method in paced.SIMULATED else [])
     return rows, levels
 
@@ -183,18 +185,17 @@ def draw(csv_path: Path, levels_path: Path, out: Path) -> list[Path]:
         if j == 0:
             ax.set_ylabel("throughput per window\n(samples/s, log)")
         mine = lv[lv["model"] == model] if len(lv) else lv
-        names = list(dict.fromkeys(mine["level"])) if len(mine) else []
         for method, g in (mine.groupby("method", sort=False) if len(mine) else []):
-            for _, s in g.iterrows():
-                y = names.index(s["level"])
-                axl.plot([s["start_s"], s["end_s"]], [y, y], lw=3, solid_capstyle="butt",
-                         color=style.method_color(str(method)),
-                         alpha=0.8 if method == "netsenseml" else 0.5)
-        axl.set_yticks(range(len(names)), names, fontsize=7)
-        axl.set_ylim(-0.7, max(len(names), 1) - 0.3)
+            xs = [x for a, b in zip(g["start_s"], g["end_s"], strict=True) for x in (a, b)]
+            ys = [y for y in g["wire"] for _ in (0, 1)]
+            axl.plot(xs, ys, lw=1.5, color=style.method_color(str(method)), label=str(method))
+        if len(mine):
+            axl.legend(fontsize=7, loc="upper right", frameon=False)
+        axl.set_yscale("log")
+        axl.grid(True, which="major", alpha=0.3)
         axl.set_xlabel("time since the first step (virtual s); shaded: iperf3 streams")
         if j == 0:
-            axl.set_ylabel("adaptive level\n(wire format)")
+            axl.set_ylabel("adaptive level: wire bytes\n/ fp32 bytes (log)")
     fig.tight_layout()
     return style.save(fig, out.parent, out.stem)
 
