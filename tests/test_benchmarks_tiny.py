@@ -24,6 +24,7 @@ import csv
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -109,6 +110,25 @@ CPU: dict[str, Tiny] = {
         rf"{NUM} \| {NUM} \| [+-]{NUM} \| {NUM} \| {NUM} \| - \|$",
         rf"^all: 1 points, \|error\| median {NUM} %, worst {NUM} %"],
         written={"paper-grid-validation.csv": ["point", "emulated", "simulated", "error_pct"]}),
+    # one model and method, the ramp's first 15 s (idle, then 1 stream): both CSVs, the figure
+    "sim_ramp": Tiny("sim_ramp.py", [
+        "--models", "resnet18-imagenet", "--methods", "netsenseml", "--time-limit", "15",
+        "--out", "{tmp}"], [
+        rf"^\| resnet18-imagenet \| netsenseml \| {NUM} \| {NUM} \| {NUM} \|$",
+        r"^\| resnet18-imagenet \| netsenseml: level \| \| topk:\S+ \| topk:\S+ \|$",
+        r"^PREDICTION, held out: made at commit \S+ on \d{4}-\d\d-\d\d", r"ramp-prediction\.png$"],
+        written={"ramp-prediction.csv": ["model", "method", "window", "samples_per_s", "level"],
+                 "ramp-prediction-levels.csv": ["model", "method", "start_s", "end_s", "level"]}),
+    # --runs on the committed accel-ramp runs of one arm (NetSenseML, six seeds)
+    "sim_ramp-runs": Tiny("sim_ramp.py", [
+        "--runs", "results/runs/policy-changes/sustained-filter/accel-ramp/netsenseml",
+        "--out", "{tmp}"], [
+        rf"^\| accel-ramp/\S+-s0 \| netsenseml \| {NUM} \| idle \(0 s\) \| {NUM} \| {NUM} \| "
+        rf"[+-]{NUM} \| - \| - \| 1\.00/1\.00 \| {NUM} \|$",
+        rf"^throughput per window: \d+ windows, \|error\| median {NUM} %",
+        rf"^levels same: 6 adaptive runs, median {NUM} %, lowest {NUM} %"],
+        written={"ramp-validation.csv": ["run", "window", "emulated", "simulated", "error_pct",
+                                          "levels_same"]}),
     "sim_scale": Tiny("sim_scale.py", ["--workers", "8", "--steps", "2", "--repeat", "1"], [
         rf"^allreduce on a congested fattree of 8 workers, 2 steps: {NUM} s wall.*step {NUM} s"]),
     "compressors": Tiny("compressors.py", ["--sizes", "100000", "--reps", "1"], [
@@ -158,9 +178,11 @@ def _argv(tiny: Tiny, tmp: Path) -> list[str]:
 
 
 def _start(tiny: Tiny, tmp: Path) -> subprocess.Popen[str]:
+    """The benchmark in a process group of its own (its children: simulations, ranks)."""
     tmp.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(_argv(tiny, tmp), cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
 
 
 def _check(tiny: Tiny, code: int, out: str, err: str, tmp: Path) -> None:
@@ -185,8 +207,8 @@ def started(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     procs = {key: (_start(CPU[key], base / key), base / key) for key in CPU if key in selected}
     yield procs
     for proc, _ in procs.values():
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # run here but tested on another xdist worker, or timed out:
+            os.killpg(proc.pid, signal.SIGKILL)  # its forked children hold its stdout too
             proc.communicate()
 
 

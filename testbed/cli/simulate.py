@@ -440,7 +440,6 @@ def _scenario_configs(scenario: str, methods: str | None,
     its accelerator's profile entry, the dilation factor its rule sets (a number, or the
     estimate of ``auto``, testbed.config.estimate)."""
     from netsenseml import accelerator
-    from testbed.config.estimate import estimate
     from testbed.config.scenario import ScenarioError, apply_overrides, load_scenario
 
     try:
@@ -448,15 +447,26 @@ def _scenario_configs(scenario: str, methods: str | None,
                               parse_overrides(sets))
     except ScenarioError as exc:
         fail(str(exc))
-    acc, wl = scn.accelerator, scn.workload
-    if acc is None:
+    if scn.accelerator is None:
         fail(f"{scenario}: no accelerator: block (the paced simulation needs a profile)")
     try:
-        timing = acc.timing(wl.model, wl.knobs(), wl.batch_size)
+        return paced_configs(scn, parse_paced_methods(methods) if methods
+                             else list(scn.methods))
     except accelerator.ProfileError as exc:
         fail(f"accelerator.profile: {exc}")
+
+
+def paced_configs(scn: Any, methods: list[str]) -> list[dict[str, Any]]:
+    """What a run of the loaded scenario ``scn`` (with an ``accelerator:`` block) would
+    write in its config.json, one per method: its profile entry's timing, the dilation
+    factor its rule sets (a number, or the estimate of ``auto``, testbed.config.estimate).
+    ``accelerator.ProfileError`` where the profile has no entry for the workload."""
+    from testbed.config.estimate import estimate
+
+    acc, wl = scn.accelerator, scn.workload
+    timing = acc.timing(wl.model, wl.knobs(), wl.batch_size)
     out = []
-    for m in parse_paced_methods(methods) if methods else list(scn.methods):
+    for m in methods:
         k = float(acc.dilation) if acc.dilation != "auto" else float(estimate(scn, m)["k"])
         out.append({"scenario": scn.model_dump(mode="json"), "method": m,
                     "world_size": scn.world_size,

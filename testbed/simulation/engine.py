@@ -100,7 +100,9 @@ class SimulationFailed(RuntimeError):
     """A simulation's process died or raised; the message names which one and why."""
 
 
-def _child(fn: Callable[[Any], Any], item: Any, conn: Any) -> None:
+def _child(fn: Callable[[Any], Any], item: Any, conn: Any, parents: list[Any]) -> None:
+    for end in parents:  # the fork's copies of the parent's reading ends: with one left
+        end.close()      # open here, a parent that died would leave this send blocked
     try:
         conn.send(("ok", fn(item)))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
@@ -123,7 +125,8 @@ def run_isolated(fn: Callable[[T], R], items: Iterable[T], workers: int = 1) -> 
             while todo and len(running) < max(1, workers):
                 i, item = todo.pop(0)
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(fn, item, send), daemon=True)
+                proc = ctx.Process(target=_child, daemon=True, args=(
+                    fn, item, send, [recv, *(r for _, _, r in running)]))
                 proc.start()
                 send.close()
                 running.append((i, proc, recv))

@@ -365,9 +365,7 @@ class _Paced(_Simulation):
                 for flow in job.cross:
                     self.sg.Actor.create(f"cross-{flow.src}-{flow.dst}", self.hosts[0],
                                          self.cross_actor, flow, end)
-        for c in self.bulk:
-            c.cancel()
-        self.bulk.clear()
+        self.end_flows()
         self.sg.this_actor.exit()
 
     def finished_paced(self, step: int, origin: float) -> bool:

@@ -180,14 +180,17 @@ def sim_link_util(job: paced.PacedJob, res: paced.PacedResult) -> float | None:
     return round(volume / paced.GOODPUT * 8 / (job.bottleneck_mbit * 1e6 * span), 4)
 
 
-def _same(level: str, ratio: float, emu: dict[str, str]) -> bool:
-    if level != emu.get("level"):
+def same_level(level: str, ratio: float, other: str | None,
+               other_ratio: float | str | None) -> bool:
+    """The same level, and for top-k a ratio within ``RATIO_TOL`` of the other's (a ratio
+    as ``steps.csv`` writes it, text, or a number)."""
+    if level != other:
         return False
     if level != "topk":
         return True
     try:
-        return abs(ratio / float(emu["ratio"]) - 1.0) <= RATIO_TOL
-    except (KeyError, ValueError, ZeroDivisionError):
+        return abs(ratio / float(other_ratio) - 1.0) <= RATIO_TOL  # type: ignore[arg-type]
+    except (TypeError, ValueError, ZeroDivisionError):
         return False
 
 
@@ -197,7 +200,8 @@ def levels_same(emu: list[dict[str, str]], sim: list[tuple[str, float, float]]) 
     total = sum(float(e["step_s"]) for e, _ in pairs)
     if not pairs or total <= 0:
         return None
-    same = sum(float(e["step_s"]) for e, (lv, r, _) in pairs if _same(lv, r, e))
+    same = sum(float(e["step_s"]) for e, (lv, r, _) in pairs
+               if same_level(lv, r, e.get("level"), e.get("ratio")))
     return round(same / total, 4)
 
 

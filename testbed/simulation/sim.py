@@ -373,6 +373,7 @@ class _Simulation:
         self.probe: dict[str, float] = {}
         self.bulk: list[Any] = []
         self.cross_t: float | None = None  # when the first cross flow started (run clock)
+        self.ended = False  # the job's last step is over: no cross flow starts or stops
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
@@ -459,6 +460,8 @@ class _Simulation:
         links on its route marked full meanwhile."""
         sg, built, buckets = self.sg, self.built, self.buckets
         sg.this_actor.sleep_until(origin + flow.start_s)
+        if self.ended:
+            return
         keys = built.route(flow.src, flow.dst) if built.route else []
         if self.cross_t is None:
             self.cross_t = self.e.clock - origin
@@ -472,6 +475,8 @@ class _Simulation:
         if flow.stop_s is None:
             return
         sg.this_actor.sleep_until(origin + flow.stop_s)
+        if self.ended:  # its comms were cancelled with the others
+            return
         for c in comms:
             c.cancel()
             self.bulk.remove(c)
@@ -529,10 +534,16 @@ class _Simulation:
                 counted += 1
             if self.finished(counted, origin):
                 break
+        self.end_flows()
+        self.sg.this_actor.exit()
+
+    def end_flows(self) -> None:
+        """After the job's last step: every bulk flow ends, and a cross flow's actor still
+        waiting to start or stop (a job that ends within a level) does nothing more."""
+        self.ended = True
         for c in self.bulk:
             c.cancel()
         self.bulk.clear()
-        self.sg.this_actor.exit()
 
     def start_background(self) -> None:
         """Another job's bulk TCP flows (fat-tree, dragonfly), weighted as cross flows."""

@@ -318,3 +318,14 @@ def test_powersgds_dense_warm_up_is_read_as_the_run_read_it() -> None:
     assert steady == pytest.approx(metrics.throughput(rows))
     point, = pv.validate(GRID, only="rate_mbit=1000/powersgd-4-s0")[0]
     assert point.simulated == pytest.approx(steady)
+
+
+def test_a_job_that_ends_within_a_stream_level_ends() -> None:
+    """A committed ramp run (accel-ramp: iperf3 at 1 stream from 0.04 to 0.12 s) simulated
+    with its time limit inside that level: the flow's stop, due after the job's end, does
+    nothing (it aborted SimGrid before: its comms had been cancelled with the job's end)."""
+    run = (ROOT / "results" / "runs" / "policy-changes" / "sustained-filter" / "accel-ramp"
+           / "netsenseml" / "accel-ramp" / "20261207-133236-netsenseml-s0")
+    job = replace(paced.from_run(run), time_limit_s=0.1)
+    res = paced.simulate_isolated([job])[0]
+    assert res.steps and res.steps[-1].t < 0.1 + 0.01

@@ -11,6 +11,12 @@ imported (``make setup`` installs it).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from testbed.simulation import engine
@@ -226,3 +232,46 @@ def test_the_simulation_refuses_adaptive_methods_it_cannot_run() -> None:
     assert "accordion" not in SIMULATED_ADAPTIVE
     with pytest.raises(ValueError, match="stellatrain"):
         level_of("accordion")
+
+
+def test_a_simulation_whose_parent_died_ends_with_it(tmp_path: Path) -> None:
+    """``engine.run_isolated``'s child sends its result up a pipe; where its parent was
+    killed (a test's timeout, a user's ^C) the send must fail and the child end, not
+    block for ever on a pipe whose only reader left is the fork's own copy (it did: the
+    tiny benchmark runs found two such orphans)."""
+    root = Path(__file__).resolve().parents[2]
+    pid_file = tmp_path / "pid"
+    script = (f"import os, sys, time\nsys.path.insert(0, {str(root)!r})\n"
+              "from testbed.simulation import engine\n"
+              "def fn(_):\n"
+              f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+              "    time.sleep(1.0)\n"
+              "    return 'x' * (1 << 20)  # more than a pipe's buffer holds\n"
+              "engine.run_isolated(fn, [0])\n")
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    child = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                state = "gone"
+            if state in ("gone", "Z"):
+                break
+            time.sleep(0.1)
+        assert state in ("gone", "Z"), f"the orphaned simulation {child} is still {state}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child is not None:
+            try:
+                os.kill(child, 9)
+            except ProcessLookupError:
+                pass
