@@ -1,8 +1,7 @@
-"""How long ``netsense advise`` takes to answer, and how its closed form compares with the
-paper-scale emulated runs.
+"""How long ``netsense advise`` takes to answer.
 
     .venv/bin/python benchmarks/advise_speed.py [--workers 8,64,1024] [--repeat 3]
-        [--rate 1000] [--runs results/runs/paper-scale]
+        [--rate 1000]
 
 **Speed** (target: <= 10 s for any built-in model up to 1024 workers): the wall time of
 the whole command as a user runs it (``netsense advise MODEL -w W --rate R`` in a fresh
@@ -10,13 +9,8 @@ process: the interpreter's start, the imports, every method, the crossover searc
 rates), for every model the shipped profile has an entry for, median and worst of
 ``--repeat`` tries.
 
-**Against emulated runs** (``--runs``): each (rate, method) of the committed paper-scale
-runs (ResNet-18, 8 emulated A100s, star; recorded gradients) against advise's prediction
-of the same point: the mean over seeds of summary.json's throughput, the prediction, the
-error. advise's goodput share (``ETA``) was fitted on the allreduce rows, so those are
-marked ``fitted``; the others are held out. PowerSGD's run is left out: its 5-step window
-holds torch's two dense start-up steps and its host codec ran unpaced (degraded;
-results/README.md), so it is not PowerSGD's steady state, which advise predicts.
+How its closed form compares with the emulated runs (the paper grid's, or the earlier
+paper-scale runs its goodput share was fitted on): ``benchmarks/advise_validation.py``.
 """
 
 from __future__ import annotations
@@ -56,31 +50,12 @@ def speed(workers: list[int], rate: float, repeat: int) -> None:
           f"{'met' if worst_all <= TARGET_S else 'MISSED'}")
 
 
-def against_runs(folder: Path) -> None:
-    checks = adv.against_runs(folder)
-    print("| rate Mbit/s | method | workers | seeds | measured | predicted | error | |")
-    print("|---|---|---|---|---|---|---|---|")
-    for c in checks:
-        print(f"| {c.rate_mbit:g} | {c.method} | {c.workers} | {c.seeds} | {c.measured:.0f} | "
-              f"{c.predicted:.0f} | {c.error_pct:+.1f} % | "
-              f"{'fitted' if c.fitted else 'held out'} |")
-    errs = [abs(c.error_pct) for c in checks if not c.fitted]
-    if errs:
-        print(f"\nheld out: {len(errs)} points, |error| median {statistics.median(errs):.1f} %, "
-              f"worst {max(errs):.1f} %")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", default="8,64,1024")
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--runs", type=Path, default=None,
-                    help="paper-scale run folders to compare with (no timing then)")
     a = ap.parse_args()
-    if a.runs is not None:
-        against_runs(a.runs)
-        return
     speed([int(w) for w in a.workers.split(",")], a.rate, a.repeat)
 
 

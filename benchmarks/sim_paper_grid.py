@@ -18,7 +18,6 @@ median <= 5 %, worst <= 10 %. ``--out`` writes ``paper-grid-validation.csv`` and
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,21 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testbed.common.provenance import git_commit  # noqa: E402
 from testbed.simulation import paced_validation as pv  # noqa: E402
 
 TARGET_MEDIAN, TARGET_WORST = 5.0, 10.0
-
-
-def commit() -> str:
-    """This code's commit, ``+dirty`` where the work tree differs from it (the table this
-    writes aside: an earlier one being replaced is not the code)."""
-    def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
-    rev = git("rev-parse", "--short", "HEAD") or "?"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                ":(exclude)results/simulation/paper-grid-validation.*")
-    return rev + ("+dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"targets: median <= {TARGET_MEDIAN:g} %, worst <= {TARGET_WORST:g} %; "
           f"{len(points)} simulations in {time.perf_counter() - t0:.1f} s")
     if args.out:
-        pv.write(points, skipped, Path(args.out), args.runs, commit())
+        pv.write(points, skipped, Path(args.out), args.runs, git_commit(
+            exclude=("results/simulation/paper-grid-validation.*",)))
     return 0
 
 

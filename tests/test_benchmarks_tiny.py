@@ -76,9 +76,16 @@ CPU: dict[str, Tiny] = {
     "advise_speed": Tiny("advise_speed.py", ["--workers", "8", "--repeat", "1"], [
         rf"^\| resnet18-imagenet \| 8 \| {NUM} \| {NUM} \| {NUM} \|$",
         rf"^worst answer {NUM} s; target <= 10 s: (met|MISSED)$"]),
-    "advise_speed-runs": Tiny("advise_speed.py", ["--runs", "results/runs/paper-scale"], [
-        rf"^\| 1000 \| topk:0.01 \| 8 \| 3 \| {NUM} \| {NUM} \| [+-]{NUM} % \| held out \|$",
-        rf"^held out: \d+ points, \|error\| median {NUM} %, worst {NUM} %$"]),
+    # the committed paper-grid runs at one rate: a run's row, a family's spread, the files
+    "advise_validation": Tiny("advise_validation.py", [
+        "results/runs/paper-grid", "--only", "rate_mbit=300/", "--out", "{tmp}"], [
+        rf"^\| resnet18-star/rate_mbit=300/fp16-s0 \| resnet18-imagenet \| star \| 8 \| 300 \| "
+        rf"{NUM} \| fp16 \| allreduce \| {NUM} \| {NUM} \| [+-]{NUM} \|$",
+        rf"^\| resnet18-imagenet \| all-gather \(int8, top-k, DGC\) \| \d+ \| {NUM} \| "
+        rf"{NUM} \| \S+ \| [+-]{NUM} \|$",
+        rf"^all: \d+ held-out runs, \|error\| median {NUM} %, worst {NUM} %$"],
+        written={"advise-validation.csv": ["run", "model", "method", "family", "measured",
+                                           "predicted", "error_pct", "held_out"]}),
     # one model, one rate, two worker counts: the CSV and the figure drawn from it
     "advise_scale": Tiny("advise_scale.py", [
         "--models", "resnet18-imagenet", "--rates", "1000", "--workers", "8,16",

@@ -155,7 +155,7 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
                   "x_allreduce": round(r.throughput / base, 3) if base else None,
                   "uncertainty_pct": None if math.isnan(r.uncertainty_pct)
                   else r.uncertainty_pct, "uncertainty_from": r.uncertainty_from,
-                  "levels": r.levels} for r in rows],
+                  "family": r.family, "levels": r.levels} for r in rows],
         "best": best.method, "runner_up": runner.method, "margin_pct": round(100 * margin, 1),
         "firm": firm,
         "crossovers": [{"rate_mbit": round(x.rate_mbit, 1), "below": x.below, "above": x.above}
@@ -178,12 +178,11 @@ def _answer(adv: Any, work: Any, net: Any, rows: list[Any], best: Any, runner: A
             + (", ".join(free) if free else "none here"),
             "one machine per worker (no CPU sharing); communication overlaps the backward "
             "as DDP's buckets are released (the pacer's schedule)",
-            "uncertainty (the +- column): the SimGrid model's worst held-out throughput "
-            "error per method (results/simulation/validation-summary.csv, thr_worst_pct; "
-            "MLP at 20 Mbit/s, 2-8 workers, three seeds a point): the simulation's "
-            "validation table, not a validation of this closed form at this scale (that "
-            "is the next line's, at 8 workers only)",
-            _runs_line(adv),
+            "uncertainty (the +- column): per method family, the worst held-out |throughput "
+            "error| of this closed form against the emulated paper grid "
+            "(results/simulation/advise-validation.csv, benchmarks/advise_validation.py; "
+            "the 'uncertainty' lines say which runs), where the grid has none the SimGrid "
+            "model's on the small MLP (validation-summary.csv)",
             "engine: the closed form (testbed.simulation.advise), not SimGrid: one SimGrid "
             "point at 1024 workers takes 12-21 s; not simulated: "
             + "; ".join(f"{k} ({v})" for k, v in adv.NOT_SIMULATED.items()),
@@ -298,22 +297,6 @@ def _measured(folder: Path, method: str) -> float | None:
     return None if best is None else best[1]
 
 
-def _runs_line(adv: Any) -> str:
-    """The closed form against the committed paper-scale emulated runs, computed now."""
-    import statistics
-
-    checks = adv.against_runs()
-    held = [abs(c.error_pct) for c in checks if not c.fitted]
-    if not held:
-        return "no paper-scale emulated runs at hand to check the closed form against"
-    rates = "/".join(f"{r:g}" for r in sorted({c.rate_mbit for c in checks}))
-    return (f"the closed form against the paper-scale emulated runs (results/runs/paper-scale:"
-            f" ResNet-18, 8 workers, star at {rates} Mbit/s; goodput fitted on allreduce's): "
-            f"{len(held)} held-out points, |throughput error| median "
-            f"{statistics.median(held):.1f} %, worst {max(held):.1f} % "
-            "(benchmarks/advise_speed.py --runs)")
-
-
 def _text(a: dict[str, Any]) -> str:
     """The answer as a table and lines."""
     head = (f"{a['model']} (batch {a['batch_size']}/worker) on {a['workers']} workers, "
@@ -340,6 +323,8 @@ def _text(a: dict[str, Any]) -> str:
         else:
             lines.append("crossovers (1 Mbit/s - 400 Gbit/s): none; "
                          f"{a['best']} is best at every rate searched")
+    lines += ["", "uncertainty (+-), per method family:"] + [
+        f"  - {', '.join(ms)}: +-{pct} %, {src}" for (pct, src), ms in _sources(a["rows"])]
     if a.get("check"):
         lines += ["", "check (emulated, payload mode, seed 0):", "",
                   "| method | predicted | measured | error | within the uncertainty |",
@@ -349,6 +334,15 @@ def _text(a: dict[str, Any]) -> str:
                          f"{c['error_pct']:+.1f} % | {'yes' if c['within'] else 'no'} |")
     lines += ["", "assumed:"] + [f"  - {s}" for s in a["assumed"]]
     return "\n".join(lines)
+
+
+def _sources(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, str], list[str]]]:
+    """The rows' uncertainty figures and sources, each with its methods (first seen first)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        pct = "?" if r["uncertainty_pct"] is None else f"{r['uncertainty_pct']:g}"
+        out.setdefault((pct, r["uncertainty_from"]), []).append(r["method"])
+    return list(out.items())
 
 
 def _levels(levels: dict[str, int], most: int = 3) -> str:

@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import platform
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from testbed.common.processes import is_same_process
 
 
-def git_commit() -> str:
-    """The source's commit (``+dirty`` with uncommitted changes); "?" outside a checkout."""
+def git_commit(exclude: Sequence[str] = ()) -> str:
+    """The source's commit (``+dirty`` with uncommitted changes, not counting those to the
+    paths ``exclude`` matches: a table being rewritten by the code that writes it); "?"
+    outside a checkout."""
     root = Path(__file__).resolve().parents[2]
+    aside = ["--", ".", *(f":(exclude){e}" for e in exclude)] if exclude else []
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
                               capture_output=True, text=True, check=False, timeout=5)
         if head.returncode != 0:
             return "?"
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"],
+                                "--untracked-files=no", *aside],
                                capture_output=True, text=True, check=False, timeout=10)
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):

@@ -40,16 +40,20 @@ where due. Their throughput is the mean over steps 2..``ADAPTIVE_STEPS`` as a pa
 measures it. The prototype's rule (it times every collective on the real clock) and
 Accordion (it reads gradient values) are not simulated (said in the answer).
 
-The uncertainty is the SimGrid model's held-out throughput error
-(``results/simulation/validation-summary.csv``: column ``thr_worst_pct``, the worst point
-of the method's row, three seeds a point; idle or congested by ``streams``): the only
-validation table this testbed has. It was measured for the small MLP at 20 Mbit/s on 2-8
-emulated workers, and for SimGrid, not this closed form; advise says so with every answer.
+The uncertainty is this closed form's own error against the emulated paper grid
+(``results/simulation/advise-validation.csv``, written by ``benchmarks/advise_validation.py``
+from every committed paper-grid run: payload mode, 8 emulated A100s): per method family
+(:data:`FAMILIES`: what a method puts on the ring decides what the closed form gets right or
+wrong), the worst held-out |throughput error| of the family's runs of the asked model, or
+of every model's where the grid has none of it. A family the grid has no run of, and a
+congested network (the grid's runs are idle), fall back to the SimGrid model's held-out
+error on the small MLP at 20 Mbit/s (``validation-summary.csv``), said so in the answer.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -84,7 +88,8 @@ LAYOUTS = Path(__file__).with_name("layouts.json")
 VALIDATION = Path(__file__).resolve().parents[2] / "results" / "simulation" / \
     "validation-summary.csv"
 SIMCAL = VALIDATION.with_name("simcal.json")
-PAPER_RUNS = VALIDATION.parents[1] / "runs" / "paper-scale"
+#: The closed form against every committed paper-grid run (benchmarks/advise_validation.py).
+PAPER_VALIDATION = VALIDATION.with_name("advise-validation.csv")
 #: Rates searched for crossovers (Mbit/s): 1 Mbit/s to 400 Gbit/s.
 SEARCH_MBIT = (1.0, 400_000.0)
 SEARCH_POINTS = 64
@@ -97,8 +102,11 @@ ALPHA_S = 50e-6
 #: allreduce only (ResNet-18, 8 emulated A100s, star at 1000 and 300 Mbit/s,
 #: results/runs/paper-scale: 330 and 100 samples/s, 0.86x what a 1448-in-1514-byte TCP
 #: goodput predicts, at both rates); every other method of those runs is held out
-#: (`benchmarks/advise_speed.py --runs results/runs/paper-scale` prints their error).
+#: (`benchmarks/advise_validation.py results/runs/paper-scale` prints their error), and
+#: so is every run of the paper grid (results/runs/paper-grid), which the fit never saw.
 ETA = 0.825
+#: The runs ``ETA`` was fitted on: the plain-allreduce runs under this tree (not held out).
+ETA_FIT_RUNS = Path("results") / "runs" / "paper-scale"
 #: Two methods within this share of each other tie; the first in the caller's order wins
 #: (an adaptive method that settles on a fixed level ties with that level).
 TIE = 1e-3
@@ -392,12 +400,12 @@ class Row:
     uncertainty_pct: float
     uncertainty_from: str
     levels: dict[str, int] = field(default_factory=dict)
+    family: str = ""
 
 
 def predict(work: Workload, net: Network, method_list: Sequence[str],
             adaptive_steps: int = ADAPTIVE_STEPS) -> list[Row]:
     """One row per method at ``net``'s rate, fastest first."""
-    unc = uncertainty_table()
     rows = []
     for m in method_list:
         if m in ADAPTIVE:
@@ -406,8 +414,9 @@ def predict(work: Workload, net: Network, method_list: Sequence[str],
         else:
             st = step(work, net, m)
             s, levels, exposed = st.step_s, {}, st.exposed_s
-        u, src = uncertainty(unc, m, net.streams > 0)
-        rows.append(Row(m, s, exposed, net.workers * work.batch_size / s, u, src, levels))
+        u, src = uncertainty(m, work.model, net.streams > 0)
+        rows.append(Row(m, s, exposed, net.workers * work.batch_size / s, u, src, levels,
+                        family(m)))
     order = {m: i for i, m in enumerate(method_list)}
     rows.sort(key=lambda r: (-r.throughput, order[r.method]))
     return rows
@@ -420,13 +429,21 @@ def best_of(rows: Sequence[Row], method_list: Sequence[str]) -> Row:
     return next(tied[m] for m in method_list if m in tied)
 
 
+def step_time(work: Workload, net: Network, method: str,
+              adaptive_steps: int = ADAPTIVE_STEPS) -> float:
+    """``method``'s step: a fixed one's steady step, an adaptive one's mean over its steps."""
+    if method in ADAPTIVE:
+        return adaptive(work, net, method, adaptive_steps)[0]
+    return step(work, net, method).step_s
+
+
 def best_at(work: Workload, net: Network, method_list: Sequence[str], rate: float,
             adaptive_steps: int) -> str:
     """The fastest method at ``rate`` (ties: ``TIE``)."""
     n = net.at(rate)
     best, best_s = "", math.inf
     for m in method_list:
-        s = adaptive(work, n, m, adaptive_steps)[0] if m in ADAPTIVE else step(work, n, m).step_s
+        s = step_time(work, n, m, adaptive_steps)
         if s < best_s * (1 - TIE):
             best, best_s = m, s
     return best
@@ -467,6 +484,109 @@ def crossovers(work: Workload, net: Network, method_list: Sequence[str],
 
 
 # ----------------------------------------------------------------------------- uncertainty
+#: What a method puts on the ring, which decides what the closed form gets right or wrong:
+#: family -> what it holds (``family``).
+FAMILIES = {
+    "allreduce": "dense allreduce (allreduce, fp16, bf16, random-k)",
+    "allgather": "all-gather (int8, top-k, DGC)",
+    "lowrank": "low rank (PowerSGD: chained allreduces)",
+    "adaptive": "adaptive (NetSenseML, StellaTrain: their policy's levels)",
+}
+
+
+def family(method: str | methods.MethodSpec) -> str:
+    """``method``'s family (:data:`FAMILIES`), from the method registry."""
+    spec = methods.as_spec(method)
+    if spec.adaptive:
+        return "adaptive"
+    if spec.rank is not None:
+        return "lowrank"
+    return "allgather" if spec.collective == "allgather" else "allreduce"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The closed form's |throughput error| over a family's held-out paper-grid runs."""
+
+    family: str
+    models: tuple[str, ...]
+    methods: tuple[str, ...]
+    runs: int
+    median_pct: float
+    worst_pct: float
+    worst_run: str
+    mean_signed_pct: float
+    workers: tuple[int, ...]
+    topologies: tuple[str, ...]
+    rates: tuple[float, ...]
+
+    def source(self) -> str:
+        """Where the figure comes from, in a line."""
+        rates = f"{min(self.rates):g}" + (f"-{max(self.rates):g}" if len(self.rates) > 1 else "")
+        return (f"worst |error| vs the emulated paper grid ({PAPER_VALIDATION.name}): "
+                f"{self.runs} runs of {', '.join(self.models)}, "
+                f"{'/'.join(str(w) for w in self.workers)} workers, "
+                f"{'/'.join(self.topologies)}, {rates} Mbit/s; median {self.median_pct:.1f} %")
+
+
+def spreads(rows: Sequence[dict[str, str]]) -> dict[tuple[str | None, str], Spread]:
+    """Per ``(model, family)`` and per ``(None, family)`` (every model), the spread of the
+    held-out idle rows of an advise-validation table (its CSV's rows, as text)."""
+    groups: dict[tuple[str | None, str], list[dict[str, str]]] = {}
+    for r in rows:
+        if r["held_out"] != "True" or float(r["streams"]) != 0:
+            continue
+        groups.setdefault((r["model"], r["family"]), []).append(r)
+        groups.setdefault((None, r["family"]), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        errs = [float(r["error_pct"]) for r in rs]
+        worst = max(rs, key=lambda r: abs(float(r["error_pct"])))
+        out[key] = Spread(
+            key[1], tuple(sorted({r["model"] for r in rs})),
+            tuple(sorted({r["method"] for r in rs})), len(rs),
+            round(_median([abs(e) for e in errs]), 1), round(abs(float(worst["error_pct"])), 1),
+            worst["run"], round(sum(errs) / len(errs), 1),
+            tuple(sorted({int(r["workers"]) for r in rs})),
+            tuple(sorted({r["topology"] for r in rs})),
+            tuple(sorted({float(r["rate_mbit"]) for r in rs})))
+    return out
+
+
+def _median(xs: Sequence[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
+
+
+@functools.cache
+def paper_spreads(path: Path = PAPER_VALIDATION) -> dict[tuple[str | None, str], Spread]:
+    """:func:`spreads` of the committed advise-validation table (empty if absent)."""
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as fh:
+        return spreads(list(csv.DictReader(fh)))
+
+
+def uncertainty(method: str, model: str, congested: bool) -> tuple[float, str]:
+    """The stated +- of ``method``'s prediction for ``model`` and where it comes from: its
+    family's worst error against the emulated paper grid (the model's runs, else every
+    model's), else the SimGrid validation's (:func:`simgrid_uncertainty`), said so."""
+    fam = family(method)
+    table = {} if congested else paper_spreads()
+    spread = table.get((model, fam)) or table.get((None, fam))
+    if spread is not None:
+        missing = [x for x, have in ((model, spread.models), (method, spread.methods))
+                   if x not in have]
+        other = f" (no run of {' or '.join(missing)}: the family's)" if missing else ""
+        return spread.worst_pct, f"{FAMILIES[fam]}: {spread.source()}{other}"
+    why = ("the paper grid's runs are idle" if congested
+           else "no paper-grid run of this family")
+    u, src = simgrid_uncertainty(uncertainty_table(), method, congested)
+    return u, (f"{FAMILIES[fam]}: {why}; the SimGrid MLP validation's worst "
+               f"(20 Mbit/s, 2-8 workers, {VALIDATION.name}: {src})")
+
+
 _NEAREST = {"bf16": "fp16", "randomk": "allreduce"}
 
 
@@ -479,11 +599,11 @@ def uncertainty_table(path: Path = VALIDATION) -> dict[tuple[str, str], float]:
                 for r in csv.DictReader(fh) if r.get("thr_worst_pct")}
 
 
-def uncertainty(table: dict[tuple[str, str], float], method: str,
-                congested: bool) -> tuple[float, str]:
-    """The method's worst held-out throughput error and which row gave it: its own row,
-    the nearest validated level (top-k / DGC by ratio, bf16 as fp16), else the worst of
-    every row (a method never validated)."""
+def simgrid_uncertainty(table: dict[tuple[str, str], float], method: str,
+                        congested: bool) -> tuple[float, str]:
+    """The SimGrid model's worst held-out throughput error for ``method`` and which row gave
+    it: its own row, the nearest validated level (top-k / DGC by ratio, bf16 as fp16), else
+    the worst of every row (a method never validated)."""
     cond = "congested" if congested else "idle"
     spec = methods.parse(method)
     if spec.topk_ratio is not None:
@@ -543,55 +663,4 @@ def allowed_methods() -> list[str]:
         if info.kind == "compressor" and info.wire is None:
             continue
         out.append(info.form)
-    return out
-
-
-# ----------------------------------------------------------------------------- emulated runs
-@dataclass(frozen=True)
-class RunCheck:
-    """One (rate, method) of the paper-scale emulated runs against the prediction."""
-
-    rate_mbit: float
-    method: str
-    workers: int
-    seeds: int
-    measured: float
-    predicted: float
-    fitted: bool  # ``ETA`` was fitted on it (allreduce): not held out
-
-    @property
-    def error_pct(self) -> float:
-        return 100 * (self.predicted / self.measured - 1)
-
-
-def against_runs(folder: Path = PAPER_RUNS) -> list[RunCheck]:
-    """Every ok ResNet-18 star run under ``folder`` (the committed paper-scale runs: 8
-    emulated A100s, recorded gradients), its seeds' mean throughput against advise's
-    prediction at the same rate and worker count. PowerSGD's run is left out: its window
-    holds torch's two dense start-up steps and its host codec ran unpaced (degraded;
-    results/README.md), so it is not the steady state advise predicts."""
-    seen: dict[tuple[float, str, int], list[float]] = {}
-    for summary in sorted(folder.rglob("summary.json")) if folder.is_dir() else []:
-        try:
-            s = json.loads(summary.read_text())
-            cfg = json.loads((summary.parent / "config.json").read_text())
-            topo, wl = cfg["scenario"]["topology"], cfg["scenario"]["workload"]
-            method = str(cfg["method"])
-            spec = methods.parse(method)  # the run folder's method enters here
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if (s.get("status") != "ok" or s.get("throughput_samples_per_s") is None
-                or topo.get("kind") != "star" or wl.get("model") != "resnet18-imagenet"
-                or spec.dense_steps or spec.plugin):
-            continue
-        key = (float(topo["rate_mbit"]), method, int(topo["n_workers"]))
-        seen.setdefault(key, []).append(float(s["throughput_samples_per_s"]))
-    if not seen:
-        return []
-    work = load_workload("resnet18-imagenet")
-    out = []
-    for (rate, method, workers), thr in sorted(seen.items()):
-        row, = predict(work, Network("star", workers, rate), [method])
-        out.append(RunCheck(rate, method, workers, len(thr), sum(thr) / len(thr),
-                            row.throughput, methods.parse(method).reference))
     return out

@@ -65,9 +65,11 @@ def test_the_answer_names_margin_uncertainty_crossovers_and_assumptions(
     best, runner = rows[a["best"]], rows[a["runner_up"]]
     assert a["margin_pct"] == pytest.approx(100 * (best["throughput"] / runner["throughput"] - 1),
                                             abs=0.2)
-    assert rows["allreduce"]["uncertainty_from"] == "allreduce idle"
-    assert rows["allreduce"]["uncertainty_pct"] == 4.6  # validation-summary.csv's row
-    assert "not validated" in rows["powersgd:4"]["uncertainty_from"]
+    # each family's figure from the paper grid's table (test_advise_validation.py holds
+    # the figures to the table)
+    for m in ("allreduce", "powersgd:4", "topk:0.001", "netsenseml"):
+        assert "vs the emulated paper grid (advise-validation.csv)" in \
+            rows[m]["uncertainty_from"], rows[m]
     # each crossover: the best just below differs from the best just above
     work, net = adv.load_workload("resnet18-imagenet"), adv.Network("star", 8, 1000.0)
     assert a["crossovers"]
@@ -77,7 +79,7 @@ def test_the_answer_names_margin_uncertainty_crossovers_and_assumptions(
         assert adv.best_at(work, net, adv.DEFAULT_METHODS, x["rate_mbit"] * 1.03, 40) == x["above"]
     text = " ".join(a["assumed"])
     for needle in ("a100-estimated", "origin: assumed", "DDP's layout", "50 us (assumed)",
-                   "validation-summary.csv", "netsenseml-paper"):
+                   "advise-validation.csv", "validation-summary.csv", "netsenseml-paper"):
         assert needle in text
     assert "is free on the device: none here" in text  # the entry prices every codec
     mlp = " ".join(_answer(capsys, ["mlp", "--workers", "8", "--rate", "1000"])["assumed"])
@@ -92,7 +94,9 @@ def test_competing_streams_slow_the_dense_methods_and_read_the_congested_row(
     thr = {r["method"]: r["throughput"] for r in idle["rows"]}
     thr4 = {r["method"]: r for r in busy["rows"]}
     assert thr4["allreduce"]["throughput"] < 0.6 * thr["allreduce"]
-    assert thr4["allreduce"]["uncertainty_from"] == "allreduce congested"
+    # the paper grid's runs are idle: a congested network falls back to SimGrid's row
+    assert "runs are idle" in thr4["allreduce"]["uncertainty_from"]
+    assert "allreduce congested" in thr4["allreduce"]["uncertainty_from"]
 
 
 @pytest.mark.parametrize(("args", "needles"), [
@@ -184,16 +188,6 @@ def test_an_unshipped_model_is_probed_in_a_child() -> None:
     probed = adv.load_workload("resnet18-imagenet", layouts=Path("/nonexistent.json"))
     assert probed.buckets == shipped.buckets
     assert "probed now" in probed.layout_origin
-
-
-def test_the_closed_form_holds_the_paper_scale_emulated_runs() -> None:
-    """Against the committed paper-scale runs (ResNet-18, 8 emulated A100s, star at 300 and
-    1000 Mbit/s), every held-out method within 15 % (at commit: median 2.6 %, worst
-    10.8 %, top-k 0.001 at 300 Mbit/s), the fitted allreduce within 1 %."""
-    checks = adv.against_runs()
-    assert len(checks) >= 12
-    for c in checks:
-        assert abs(c.error_pct) <= (1.0 if c.fitted else 15.0), c
 
 
 @pytest.mark.parametrize(("args", "needles"), [
