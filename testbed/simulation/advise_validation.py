@@ -128,7 +128,8 @@ def _point(d: Path, name: str, out: list[RunPoint]) -> str | None:
                            job.layout_origin, job.elements)
     net = advise.Network(kind, job.workers, job.bottleneck_mbit)
     predicted = job.workers * job.batch_size / advise.step_time(work, net, job.method)
-    fitted = spec.reference and (ROOT / advise.ETA_FIT_RUNS) in d.resolve().parents
+    fitted = spec.reference and any((ROOT / fit) in d.resolve().parents
+                                     for fit in advise.ETA_FIT_RUNS)
     out.append(RunPoint(name, job.model, kind, job.workers, job.bottleneck_mbit, job.dilation,
                         job.method, float(thr), predicted, not fitted))
     return None
@@ -181,7 +182,7 @@ def write(pts: list[RunPoint], left: list[str], out_dir: Path, source: str) -> N
           f"Made by `python benchmarks/advise_validation.py {source} --out {out_dir}` at "
           f"commit {commit}. Held out: advise's one fitted number (the goodput share, "
           f"{advise.ETA:g}) came from the plain-allreduce runs under "
-          f"`{advise.ETA_FIT_RUNS.as_posix()}`; rows marked (fitted) are those and are not "
+          f"{', '.join(f'`{p.as_posix()}`' for p in advise.ETA_FIT_RUNS)}; rows marked (fitted) are those and are not "
           "in the spreads. `netsense advise` states each method family's worst |error| "
           "below (the asked model's runs, else every model's) as its uncertainty.", "",
           *report(pts, left)]
