@@ -316,7 +316,7 @@ def test_powersgds_dense_warm_up_is_read_as_the_run_read_it() -> None:
     rows = [{"rank": 0, "t": e, "samples": 256, "kind": "step", "warmup": int(i < 2)}
             for i, e in enumerate(ends)]
     assert steady == pytest.approx(metrics.throughput(rows))
-    point, = pv.validate(GRID, only="rate_mbit=1000/powersgd-4-s0")[0]
+    point, = pv.validate(GRID, only="resnet18-star/rate_mbit=1000/powersgd-4-s0")[0]
     assert point.simulated == pytest.approx(steady)
 
 
