@@ -112,7 +112,7 @@ CPU: dict[str, Tiny] = {
         rf"^\s+topk:0\.01 / netsenseml\s+{NUM} \["]),
     # the committed paper-grid runs at one rate and method: every column, the summary
     "sim_paper_grid": Tiny("sim_paper_grid.py", [
-        "results/runs/paper-grid", "--only", "rate_mbit=1000/fp16-s0", "--out", "{tmp}"], [
+        "results/runs/paper-grid", "--only", "resnet18-star/rate_mbit=1000/fp16-s0", "--out", "{tmp}"], [
         rf"^\| resnet18-star/rate_mbit=1000/fp16-s0 \| fp16 \| 1000 \| {NUM} \| {NUM} \| "
         rf"{NUM} \| {NUM} \| [+-]{NUM} \| {NUM} \| {NUM} \| - \|$",
         rf"^all: 1 points, \|error\| median {NUM} %, worst {NUM} %"],

@@ -74,6 +74,9 @@ def _step_s(run: Path) -> float:
     training steps after the first, by the run clock)."""
     rows = sorted((r for r in _rank0(run) if r["samples"] not in ("", None)),
                   key=lambda r: float(r["t"]))
+    # DDP's start-up steps (marked `startup`) are left out where two steps remain
+    settled = [r for r in rows if r.get("startup") in ("", None, "0", "0.0")]
+    rows = settled if len(settled) >= 2 else rows
     span = float(rows[-1]["t"]) - float(rows[0]["t"])
     return WORKERS * BATCH / (sum(float(r["samples"]) for r in rows[1:]) / span)
 

@@ -78,8 +78,11 @@ def _recompute(run_dir: Path, target: float) -> dict[str, float]:
     rows = _raw(run_dir)
     rank0 = [r for r in rows if r["rank"] == "0"]
     steps = sorted((r for r in rank0 if _f(r["samples"]) is not None), key=lambda r: float(r["t"]))
-    thr = sum(float(r["samples"]) for r in steps[1:]) / (
-        float(steps[-1]["t"]) - float(steps[0]["t"]))
+    # throughput leaves out DDP's start-up steps (marked `startup`) where two steps remain
+    settled = [r for r in steps if not _f(r.get("startup"))]
+    counted = settled if len(settled) >= 2 else steps
+    thr = sum(float(r["samples"]) for r in counted[1:]) / (
+        float(counted[-1]["t"]) - float(counted[0]["t"]))
     evals = sorted((r for r in rank0 if _f(r.get("accuracy")) is not None),
                    key=lambda r: float(r["t_worker"]))
     hit = [r for r in evals if float(r["accuracy"]) >= target]
