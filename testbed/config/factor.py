@@ -82,9 +82,10 @@ def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -
 PER_STEP_BOOKKEEPING_S = 0.002
 
 
-def rate_factor(mbit: float) -> float:
-    """The least ``k`` that brings a virtual rate of ``mbit`` into the faithful range."""
-    return max(1.0, round_up(mbit / faithful.faithful_mbit()))
+def rate_factor(mbit: float, limit: float | None = None) -> float:
+    """The least ``k`` that brings a virtual rate of ``mbit`` to at most ``limit`` real
+    (default: the faithful range)."""
+    return max(1.0, round_up(mbit / (faithful.faithful_mbit() if limit is None else limit)))
 
 
 def workers_within(need: float, k: float, workers: int, threads: int, cores: int) -> int:
@@ -161,7 +162,7 @@ def payload_factor(timing: accelerator.Timing, elements: int, workers: int, core
     k = round_up(payload_need(timing, elements, workers, cores, margin, threads, least,
                               max_overrun))
     if reduction != "allreduce":
-        k = max(k, round_up(fastest / GATHER_REAL_MBIT))
+        k = max(k, rate_factor(fastest, GATHER_REAL_MBIT))
     return k
 
 
