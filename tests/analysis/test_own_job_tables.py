@@ -6,8 +6,9 @@ only: no baseline (methods: fp16, netsenseml)" for a run of two methods. Its ste
 carry steps, bytes and (now) the batch the hook saw the model given; nothing measured its
 accuracy, so no cell may say the target was missed.
 
-The run folders are real: ``tests/jobs/tiny_job.py --no-report`` under torchrun on loopback
-writing through the hook, steps.csv and the summary made by the orchestrator's own code
+The run folders are real: ``tests/jobs/tiny_job.py --no-report`` on 2 ranks on loopback,
+forked from the session's zygote as ``netsense run`` starts an own job, writing through the
+hook, steps.csv and the summary made by the orchestrator's own code
 (``tests/analysis/own_job_runs.py``); no emulated network.
 """
 
@@ -28,10 +29,10 @@ BATCH, WORLD = 32, 2
 
 
 @pytest.fixture(scope="module")
-def job_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def job_tree(tmp_path_factory: pytest.TempPathFactory, zygote) -> Path:
     root = tmp_path_factory.mktemp("own") / "my-job"
     for method in ("fp16", "netsenseml"):
-        own_job_run(root / f"20261207-000000-{method}-s0", method,
+        own_job_run(zygote, root / f"20261207-000000-{method}-s0", method,
                     job_args=["--steps", "12", "--no-report"])
     return root
 
@@ -107,14 +108,15 @@ def test_report_says_not_reported_and_compares_the_two_methods(job_tree: Path, t
     assert "recorded no accuracy and no loss" in (tmp_path / "figs" / "skipped.csv").read_text()
 
 
-def test_the_hook_counts_the_model_inputs_or_takes_the_scenarios_samples(tmp_path: Path) -> None:
+def test_the_hook_counts_the_model_inputs_or_takes_the_scenarios_samples(tmp_path: Path,
+                                                                       zygote) -> None:
     import json
 
-    stated = own_job_run(tmp_path / "stated", "fp16", job_args=["--steps", "4", "--no-report"],
+    stated = own_job_run(zygote, tmp_path / "stated", "fp16", job_args=["--steps", "4", "--no-report"],
                          samples=50)
     assert stated["samples_total"] == 4 * 50 * WORLD
     assert stated["samples_from"] == "scenario"
-    told = own_job_run(tmp_path / "told", "fp16", job_args=["--steps", "4"])
+    told = own_job_run(zygote, tmp_path / "told", "fp16", job_args=["--steps", "4"])
     assert told["samples_total"] == 4 * BATCH * WORLD and told["samples_from"] == "report"
     assert told["accuracy_reported"] is True
     rows = [json.loads(x) for x in
