@@ -136,18 +136,27 @@ def test_auto_measures_a_configuration_once_per_host_and_code(
     # the host's load moving between the calls (other tests beside this one) is a reason to
     # measure again that this test is not about
     monkeypatch.setattr(dilation, "RECALIBRATE_PCT", 100.0)
+    measured: list[dict] = []  # what each call of the probe returned
+    real_measure = dilation.measure
+    monkeypatch.setattr(dilation, "measure",
+                        lambda *a: measured.append(real_measure(*a)) or measured[-1])
     scn = load_scenario("accel-static")  # dilation: auto, 2 workers of the small MLP
     k1, first = dilation.choose(scn, methods.parse("fp16"))
-    assert first["probe_s"] > 0 and first["probe_cached"] is None
+    assert first["probe_s"] > 0 and first["probe_cached"] is None and len(measured) == 1
     assert len(list(tmp_path.glob("*.json"))) == 1
     monkeypatch.setattr(dilation, "_cache", {})  # a new process
     k2, again = dilation.choose(scn, methods.parse("fp16"))
     assert again["probe_s"] == 0 and again["probe_cached"] and k2 == k1
-    assert again["host_real_s"] == first["host_real_s"]
+    assert again["host_real_s"] == first["host_real_s"] and len(measured) == 1
     monkeypatch.setattr(dilation, "_cache", {})
     monkeypatch.setattr(dilation, "code_id", lambda: "other code")
+    # measured again: the probe is called once more (its real run is the first call's; the
+    # probe stands in with that measurement, so this test runs the real probe once)
+    monkeypatch.setattr(dilation, "measure", lambda *a: measured.append(measured[0]) or
+                        {**measured[0], "again": True})
     _, changed = dilation.choose(scn, methods.parse("fp16"))
-    assert changed["probe_s"] > 0 and changed["probe_cached"] is None
+    assert changed["probe_cached"] is None and len(measured) == 2
+    assert changed["host_real_s"].get("again") is True  # not the cached measurement
 
 
 def test_payload_mode_needs_no_probe() -> None:
