@@ -125,6 +125,45 @@ def test_netem_fields_follow_the_kernel_probe(tmp_path):
             load_scenario(path)
 
 
+LAZY_PROBE = """
+import sys
+from testbed.config import scenario
+emulation = lambda: sorted(m for m in sys.modules if m.startswith("testbed.emulation"))
+print("import", emulation())
+names = [n for n, _ in scenario.list_scenarios()
+         if not scenario.load_scenario(n, skip_kernel_checks=True).topology.impairments()]
+plain = [scenario.load_scenario(n) for n in names]  # the kernel checks on: none asked
+print("validated", len(plain), emulation())
+data = plain[0].model_dump(mode="json")
+data["topology"]["delay_ms"] = 5
+scenario.validate_scenario(data, skip_kernel_checks=True)
+print("skipped", emulation())
+for _ in range(2):
+    try:
+        scenario.validate_scenario(data)
+    except ValueError:
+        pass  # this kernel has no netem: refused, as test_netem_fields_follow_the_kernel_probe says
+from testbed.emulation import kernel
+print("probed", kernel.probe_qdisc.cache_info().misses)
+"""
+
+
+def test_validating_a_scenario_asks_the_kernel_only_for_netem_fields() -> None:
+    """Layers: the scenario's validator imports no emulation code, and runs no kernel probe,
+    at import or for a scenario without delay/jitter/loss (or with the kernel checks
+    skipped); a scenario with them is probed once per process (issue 51)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", LAZY_PROBE], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+    assert out[0] == "import []", out
+    validated, loaded = out[1].split(" ", 2)[1:]
+    assert int(validated) > 10 and loaded == "[]", out  # every shipped scenario without netem
+    assert out[2] == "skipped []", out
+    assert out[3] == "probed 1", out  # validated twice, probed once
+
+
 def test_overrides_revalidate_and_reach_nested_fields():
     scn = load_scenario("star-congestion")
     new = apply_overrides(scn, {"topology.rate_mbit": 20, "timeline.0.max_streams": 30,
