@@ -233,25 +233,3 @@ def test_report_says_when_tta_is_not_a_convergence_measurement(swept: Path,
     assert with_raw >= 1
     page = report.build_report(swept, tmp_path / "r.html", tmp_path / "f", log=lambda m: None)
     assert "Not a convergence measurement" in page.read_text()
-
-
-def test_compare_never_cuts_two_groups_to_the_same_text() -> None:
-    """netsenseml and netsenseml-paper were both shown as "netsense..." in a narrow
-    terminal: the text columns wrap instead."""
-    from rich.console import Console
-
-    from testbed.cli.analysis import _compare_table
-
-    nan = float("nan")
-    row = dict(runs=2, compute="paced a100-estimated, k 130", throughput=1.0, throughput_ci=nan,
-               steps_per_s=nan, steps_per_s_ci=nan,
-               tta_s=nan, tta_ci=nan, reached="2/2", final_accuracy=0.9, final_accuracy_ci=nan,
-               mb_sent=1.0, overrun_share=0.0, host_other_pct=1.0, degraded="")
-    groups = pd.DataFrame([dict(row, group=f"accel-crossover/d70 40000 Mbit/s {m}")
-                           for m in ("netsenseml", "netsenseml-paper")])
-    console = Console(width=120, record=True)  # the least compare prints at
-    console.print(_compare_table(groups))
-    lines = console.export_text().splitlines()
-    cells = [ln.split("│")[1].strip() for ln in lines if ln.count("│") > 2]
-    text = " ".join(cells)
-    assert "…" not in text and "netsenseml-paper" in text.replace(" ", ""), text

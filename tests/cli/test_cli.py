@@ -171,3 +171,26 @@ def test_the_run_table_says_not_reported_for_an_own_jobs_silent_accuracy(capsys,
     ns = next(ln for ln in out.splitlines() if "netsenseml" in ln)
     assert "0.910" in ns and "3.2" in ns and "2.5" in ns, out
     assert "hooks.report(accuracy=...)" in out
+
+
+def test_compare_never_cuts_two_groups_to_the_same_text() -> None:
+    """netsenseml and netsenseml-paper were both shown as "netsense..." in a narrow
+    terminal: the text columns wrap instead."""
+    import pandas as pd
+    from rich.console import Console
+
+    from testbed.cli.analysis import _compare_table
+
+    nan = float("nan")
+    row = dict(runs=2, compute="paced a100-estimated, k 130", throughput=1.0, throughput_ci=nan,
+               steps_per_s=nan, steps_per_s_ci=nan,
+               tta_s=nan, tta_ci=nan, reached="2/2", final_accuracy=0.9, final_accuracy_ci=nan,
+               mb_sent=1.0, overrun_share=0.0, host_other_pct=1.0, degraded="")
+    groups = pd.DataFrame([dict(row, group=f"accel-crossover/d70 40000 Mbit/s {m}")
+                           for m in ("netsenseml", "netsenseml-paper")])
+    console = Console(width=120, record=True)  # the least compare prints at
+    console.print(_compare_table(groups))
+    lines = console.export_text().splitlines()
+    cells = [ln.split("│")[1].strip() for ln in lines if ln.count("│") > 2]
+    text = " ".join(cells)
+    assert "…" not in text and "netsenseml-paper" in text.replace(" ", ""), text

@@ -24,3 +24,14 @@ def test_bad_config_names_the_field(topology, params, field):
 def test_bad_prefix_refused():
     with pytest.raises(ValueError, match="prefix"):
         emulation.Emulation("star", {}, prefix="abc")
+
+
+def test_name_servers_parses_ipv4_and_skips_loopback(tmp_path):
+    from testbed.emulation.emulated_network import name_servers
+
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("# comment\nnameserver 10.255.255.53\nnameserver 127.0.0.53\n"
+                    "nameserver ::1\nnameserver fe80::1\nsearch example\nnameserver bogus\n"
+                    "nameserver 10.255.255.53\nnameserver 8.8.4.4\n")
+    assert name_servers(conf) == ["10.255.255.53", "8.8.4.4"]
+    assert name_servers(tmp_path / "missing") == []

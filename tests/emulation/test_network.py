@@ -249,16 +249,6 @@ def test_name_lookups_inside_hosts_fail_fast(tmp_path):
     assert "unreachable" not in main_routes  # the root namespace is left alone
 
 
-def test_name_servers_parses_ipv4_and_skips_loopback(tmp_path):
-    from testbed.emulation.emulated_network import name_servers
-
-    conf = tmp_path / "resolv.conf"
-    conf.write_text("# comment\nnameserver 10.255.255.53\nnameserver 127.0.0.53\n"
-                    "nameserver ::1\nnameserver fe80::1\nsearch example\nnameserver bogus\n"
-                    "nameserver 10.255.255.53\nnameserver 8.8.4.4\n")
-    assert name_servers(conf) == ["10.255.255.53", "8.8.4.4"]
-    assert name_servers(tmp_path / "missing") == []
-
 
 def test_node_commands_fail_on_their_exit_status_not_on_warnings():
     """iproute2 warns on success ("Dump was interrupted ..." while another run adds links):

@@ -205,17 +205,6 @@ def test_a_seed_run_twice_counts_once(swept: Path, tmp_path: Path) -> None:
     assert (thr["seeds"] == 1).all()
 
 
-def test_intervals_are_student_t_over_seeds() -> None:
-    mean, half, n = tables.ci95([10.0, 12.0, 14.0])
-    assert (mean, n) == (12.0, 3)
-    assert half == pytest.approx(4.303 * 2.0 / math.sqrt(3), rel=1e-3)
-    assert math.isnan(tables.ci95([5.0])[1])
-    r, lo, hi = tables.ratio_ci95([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])
-    assert (r, lo, hi) == (2.0, 2.0, 2.0)
-    r, lo, hi = tables.ratio_ci95([9.0, 10.0, 11.0], [4.0, 5.0, 6.0])
-    assert r == pytest.approx(2.0) and lo < 2.0 < hi
-    assert tables.t975(1000) == pytest.approx(1.962, abs=1e-3)
-
 
 def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Path) -> None:
     import matplotlib.image as mpimg
