@@ -87,17 +87,30 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
         assert q.returncode == 0, (cmd, q.stdout, q.stderr)
 
 
-def test_a_job_that_reports_nothing_gets_the_scenarios_samples_and_no_accuracy_cell(
-        tmp_path: Path) -> None:
-    """Issue 50: an own job without hooks.report under `netsense run`: samples/s from the
-    scenario's samples_per_step (NETSENSE_SAMPLES), steps/s, and "not reported by the job"
-    where its accuracy would be (the tables' own checks: tests/analysis/test_own_job_tables)."""
-    path = _scenario(tmp_path, ["--steps", "40", "--no-report"])
+@pytest.fixture(scope="module")
+def unreported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[Path]]:
+    """One `netsense run` (both methods) of a job that never calls hooks.report, the
+    scenario stating its samples_per_step, every rank writing a config.json into its working
+    directory: (the scenario's folder, the results root, the run folders). Shared by the two
+    tests below (what the tables make of a job that reports nothing; where a rank's files
+    go), which read it and change nothing."""
+    tmp = tmp_path_factory.mktemp("unreported")
+    path = _scenario(tmp, ["--steps", "40", "--no-report", "--write", "config.json"])
     data = yaml.safe_load(path.read_text())
     data["workload"]["samples_per_step"] = 48
     path.write_text(yaml.safe_dump(data))
-    root = tmp_path / "results"
-    for d in _netsense_run(path, root):
+    root = tmp / "results"
+    return tmp, root, _netsense_run(path, root)
+
+
+def test_a_job_that_reports_nothing_gets_the_scenarios_samples_and_no_accuracy_cell(
+        unreported: tuple[Path, Path, list[Path]], tmp_path: Path) -> None:
+    """Issue 50: an own job without hooks.report under `netsense run`: samples/s from the
+    scenario's samples_per_step (NETSENSE_SAMPLES), steps/s, and "not reported by the job"
+    where its accuracy would be (the tables' own checks: tests/analysis/test_own_job_tables)."""
+    _, root, dirs = unreported
+    assert len(dirs) == 2
+    for d in dirs:
         s = json.loads((d / "summary.json").read_text())
         assert s["status"] == "ok" and s["samples_total"] == 40 * 48 * 2, s
         assert s["samples_from"] == "scenario" and s["accuracy_reported"] is False
@@ -191,14 +204,13 @@ def test_a_job_ends_cleanly_however_it_leaves(tmp_path: Path, end: str) -> None:
     assert_nothing_left(out.run_dir)
 
 
-def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_path: Path) -> None:
+def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(
+        unreported: tuple[Path, Path, list[Path]]) -> None:
     """Every rank writes the same relative path: each lands in its host's own working
     directory inside the run folder (hosts/<host>/), and the next run (the next method)
     starts without it; the scenario's folder gets nothing. The file is a config.json, as
     many jobs save one: the analysis does not take a host's folder for a run folder."""
-    path = _scenario(tmp_path, ["--steps", "20", "--write", "config.json"])
-    root = tmp_path / "results"
-    dirs = _netsense_run(path, root)
+    scenario_dir, root, dirs = unreported
     assert len(dirs) == 2
     for d in dirs:
         written = sorted((d / "hosts").glob("*/config.json"))
@@ -210,7 +222,7 @@ def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(tmp_pat
         for rank in (0, 1):
             log = (d / "workers" / f"rank{rank}.log").read_text()
             assert f"rank {rank}: found config.json: False" in log, log  # nothing inherited
-    assert not (tmp_path / "config.json").exists() and not (REPO / "config.json").exists()
+    assert not (scenario_dir / "config.json").exists() and not (REPO / "config.json").exists()
     loaded = loading.load_all(root)
     assert len(loaded.runs) == 2 and not loaded.excluded, loaded.excluded
 
