@@ -5,16 +5,14 @@
   tests/netsenseml/test_hooks_distributed.py starts them), a recorded step sends the same
   bytes per step as a real step, for each paper model (reduced sizes, same code path) and
   each fixed method of the paper's sweep;
-* the worker itself (two ``python -m workloads.train`` ranks) in both modes: the same
-  ``bytes_sent`` per step, and the start record saying which mode ran.
+* the worker itself (two ``workloads.train`` ranks, forked from the pre-imported zygote as
+  the testbed starts them) in both modes: the same ``bytes_sent`` per step, and the start
+  record saying which mode ran.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ import torch.multiprocessing as mp
 from netsenseml import lifecycle
 from testbed.common.ports import free_port
 from tests.workloads.paper_models import MODELS, ddp_steps, loss
+from tests.workloads.ranks import outputs, read_log, run_ranks
 from workloads import recorded
 from workloads.models import build_model
 
@@ -81,27 +80,21 @@ def test_surrogate_gradient_is_the_recorded_one_in_the_real_order():
     assert any(g.abs().sum() > 0 for g in rec.grads)  # real values, not zeros
 
 
-def _train(log_dir: Path, grads: str) -> list[dict]:
-    port = free_port()
-    argv = [sys.executable, "-m", "workloads.train", "--model", "resnet18-imagenet",
-            "--model-args", "width=4", "--dataset", "cifar100-224-synth", "--method",
-            "topk:0.01", "--steps", "3", "--batch-size", "2", "--log-dir", str(log_dir),
-            "--grads", grads, "--step-ms", "1"]
-    procs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT),
-                                              "RANK": str(r), "WORLD_SIZE": "2",
-                                              "MASTER_ADDR": "127.0.0.1",
-                                              "MASTER_PORT": str(port)})
-             for r in range(2)]
-    for p in procs:
-        out, _ = p.communicate(timeout=240)
-        assert p.returncode == 0, out
-    return [json.loads(line) for line in (log_dir / "rank0.jsonl").read_text().splitlines()]
+def _train(tmp: Path, grads: str, zygote) -> list[dict]:
+    """Two worker ranks on loopback, forked from the session's zygote as the testbed starts
+    them; rank 0's records."""
+    tmp.mkdir(parents=True)
+    codes = run_ranks(tmp, ["--model", "resnet18-imagenet", "--model-args", "width=4",
+                            "--dataset", "cifar100-224-synth", "--method", "topk:0.01",
+                            "--steps", "3", "--batch-size", "2", "--grads", grads,
+                            "--step-ms", "1"], timeout=240, zygote=zygote)
+    assert codes == [0, 0], outputs(tmp)
+    return read_log(tmp, 0)
 
 
-def test_worker_recorded_mode_matches_a_real_run(tmp_path):
-    real = _train(tmp_path / "real", "real")
-    rec = _train(tmp_path / "recorded", "recorded")
+def test_worker_recorded_mode_matches_a_real_run(tmp_path, zygote):
+    real = _train(tmp_path / "real", "real", zygote)
+    rec = _train(tmp_path / "recorded", "recorded", zygote)
     assert real[0]["grads"] == "real" and rec[0]["grads"] == "recorded"
     assert rec[0]["phases"]["record"] > 0 and isinstance(rec[0]["recorded_loss"], float)
     steps = [[r["bytes_sent"] for r in recs if r["kind"] == "step"] for recs in (real, rec)]
