@@ -175,9 +175,30 @@ def test_crossover_and_verdict_tables_without_root(res: Results) -> None:
     assert o["tta_speedup_lo"] <= o["tta_speedup"] <= o["tta_speedup_hi"]
 
 
-def test_report_leads_with_the_claim(tmp_path: Path, res: Results) -> None:
-    page = report.build_report(res, tmp_path / "r.html", tmp_path / "fig",
-                               log=lambda m: None).read_text()
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list, list[str]]:
+    """One report of the fixture tree (``netsense report``'s path: from the folder), made
+    once for the three tests below that read it, with what they watch while it is made:
+    (the page, every ``loading.load_all`` call, every file under the tree opened -- an
+    audit hook sees each open)."""
+    out = tmp_path_factory.mktemp("report")
+    root = FIXTURE.resolve()
+    loads: list = []
+    reads: list[str] = []
+    real = loading.load_all
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loading, "load_all", lambda tree: loads.append(tree) or real(tree))
+        _OPENS.append(lambda path: reads.append(path) if path.startswith(f"{root}/") else None)
+        try:
+            page = report.build_report(FIXTURE, out / "r.html", out / "fig",
+                                       log=lambda m: None).read_text()
+        finally:
+            _OPENS.clear()
+    return page, loads, reads
+
+
+def test_report_leads_with_the_claim(built: tuple[str, list, list[str]]) -> None:
+    page = built[0]
     claim, thr = page.index("The claim: time to accuracy"), page.index("<h2>Throughput")
     assert claim < thr < page.index("<h2>Figures")
     assert "seeds reaching the target" in page and "3/3" in page
@@ -199,26 +220,15 @@ def test_report_names_the_code_as_it_was_before_drawing(
     assert "commit 0123456789ab, clean" in page and "dirty" not in page
 
 
-def test_plot_and_report_read_the_tree_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                            ) -> None:
-    calls = []
-    real = loading.load_all
-    monkeypatch.setattr(loading, "load_all", lambda root: calls.append(root) or real(root))
-    report.build_report(FIXTURE, tmp_path / "r.html", tmp_path / "fig", log=lambda m: None)
-    assert len(calls) == 1
+def test_plot_and_report_read_the_tree_once(built: tuple[str, list, list[str]]) -> None:
+    assert len(built[1]) == 1
 
 
-def test_the_report_reads_each_run_file_once(tmp_path: Path) -> None:
+def test_the_report_reads_each_run_file_once(built: tuple[str, list, list[str]]) -> None:
     """One run reader (``loading.RunData``): the tables, figures and the page take what it
     read; no file of a run folder is opened twice behind its back (every open is seen: an
     audit hook, on while the report is made)."""
-    root = FIXTURE.resolve()
-    reads: list[str] = []
-    _OPENS.append(lambda path: reads.append(path) if path.startswith(f"{root}/") else None)
-    try:
-        report.build_report(FIXTURE, tmp_path / "r.html", tmp_path / "fig", log=lambda m: None)
-    finally:
-        _OPENS.clear()
+    reads = built[2]
     assert {Path(p).name for p in reads} >= {"config.json", "summary.json", "steps.csv"}
     twice = sorted({p for p in reads if reads.count(p) > 1})
     assert not twice, twice[:5]
