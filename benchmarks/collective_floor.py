@@ -3,14 +3,14 @@
     .venv/bin/python benchmarks/collective_floor.py [--world 2] [--iters 500] [--port 29612]
 
 NetSenseML's monitor takes its min RTT from tiny (4-byte) collectives through the recorder
-(``netsenseml.sense``). What such a collective takes at the least is gloo's own software
+(``netsenseml.monitor``). What such a collective takes at the least is gloo's own software
 time (the calling thread handing the op to gloo's worker, the ring's rounds, the wake-up)
 plus the path's round trips; the kernel's ``tcpi_min_rtt`` of the same sockets is the path
 alone. On a path with propagation delay (a WAN, or ``sch_netem``) the path dominates and
 the two agree within a small factor; on veth pairs or loopback without delay the software
 floor is all there is. This prints both, on loopback, with blocking ``all_reduce`` calls
 (no hook, no recorder: the least any gloo collective takes here) and the kernel's view read
-from the rank's own peer sockets with the monitor's :class:`netsenseml.sense.TcpInfoSensor`.
+from the rank's own peer sockets with the monitor's :class:`netsenseml.monitor.TcpInfoSensor`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from netsenseml.sense import TcpInfoSensor
+from netsenseml.monitor import TcpInfoSensor
 
 
 def _rank(rank: int, world: int, iters: int, port: int, out: dict) -> None:

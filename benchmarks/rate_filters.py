@@ -4,7 +4,7 @@
 
 Reads NetSenseML run folders (``netsense run accel-d70 -m netsenseml``, or the committed ones
 under ``results/runs/accel-policy`` and ``results/runs/accel-crossover``) and feeds rank 0's
-payload periods, step by step, through a :class:`netsenseml.sense.NetworkMonitor` of each
+payload periods, step by step, through a :class:`netsenseml.monitor.NetworkMonitor` of each
 filter (``RATE_FILTERS``: ``sustained``, the default since issue 49; ``max``, the one before;
 ``median``; and ``sustained+pair``, the sustained filter with ``pair_next``):
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from netsenseml.sense import RATE_FILTERS, NetworkMonitor, rtt_probe_due
+from netsenseml.monitor import RATE_FILTERS, NetworkMonitor, rtt_probe_due
 
 #: the monitor's filters, and the sustained one with ``pair_next`` (each rate sample taken
 #: together with the payload period after it)

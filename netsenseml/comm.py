@@ -35,7 +35,7 @@ W-rank ring all-gather moves W/2 times what a ring allreduce moves):
   callback gets the GIL, late on a busy machine -- a start moved to the probe's completion
   would cut transfer time out of the sample and read the link too fast. A sample thus errs
   long only (the wait for the last rank, a late callback), never short: the monitor's
-  windowed maximum (``netsenseml.sense``) is built for samples that err low.
+  windowed maximum (``netsenseml.monitor``) is built for samples that err low.
 
 ``service_time=False`` gives each collective's (bytes handed, launch to completion), as the
 NetSenseML prototype measured them (``netsenseml.paper_rule``).
@@ -54,7 +54,7 @@ from netsenseml import clock
 
 
 class SampleSink(Protocol):
-    """Receives one sample per collective (``netsenseml.sense.NetworkMonitor``, or the
+    """Receives one sample per collective (``netsenseml.monitor.NetworkMonitor``, or the
     prototype rule of ``netsenseml.paper_rule``, which judges each sample)."""
 
     def add(self, nbytes: float, seconds: float, t: float | None = None) -> None: ...

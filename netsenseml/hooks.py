@@ -29,7 +29,7 @@ bucket the hook
 4. decodes, sums over ranks and divides by the world size (the mean, like DDP's default),
 5. counts the bytes of every tensor handed to torch.distributed and the time collectives
    are in flight, and gives each collective to the network monitor as a sample
-   (``netsenseml.sense``).
+   (``netsenseml.monitor``).
 
 Error feedback across level switches (``netsenseml``): a dense level (none, fp16/bf16,
 int8) adds the residual that sparse steps left at a bounded rate (at most

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from netsenseml.monitor import RTT_PROBE_EVERY, NetworkMonitor, rtt_probe_due
 from netsenseml.policy import Calibration, Decision, Observation
-from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor, rtt_probe_due
 
 #: The per-step values piggy-backed on bucket 0 (units chosen to suit fp16 transport).
 EXTRAS = ("valid", "comm_ms", "exposed_ms", "compute_ms", "codec_ms", "bytes_MB",
@@ -43,7 +43,7 @@ class AdaptivePolicy(Protocol):
 
     Traits (class attributes): ``needs_calibration`` (the hook runs the registration probe
     and :meth:`calibrate` takes it), ``probes_rtt`` (the tiny RTT collective of
-    :func:`~netsenseml.sense.rtt_probe_due`), ``takes_samples`` (every collective's
+    :func:`~netsenseml.monitor.rtt_probe_due`), ``takes_samples`` (every collective's
     ``(bytes, seconds)`` goes to the policy's ``add``, not to the monitor: the prototype's
     per-collective rule), ``drains_residual`` (dense levels drain an error-feedback residual
     at a bounded rate), ``topk_method`` (the top-k selector its levels use; None: the

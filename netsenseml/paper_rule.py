@@ -53,15 +53,15 @@ from __future__ import annotations
 import threading
 
 from netsenseml import clock
+from netsenseml.monitor import WindowedExtreme
 from netsenseml.policy import Calibration, Decision, Observation
-from netsenseml.sense import WindowedExtreme
 
 
 class PaperRule:
     """The prototype's multiplicative-decrease / additive-increase rule on the kept fraction.
 
     :meth:`add` is the per-collective sample (the hook's recorder calls it, as it calls a
-    :class:`~netsenseml.sense.NetworkMonitor`); :meth:`take_counts` hands the step's
+    :class:`~netsenseml.monitor.NetworkMonitor`); :meth:`take_counts` hands the step's
     verdicts to the step loop (``netsenseml.loop``); :meth:`observe` applies the mean over
     ranks.
     """

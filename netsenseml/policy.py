@@ -31,7 +31,7 @@ communication is modelled per *collective kind*, because the link treats them di
   squares line through the sizes' medians -- so the marginal cost of the small all-gathers
   comes from small all-gathers (under drop-tail congestion it is several times the fair
   share a large transfer gets);
-* otherwise ``b_k`` is the inverse of the **rate the monitor senses** (``netsenseml.sense``:
+* otherwise ``b_k`` is the inverse of the **rate the monitor senses** (``netsenseml.monitor``:
   windowed delivery rate of transfers long enough to mean one, mean over ranks) and
   ``a_k`` what the kind's measured comm time leaves beyond ``b_k x bytes`` (at least 0,
   at most ``change_factor`` x the kind's last identified ``a_k``: one size cannot tell
@@ -932,7 +932,7 @@ class NetSensePolicy:
 
     # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
     needs_calibration = True  # the hook's registration probe gives the first decision
-    probes_rtt = True  # the tiny RTT collective (``netsenseml.sense.rtt_probe_due``)
+    probes_rtt = True  # the tiny RTT collective (``netsenseml.monitor.rtt_probe_due``)
     takes_samples = False  # collectives feed the monitor; its estimate comes with each step
     drains_residual = True  # dense levels drain what sparse steps withheld, bounded
     topk_method: str | None = None  # the hook's ``topk_method`` option

@@ -19,7 +19,7 @@ bucket is carried from collective to collective and refills at ``rate`` while th
 idles (:class:`TokenBucket`), as HTB's does: steps that send more per period than the rate
 allows find it empty (``refill=False``: full at every collective, the older model).
 Every step the job sends its gradient in ``buckets`` equal collectives, and (as the hooks
-do) a 4-byte collective beside it where ``netsenseml.sense.rtt_probe_due`` says so. A
+do) a 4-byte collective beside it where ``netsenseml.monitor.rtt_probe_due`` says so. A
 rank waits for the slowest one (``skew_s`` x U(0, 1)) in its first collective of the
 step, and the monitor's payload sample holds that wait (the probe beside the payload does
 not time it: ``netsenseml.comm``). Noise
@@ -28,7 +28,7 @@ probability ``spike_prob`` one is delayed by ``spike_s`` x U(0.5, 1.5) more, ``d
 adds U(0, delay_s) to each, and
 ``compute_jitter`` multiplies compute and codec time by U(1 - c, 1 + c).
 
-A :class:`~netsenseml.sense.NetworkMonitor` sees every collective's (bytes, service time),
+A :class:`~netsenseml.monitor.NetworkMonitor` sees every collective's (bytes, service time),
 as in the hooks, and its rate reaches the policy with the observation; it restarts its
 rate window when the policy reports a new regime.
 
@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from netsenseml.loop import AdaptivePolicy, Measured, StepLoop, grad_norm_every
+from netsenseml.monitor import RTT_PROBE_EVERY, NetworkMonitor
 from netsenseml.policy import (
     GATHERED,
     Calibration,
@@ -64,7 +65,6 @@ from netsenseml.policy import (
     NetSensePolicy,
     bytes_ratio,
 )
-from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class Job:
     topk_bytes_per_element: float = 8.0
     gather_fixed_s: float = 0.0  # extra seconds per all-gathered collective
     skew_s: float = 0.0  # how much later the last rank reaches a collective, at most
-    rtt_probe_every: int = RTT_PROBE_EVERY  # the hooks' tiny collective (netsenseml.sense.rtt_probe_due)
+    rtt_probe_every: int = RTT_PROBE_EVERY  # the hooks' tiny collective (netsenseml.monitor.rtt_probe_due)
 
 
 @dataclass(frozen=True)

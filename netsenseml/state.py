@@ -4,7 +4,7 @@ that measures what the adaptive loop observes, and the loop itself (``netsenseml
 
 :class:`NetSenseState` holds them, with the parts the hook shares with the rest of the
 library: the recorder of collectives (``netsenseml.comm``), the network monitor
-(``netsenseml.sense``), the error-feedback memory (``netsenseml.memory``), the emulated
+(``netsenseml.monitor``), the error-feedback memory (``netsenseml.memory``), the emulated
 accelerator's pacer (``netsenseml.accelerator``) and, under the testbed, the own job's
 recorder (``netsenseml.job``). The hooks (``netsenseml.hooks``) read and feed it.
 """
@@ -37,9 +37,9 @@ from netsenseml.loop import (
 )
 from netsenseml.memory import ResidualMemory
 from netsenseml.methods import MethodSpec
+from netsenseml.monitor import RTT_PROBE_EVERY, NetworkMonitor, TcpInfoSensor
 from netsenseml.payload import PayloadCodec
 from netsenseml.policy import Calibration, Decision
-from netsenseml.sense import RTT_PROBE_EVERY, NetworkMonitor, TcpInfoSensor
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ class NetSenseState:
       ``est_min_rtt_s``, ``est_rate_age`` (samples since its latest rate sample) and, once
       a rate was sensed, ``est_rate_mbit`` (windowed delivery rate, fp32-allreduce-
       equivalent payload, Mbit/s),
-      ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.sense`); on a step that
+      ``est_bdp_bytes``, ``est_queue_delay_s`` (:mod:`netsenseml.monitor`); on a step that
       gave the monitor a rate sample, the newest one: ``est_sample_bytes``, ``est_sample_s``
       and the min RTT it was taken against, ``est_sample_rtt_s`` (to re-derive the estimate
       offline),

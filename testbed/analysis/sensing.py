@@ -1,7 +1,7 @@
 """Sensing validation: the network monitor's estimates against the bottleneck's truth.
 
 Inputs, all from one run folder: ``steps.csv`` (the hooks' ``est_*`` columns, the monitor's
-estimate at each step: ``netsenseml.sense``), ``bottleneck.csv`` (the qdisc truth at
+estimate at each step: ``netsenseml.monitor``), ``bottleneck.csv`` (the qdisc truth at
 10 Hz: ``testbed.emulation.bottleneck``) and ``config.json``/``summary.json`` (world size,
 cross-traffic endpoints).
 
@@ -102,7 +102,7 @@ class SensingError(ValueError):
 
 def _why_no_rate(steps: pd.DataFrame) -> str:
     """Why a run has no rate estimate, where steps.csv says: the monitor takes rate samples
-    only from payloads long enough to hold a rate (``netsenseml.sense``), so a run whose
+    only from payloads long enough to hold a rate (``netsenseml.monitor``), so a run whose
     collectives were all short (a fixed top-k on a fast link) never gives one."""
     if "est_min_rtt_s" not in steps.columns or "level" not in steps.columns:
         return " (steps.csv has no est_* columns: not a NetSenseML-monitored run?)"

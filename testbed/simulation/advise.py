@@ -66,8 +66,8 @@ from typing import Any
 
 from netsenseml import accelerator, methods
 from netsenseml.loop import Measured, StepLoop
+from netsenseml.monitor import NetworkMonitor
 from netsenseml.policy import Calibration as PolicyCalibration
-from netsenseml.sense import NetworkMonitor
 from testbed.simulation.model import volume_and_messages
 from workloads import registry
 

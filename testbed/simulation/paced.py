@@ -74,8 +74,8 @@ from typing import Any
 from netsenseml import accelerator, convergence, methods
 from netsenseml.dilation import Dilation
 from netsenseml.loop import Measured, StepLoop
+from netsenseml.monitor import NetworkMonitor
 from netsenseml.policy import Calibration
-from netsenseml.sense import NetworkMonitor
 from testbed.simulation import advise, engine
 from testbed.simulation.calibrate import cross_flows, fabric_of
 from testbed.simulation.platform import Fabric

@@ -55,7 +55,7 @@ StellaTrain), in the hook's own step loop (``netsenseml.loop``). The prototype's
 no probe and judges each collective's (bytes handed, seconds from launch) itself; for the
 others the registration probe is simulated (one-element
 allreduces, one-byte all-gathers, the fastest of three 1 MiB allreduces); each step's
-payload collective is a sample of a ``netsenseml.sense.NetworkMonitor`` (fp32-allreduce-
+payload collective is a sample of a ``netsenseml.monitor.NetworkMonitor`` (fp32-allreduce-
 equivalent bytes from the mean rank's launch, as ``netsenseml.comm`` gives it), and where
 the loop says so the tiny RTT allreduce runs beside it (an actor of its own, as gloo's second
 thread runs it; the step ends with it, as the hook's does); so the observation carries the
@@ -79,8 +79,8 @@ from typing import Any
 
 from netsenseml import convergence, methods
 from netsenseml.loop import Measured, StepLoop
+from netsenseml.monitor import NetworkMonitor
 from netsenseml.policy import Calibration, bytes_ratio
-from netsenseml.sense import NetworkMonitor
 from testbed.simulation import engine
 from testbed.simulation.model import oversubscription
 from testbed.simulation.platform import Fabric, build

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from netsenseml.sense import (
+from netsenseml.monitor import (
     CountedExtreme,
     NetworkMonitor,
     TcpInfoSensor,

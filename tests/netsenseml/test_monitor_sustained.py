@@ -10,7 +10,7 @@ for it (``debt``); ``pair_next`` takes each rate sample with the period after it
 
 import pytest
 
-from netsenseml.sense import NetworkMonitor, SustainedWindow
+from netsenseml.monitor import NetworkMonitor, SustainedWindow
 
 RTT = 3e-5  # the 4 BDP threshold stays below the 548 kB int8 period at 8 Gbit/s
 LINK = 1e9  # bytes/s: 8 Gbit/s
