@@ -5,7 +5,7 @@ trade seconds for steps if it knows the exchange rate *of the job at hand*. The 
 property of the model, the data, the batch and the target, not of the network: a table
 measured on one workload (say, a width-2048 MLP at 0.95 accuracy) says little about
 another (width 512 at 0.85, where top-k at 0.1 costs nothing). So the table is measured for
-the job (``netsense calibrate SCENARIO`` runs the scenario's workload on loopback, every
+the job (``netsense convergence SCENARIO`` runs the scenario's workload on loopback, every
 level, several seeds) and handed to the policy (``hooks.register(..., convergence=PATH)``
 or the scenario's ``convergence`` field).
 
@@ -60,7 +60,7 @@ from typing import Any
 from netsenseml import methods
 
 FORMAT = "netsense-convergence/1"
-#: Top-k ratios ``netsense calibrate`` measures by default (a decade apart).
+#: Top-k ratios ``netsense convergence`` measures by default (a decade apart).
 CALIBRATE_RATIOS: tuple[float, ...] = (0.1, 0.01, 0.001)
 
 
@@ -87,7 +87,7 @@ def level_method(key: str) -> methods.MethodSpec:
 
 
 def calibrate_levels(half_level: str = "fp16") -> tuple[str, ...]:
-    """The levels ``netsense calibrate`` measures: the dense ladder and the default ratios."""
+    """The levels ``netsense convergence`` measures: the dense ladder and the default ratios."""
     dense = [i.label for i in methods.ladder() if i.arg is None and i.label != ("bf16" if half_level == "fp16" else "fp16")]
     ratio = [f"{i.label}:{r:g}" for i in methods.ladder() if i.arg == "ratio" for r in CALIBRATE_RATIOS]
     return (*dense, *ratio)

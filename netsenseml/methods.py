@@ -91,7 +91,7 @@ class MethodInfo:
     decisions read gradient values (Accordion's gradient norms), so a run that sends bytes
     without real gradient values cannot host it. ``reference``: DDP's own fp32 allreduce, no
     codec work, the baseline the others are compared with. ``prior``: the policy takes the
-    convergence prior (``netsense calibrate``'s table, ``convergence=``) and ``probe`` the
+    convergence prior (``netsense convergence``'s table, ``convergence=``) and ``probe`` the
     registration probe's ``probe_bytes`` / ``probe_ratio``. ``payload_hook``: a hook with a
     payload-mode stand-in sending its real sizes (``netsenseml.payload``: PowerSGD).
     ``dense_steps``: the first steps a hook sends the dense gradient (PowerSGD's
@@ -346,7 +346,7 @@ class MethodSpec:
 
     @property
     def reads_prior(self) -> bool:
-        """Its policy takes the convergence prior (``netsense calibrate``'s table)."""
+        """Its policy takes the convergence prior (``netsense convergence``'s table)."""
         return self.info is not None and self.info.prior
 
     @property

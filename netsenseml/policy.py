@@ -11,7 +11,7 @@ minimises
     J(d) = c(d) x T(d)
 
 ``c(d) >= 1`` is the convergence prior of the job (``netsenseml.convergence``: a table that
-``netsense calibrate`` measured for this workload, or the stated conservative default) and
+``netsense convergence`` measured for this workload, or the stated conservative default) and
 ``T(d)`` the predicted seconds of one step that sends ``d`` (:class:`StepModel`).
 
 **Step model** (:class:`StepModel`). ``T(d) = C + K(d) + E(d)``: compute ``C`` (the step

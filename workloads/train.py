@@ -244,7 +244,7 @@ def _process_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="torch.distributed backend (auto: nccl on CUDA, else gloo)")
     p.add_argument("--convergence", metavar="PATH",
-                   help="netsenseml: the convergence table of this job (netsense calibrate); "
+                   help="netsenseml: the convergence table of this job (netsense convergence); "
                         "default: netsenseml.convergence's stated conservative prior")
 
 

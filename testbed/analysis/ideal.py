@@ -18,7 +18,7 @@ experiment and seed (the same network schedule, replayed for each of them):
    last step). This is the level's measured step time there (evaluation pauses included, as
    in every TTA), not a model.
 3. **Cost in steps**: the level's steps to the target, ``N_L``: from the workload's
-   convergence table (``netsense calibrate``: mean over its seeds, an unreached seed counted
+   convergence table (``netsense convergence``: mean over its seeds, an unreached seed counted
    as ``max_steps``) when the experiment's scenario (or another of its sweep with as many
    workers) names one measured with as many workers, else the mean over seeds of the steps at which the sweep's fixed
    runs with as many workers first reached the target (:func:`steps_for`).

@@ -1,4 +1,4 @@
-"""The ``netsense`` command: run, show, list, schema, doctor, clean, calibrate (+ sweep,
+"""The ``netsense`` command: run, show, list, schema, doctor, clean, convergence (+ sweep,
 plot, report, compare, pack, export, sensing from analysis.py; ab from ab.py; simulate
 from simulate.py; profile from profile.py; advise from advise.py).
 
@@ -585,11 +585,11 @@ MaxStepsOption = Annotated[int, typer.Option(
     "--max-steps", min=1, max=1_000_000, help="step cap of a run (not reached: null)")]
 TableOutOption = Annotated[Path | None, typer.Option(
     "--out", "-o", metavar="FILE",
-    help="the table (default RESULTS/calibrate/<scenario>/convergence.json)")]
+    help="the table (default RESULTS/convergence/<scenario>/convergence.json)")]
 
 
 @app.command()
-def calibrate(
+def convergence(
     scenario: ScenarioArg,
     seeds: CalSeedsOption = "0,1,2",
     levels: LevelsOption = None,
@@ -602,7 +602,9 @@ def calibrate(
     ranks, several seeds) and write the convergence table netsenseml loads (the scenario's
     `convergence:` field, or hooks.register(..., convergence=FILE)).
 
-    Finished runs under RESULTS/calibrate/<scenario>/runs are reused, so it resumes.
+    Finished runs under RESULTS/convergence/<scenario>/runs are reused, so it resumes.
+    (Its old name, `netsense convergence`, still works; `netsense simulate calibrate` is the
+    SimGrid model's fit.)
     """
     from testbed.common.outputs import OutputError, check_dir
     from testbed.orchestration import convergence_table as cal
@@ -610,7 +612,7 @@ def calibrate(
     scn = _load(scenario, set_)
     seed_list = _seed_list(seeds)
     level_list = [x.strip() for x in levels.split(",") if x.strip()] if levels else None
-    root = results / "calibrate" / scn.name
+    root = results / "convergence" / scn.name
     target = out or root / "convergence.json"
     try:
         check_dir(target.parent, "--out", shown=target)
@@ -621,7 +623,7 @@ def calibrate(
         cal.check(scn, seed_list, level_list, max_steps)
     except cal.CalibrateError as exc:
         fail(str(exc))
-    typer.echo(f"calibrating {scn.name}: {scn.workload.model} on {scn.workload.dataset}, "
+    typer.echo(f"convergence table of {scn.name}: {scn.workload.model} on {scn.workload.dataset}, "
                f"{scn.world_size} ranks on loopback, target {scn.workload.target_accuracy}, "
                f"seeds {seed_list}")
     import signal
@@ -636,6 +638,12 @@ def calibrate(
         fail(str(exc), code=1)
     typer.echo(cal.markdown(table))
     typer.echo(f"wrote {target}; use it with `convergence: {target.resolve()}` in a scenario")
+
+
+# The command's old name, kept working (hidden): `calibrate` now means only the SimGrid
+# model's fit (`netsense simulate calibrate`).
+app.command("calibrate", hidden=True,
+            help="the old name of `netsense convergence`")(convergence)
 
 
 def _seed_list(seeds: str) -> list[int]:

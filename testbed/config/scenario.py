@@ -421,7 +421,7 @@ class Scenario(StrictModel):
     """The emulated accelerator and the time dilation (testbed.config.accelerator); none: a native run, the host's CPU sets the compute time."""
     convergence: str | None = Field(
         None, min_length=1, max_length=4096,
-        description="netsenseml's convergence prior: a table written by `netsense calibrate` "
+        description="netsenseml's convergence prior: a table written by `netsense convergence` "
         "(path relative to the scenario file); none: the stated conservative default "
         "(netsenseml.convergence)")
 

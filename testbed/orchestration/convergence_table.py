@@ -1,4 +1,4 @@
-"""``netsense calibrate``: steps to the target per ladder level, for a scenario's workload.
+"""``netsense convergence``: steps to the target per ladder level, for a scenario's workload.
 
 Why on loopback: steps to accuracy are a property of the model, the data, the global batch
 and the target, not of the network (a level changes what is sent, and loopback sends it
@@ -37,7 +37,7 @@ DEFAULT_MAX_STEPS = 1500
 
 
 class CalibrateError(ValueError):
-    """Bad input to ``netsense calibrate``; ``str()`` is one line."""
+    """Bad input to ``netsense convergence``; ``str()`` is one line."""
 
 
 class RunFailed(RuntimeError):
@@ -97,7 +97,7 @@ def read_run(folder: Path) -> dict[str, Any] | None:
     (no file, a torn line, no ``ok`` summary): ``steps`` to the target (None: not reached),
     ``reached``, ``steps_run``, ``step_ms`` (median), ``train_s`` (first step to the
     evaluation that reached the target, less the evaluations before it), ``params``,
-    ``grad_bytes``, ``final_accuracy``. The one reader of such runs (``netsense calibrate``
+    ``grad_bytes``, ``final_accuracy``. The one reader of such runs (``netsense convergence``
     and ``benchmarks/convergence.py``)."""
     path = folder / "rank0.jsonl"
     if not path.is_file():
@@ -201,5 +201,5 @@ def markdown(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # pragma: no cover - use `netsense calibrate`
-    sys.exit("use: netsense calibrate SCENARIO")
+if __name__ == "__main__":  # pragma: no cover - use `netsense convergence`
+    sys.exit("use: netsense convergence SCENARIO")

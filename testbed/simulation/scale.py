@@ -11,7 +11,7 @@ Time to accuracy = steps to the target x the predicted step time. The steps are 
 allreduce's steps to the target times the convergence prior's factor ``c(d)``
 (``netsenseml.convergence``, the table the policy itself plans with) of the level each
 step sent, averaged over the steps: a fixed method's own level, NetSenseML's chosen ones.
-Allreduce's steps come from the job's convergence table (``netsense calibrate``) where one
+Allreduce's steps come from the job's convergence table (``netsense convergence``) where one
 is given, else from a stated number (the caller's ``default_base_steps``, with the default
 prior's factors); the table is measured at one global batch, and the prediction keeps its
 steps at every W (the number of steps taken as independent of W: beyond the critical batch

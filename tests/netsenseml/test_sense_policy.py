@@ -46,7 +46,7 @@ HOST = {"jitter": 0.15, "compute_jitter": 0.15}
 MLP = Job(dense_bytes=2.2e6, compute_s=0.009, gather_fixed_s=0.003,
           codec_s={"none": 0.0, "fp16": 1e-3, "bf16": 1e-3, "int8": 4e-3, "topk": 3e-3})
 SMALL = Job()
-# the evaluation workload's measured prior (netsense calibrate eval-onoff)
+# the evaluation workload's measured prior (netsense convergence eval-onoff)
 PRIOR = {"none": 220, "fp16": 220, "int8": 220, "topk:0.1": 220, "topk:0.01": 300, "topk:0.001": 420}
 
 
