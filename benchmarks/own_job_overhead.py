@@ -7,7 +7,7 @@ The kinds of run take turns, run by run (round i runs every kind once, in an ord
 by one each round), so that a change in the host's load reaches all of them alike. Kinds:
 the built-in worker forked from the pre-imported zygote (what ``netsense run`` does), an own
 job (``tests/jobs/tiny_job.py``, a user's script run by ``python``: forked from the same
-zygote, ``workloads.jobrun``) and the same own job as a fresh interpreter
+zygote, ``workloads.job_runner``) and the same own job as a fresh interpreter
 (``NETSENSE_ZYGOTE=0``: how every own job started before it was forked, paying torch's
 imports in each rank); ``--fresh`` adds the built-in worker as a fresh process. The zygote's
 imports are paid once before the first round, as once per ``netsense run`` or sweep.

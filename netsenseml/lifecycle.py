@@ -30,7 +30,7 @@ Files the script opened and did not close are not flushed by ``os._exit``: close
 **A script that ends as scripts do.** Most DDP scripts end with ``dist.destroy_process_group()``
 (the race above, without the drain: a stranger's script hung there until the run's deadline
 in 2 of 4 attempts) or simply return (the exit race). Under the testbed neither needs an edit:
-:func:`patch_destroy` (installed by the job runner, ``workloads.jobrun``, before the script
+:func:`patch_destroy` (installed by the job runner, ``workloads.job_runner``, before the script
 runs, and by ``hooks.register`` under the testbed) makes the default group's destroy the
 drained, bounded :func:`destroy_group`, after the job's records are closed (:func:`on_destroy`:
 a job whose work is done is judged on its records even if the watchdog ends it); the job

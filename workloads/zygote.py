@@ -16,7 +16,7 @@ Protocol (one JSON object per line):
   (truncated), replaces its environment and working directory, and runs
   ``workloads.train.main(argv)``, which ends the process. With ``"job": true`` the child
   runs an own job instead: ``argv`` is what follows ``python`` in the job's command
-  (``workloads.jobrun``), and the job's exit status is the child's.
+  (``workloads.job_runner``), and the job's exit status is the child's.
 - replies on stdout: ``{"ready": true, "pid": ...}`` once imported; ``{"id": ..., "pid": N}``
   per fork (or ``{"id": ..., "error": "..."}``); ``{"exited": N, "code": C}`` when a child
   ends, C as ``Popen.returncode`` (negative: killed by that signal).
@@ -42,7 +42,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from workloads import jobrun
+from workloads import job_runner
 
 CLONE_NEWNET = 0x40000000
 #: The zygote's own environment and ``sys.path`` (an own job's child compares its own with them).
@@ -83,9 +83,9 @@ def _child(req: dict[str, Any]) -> NoReturn:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
-        jobrun.stacks_on_signal()  # where it is, when a deadline asks (NETSENSE_STACK_FILE)
-        if req.get("job"):  # an own job: `python ARGV` with the imports done (jobrun)
-            code = jobrun.run(list(req["argv"]), _BOOT_ENV, _BOOT_PATH)
+        job_runner.stacks_on_signal()  # where it is, when a deadline asks (NETSENSE_STACK_FILE)
+        if req.get("job"):  # an own job: `python ARGV` with the imports done (job_runner)
+            code = job_runner.run(list(req["argv"]), _BOOT_ENV, _BOOT_PATH)
             raise _Leave
         from workloads import train
 
@@ -104,7 +104,7 @@ def _child(req: dict[str, Any]) -> NoReturn:
             stream.flush()
         except (OSError, ValueError):
             pass
-    jobrun.leave(code)  # an own job ended by a signal (Ctrl-C): ended by it, as python would be
+    job_runner.leave(code)  # an own job ended by a signal (Ctrl-C): ended by it, as python would be
 
 
 def _reply(obj: dict[str, Any]) -> None:

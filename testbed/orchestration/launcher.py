@@ -3,7 +3,7 @@
 ``Zygote`` is the orchestrator's side of ``workloads.zygote`` (protocol there): one process
 that has imported torch, the worker and ``torch._dynamo`` forks each worker straight into
 its emulated host's network namespace, and forks an own job (a scenario's
-``workload.command`` run by ``python``) the same way (``workloads.jobrun``: the job's code
+``workload.command`` run by ``python``) the same way (``workloads.job_runner``: the job's code
 runs as ``python ARGV`` would run it, its torch imports already done). A fresh worker
 process instead pays ~4.5 s of
 imports (torch 2 s, dynamo 2.3 s, which DDP's constructor imports), and N of them starting
@@ -157,7 +157,7 @@ class Zygote:
               netns_pid: int | None, timeout: float = 30.0, job: bool = False) -> ForkedWorker:
         """Fork one worker (``argv`` = the worker's own arguments) into a namespace; with
         ``job``, an own job instead (``argv`` = what follows ``python``: ``script.py
-        args``, ``-m module args`` or ``-c code args``; ``workloads.jobrun``)."""
+        args``, ``-m module args`` or ``-c code args``; ``workloads.job_runner``)."""
         self.wait_ready()
         with self._send_lock:
             self._next_id += 1

@@ -6,7 +6,7 @@ since"), which sent a user looking inside the training loop when the job had fin
 hung in ``dist.destroy_process_group()``. Every worker the testbed starts registers
 ``faulthandler`` on ``netsenseml.lifecycle.STACK_SIGNAL`` with its own file
 (``NETSENSE_STACK_FILE`` = ``workers/rank<N>.stack``: the zygote's child, the job runner
-``workloads.jobrun``, ``hooks.register``). At the deadline :func:`dump` sends the signal to
+``workloads.job_runner``, ``hooks.register``). At the deadline :func:`dump` sends the signal to
 every rank still running that catches it (a process that does not, ``SigCgt`` in
 ``/proc/<pid>/status``, would be killed by it instead, and is left alone), waits for the
 files, and :func:`where` reads the main thread's frames: the innermost one and, when that is

@@ -11,7 +11,7 @@ emulated interface (without it gloo binds to 127.0.0.1 and the ranks never meet)
 An own job (a scenario's ``workload.command``) is started as torchrun starts a rank
 (:func:`job_env`) with the run's method and record folder in ``NETSENSE_*`` variables
 (``netsenseml.job``): forked from the zygote too when the command is ``python ...``
-(:func:`forkable`; ``workloads.jobrun`` runs it as ``python`` would, without the imports a
+(:func:`forkable`; ``workloads.job_runner`` runs it as ``python`` would, without the imports a
 fresh interpreter pays), else a fresh process. What a job leaves behind is found by
 :func:`stragglers`; how far a hung rank got, by :func:`stage`.
 """
@@ -35,10 +35,10 @@ from testbed.config.scenario import PYTHON_NAMES, Scenario
 from testbed.orchestration import run_records, stacks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: The job runner a fresh own-job interpreter runs its script through (``workloads.jobrun``:
+#: The job runner a fresh own-job interpreter runs its script through (``workloads.job_runner``:
 #: the script's ending made safe, its stack on request), a file: nothing of the checkout is
 #: imported before the job's path is set.
-JOBRUN = REPO_ROOT / "workloads" / "jobrun.py"
+JOB_RUNNER = REPO_ROOT / "workloads" / "job_runner.py"
 
 
 def worker_argv(scenario: Scenario, spec: methods.MethodSpec, seed: int, log_dir: Path,
@@ -366,7 +366,7 @@ class WorkerGroup:
                 self._logs.append(log)
                 run_argv = argv
                 if extra_env is not None and forkable(argv):  # python ...: through the runner
-                    run_argv = [argv[0], str(JOBRUN), *argv[1:]]
+                    run_argv = [argv[0], str(JOB_RUNNER), *argv[1:]]
                 proc = self.emu.popen(host, run_argv, env=envs[rank], stdout=log,
                                       stderr=subprocess.STDOUT, cwd=where)
             self.procs.append(proc)

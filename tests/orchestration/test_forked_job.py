@@ -1,5 +1,5 @@
 """An own job forked from the pre-imported zygote runs as ``python ARGV`` would run it
-(``workloads.jobrun``): argv, ``__main__``, ``sys.path``, the exit status, ``atexit`` and
+(``workloads.job_runner``): argv, ``__main__``, ``sys.path``, the exit status, ``atexit`` and
 non-daemon threads at its end; a job whose environment or path the pre-imported interpreter
 cannot honour starts as a fresh one; ``tests/jobs/tiny_job.py`` on two forked ranks writes
 its records without paying torch's imports.
@@ -21,7 +21,7 @@ from netsenseml import lifecycle, methods
 from testbed.common.ports import free_port
 from testbed.config.scenario import validate_scenario
 from testbed.orchestration import launcher, stacks, workers
-from workloads import jobrun
+from workloads import job_runner
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "tests" / "jobs" / "tiny_job.py"
@@ -68,7 +68,7 @@ def test_a_forked_job_runs_as_python_would(zygote, tmp_path: Path) -> None:
         "Traceback (most recent call last):", f'  File "{script}", line 10, in <module>',
         """    if mode == "raise": raise RuntimeError("the job's own bug")"""]
     assert "RuntimeError: the job's own bug" in out and "atexit ran" in out
-    assert "jobrun" not in out  # the traceback starts at the job's own frame
+    assert "job_runner" not in out  # the traceback starts at the job's own frame
     code, out = _job(zygote, tmp_path, [str(script)], MODE="ctrl-c")
     assert code == -signal.SIGINT and "KeyboardInterrupt" in out
 
@@ -89,7 +89,7 @@ def test_what_a_fork_cannot_honour_starts_a_fresh_interpreter(zygote, tmp_path: 
     script.write_text(PROBE)
     code, out = _job(zygote, tmp_path, [str(script), "a"], PYTHONHASHSEED="7")
     assert code == 0 and "fresh interpreter: PYTHONHASHSEED differs" in out, out
-    # the fresh interpreter runs the job through workloads/jobrun.py, as python would
+    # the fresh interpreter runs the job through workloads/job_runner.py, as python would
     seen = json.loads(out.splitlines()[1])
     assert seen == {"argv": [str(script), "a"], "name": "__main__", "file": str(script),
                     "path0": str(tmp_path), "threads": 2, "main": True}
@@ -97,7 +97,7 @@ def test_what_a_fork_cannot_honour_starts_a_fresh_interpreter(zygote, tmp_path: 
     code, out = _job(zygote, tmp_path, [str(script)], PYTHONHASHSEED="7", MODE="exit")
     assert code == 3 and "atexit ran" in out
     code, out = _job(zygote, tmp_path, [str(script)], PYTHONHASHSEED="7", MODE="raise")
-    assert code == 1 and "RuntimeError: the job's own bug" in out and "jobrun" not in out
+    assert code == 1 and "RuntimeError: the job's own bug" in out and "job_runner" not in out
     own = tmp_path / "vendored"
     (own / "netsenseml").mkdir(parents=True)
     (own / "netsenseml" / "__init__.py").write_text("WHO = 'the job'\n")
@@ -110,13 +110,13 @@ def test_job_path_is_the_fresh_interpreters() -> None:
     base = ["/usr/lib/python3.11", "/venv/site-packages"]
     env = {"PYTHONPATH": os.pathsep.join(["/extra", "/venv/site-packages"])}
     # the script's folder, then PYTHONPATH, then the rest, each once (as site leaves it)
-    assert jobrun.job_path(["/jobs/x/run.py"], env, base, "/w") == [
+    assert job_runner.job_path(["/jobs/x/run.py"], env, base, "/w") == [
         "/jobs/x", "/extra", "/venv/site-packages", "/usr/lib/python3.11"]
-    assert jobrun.job_path(["-m", "pkg"], env, base, "/w")[0] == "/w"
-    assert jobrun.job_path(["-c", "pass"], {}, base, "/w") == ["", *base]
-    assert jobrun.job_path(["/jobs/x/run.py"], {"PYTHONSAFEPATH": "1"}, base, "/w") == base
+    assert job_runner.job_path(["-m", "pkg"], env, base, "/w")[0] == "/w"
+    assert job_runner.job_path(["-c", "pass"], {}, base, "/w") == ["", *base]
+    assert job_runner.job_path(["/jobs/x/run.py"], {"PYTHONSAFEPATH": "1"}, base, "/w") == base
     boot = {"PYTHONPATH": "/repo"}
-    assert jobrun.interpreter_entries(["/repo", "/repo", *base], boot) == base
+    assert job_runner.interpreter_entries(["/repo", "/repo", *base], boot) == base
 
 
 def test_tiny_job_on_two_forked_ranks_skips_the_imports(zygote, tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_a_hung_job_says_where_it_is(zygote, tmp_path: Path) -> None:
     """Forked or fresh, a job asked for its stack (``stacks.dump``: the signal the testbed
     sends at a run's deadline) writes it to ``NETSENSE_STACK_FILE``; the innermost frame
     is the job's own function, and the process goes on (the signal does not end it)."""
-    assert jobrun.STACK_SIGNAL == lifecycle.STACK_SIGNAL
+    assert job_runner.STACK_SIGNAL == lifecycle.STACK_SIGNAL
     script = tmp_path / "hang.py"
     script.write_text(HANG)
     for rank, more in ((0, {}), (1, {"PYTHONHASHSEED": "7"})):  # forked, then fresh

@@ -79,7 +79,7 @@ def test_an_own_job_runs_once_per_method_with_records_timeline_and_truth(tmp_pat
         assert config["worker_argv"][:2] == [sys.executable, str(JOB)]
         log = (d / "workers" / "rank0.log").read_text()
         assert f"rank 0: method {method}" in log  # the run's method reached register(model)
-        assert "fresh interpreter" not in log  # it ran in the fork (workloads.jobrun)
+        assert "fresh interpreter" not in log  # it ran in the fork (workloads.job_runner)
         assert_nothing_left(d)
     for cmd in (["report", "-r", str(root)], ["plot", "-r", str(root)],
                 ["compare", str(root), "-o", str(tmp_path / "compare")]):
@@ -229,7 +229,7 @@ def test_each_host_runs_in_its_own_folder_and_no_run_sees_anothers_files(
 
 def test_a_job_started_as_a_fresh_interpreter_ends_and_hangs_the_same(tmp_path: Path,
                                                                       monkeypatch) -> None:
-    """Without the zygote (NETSENSE_ZYGOTE=0) the job runs through workloads/jobrun.py in a
+    """Without the zygote (NETSENSE_ZYGOTE=0) the job runs through workloads/job_runner.py in a
     fresh interpreter: dist.destroy_process_group() at its end is as safe, and a hung rank
     is named by its frame as in a forked job."""
     monkeypatch.setenv("NETSENSE_ZYGOTE", "0")

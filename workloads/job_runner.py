@@ -26,7 +26,7 @@ read once at interpreter start), a ``TORCH*``/``KMP_``/``LD_`` variable that dif
 (read when torch is imported), or a module the zygote imported that the job's path would
 find elsewhere (a ``torch`` or ``netsenseml`` of the job's own). Not repeated: the string
 hash seed, which forked ranks share (a fresh interpreter draws one per process). The fresh
-interpreter runs this module as its script (``python jobrun.py ARGV``, :func:`main`), which
+interpreter runs this module as its script (``python job_runner.py ARGV``, :func:`main`), which
 runs the job as :func:`run` does and leaves as below; so does a job started without the
 zygote (``NETSENSE_ZYGOTE=0``).
 
@@ -243,7 +243,7 @@ def leave(code: int) -> NoReturn:
 
 
 def main() -> NoReturn:
-    """``python jobrun.py ARGV``: the job in this fresh interpreter (module docstring)."""
+    """``python job_runner.py ARGV``: the job in this fresh interpreter (module docstring)."""
     stacks_on_signal()
     leave(run(sys.argv[1:], dict(os.environ), list(sys.path), fresh=True))
 
