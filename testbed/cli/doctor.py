@@ -75,7 +75,7 @@ def _fix(err: str, module: str) -> str:
 
 
 def _qdisc_check(name: str, kind: str, args: str, module: str, effect: str = "") -> Check:
-    ok, detail = kernel.probe_qdisc(kind, args)
+    ok, detail = kernel.qdisc_supported(kind, args)
     fix = "" if ok else _fix(detail, module) + (f"; {effect}" if effect else "")
     return Check(name, ok, detail, fix)
 

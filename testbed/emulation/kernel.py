@@ -93,8 +93,9 @@ class ThrowawayVeth(ProbePrefix):
 
 
 @functools.cache
-def probe_qdisc(kind: str, args: str = "") -> tuple[bool, str]:
-    """Can a root qdisc `kind` with `args` be added? Returns (ok, detail)."""
+def qdisc_supported(kind: str, args: str = "") -> tuple[bool, str]:
+    """Can a root qdisc `kind` with `args` be added? Returns (ok, detail): tried on a
+    throwaway veth, once per process (a check of the kernel, not a measurement)."""
     try:
         with ThrowawayVeth() as veth:
             res = _run(["tc", "qdisc", "add", "dev", veth.dev, "root", kind, *args.split()])
@@ -107,7 +108,7 @@ def probe_qdisc(kind: str, args: str = "") -> tuple[bool, str]:
 
 def has_netem() -> bool:
     """True if the kernel accepts a netem qdisc (probed once per process)."""
-    return probe_qdisc("netem", "delay 1ms")[0]
+    return qdisc_supported("netem", "delay 1ms")[0]
 
 
 def require_netem() -> None:

@@ -144,7 +144,7 @@ for _ in range(2):
     except ValueError:
         pass  # this kernel has no netem: refused, as test_netem_fields_follow_the_kernel_probe says
 from testbed.emulation import kernel
-print("probed", kernel.probe_qdisc.cache_info().misses)
+print("probed", kernel.qdisc_supported.cache_info().misses)
 """
 
 
