@@ -1,7 +1,7 @@
-"""Probes of what this kernel can do for emulation (qdiscs, namespaces, bridges).
+"""Checks of what this kernel can do for emulation (qdiscs, namespaces, bridges).
 
-Why probe instead of assume: the machines we build on lack sch_netem (and fq, red, ...)
-while others have them; `modprobe` may or may not be allowed.  Each probe makes a
+Why check instead of assume: the machines we build on lack sch_netem (and fq, red, ...)
+while others have them; `modprobe` may or may not be allowed.  Each check makes a
 throwaway veth pair named with a fresh testbed prefix (so `netsense clean` recognises it),
 tries the feature on it and deletes it again.  Results are cached per process.
 
