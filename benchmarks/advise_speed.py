@@ -1,13 +1,13 @@
 """How long ``netsense advise`` takes to answer.
 
     .venv/bin/python benchmarks/advise_speed.py [--workers 8,64,1024] [--repeat 3]
-        [--rate 1000]
+        [--rate 1000] [--models M,M,...]
 
 **Speed** (target: <= 10 s for any built-in model up to 1024 workers): the wall time of
 the whole command as a user runs it (``netsense advise MODEL -w W --rate R`` in a fresh
 process: the interpreter's start, the imports, every method, the crossover search over
-rates), for every model the shipped profile has an entry for, median and worst of
-``--repeat`` tries.
+rates), for every model the shipped profile has an entry for (or the ``--models`` named),
+median and worst of ``--repeat`` tries.
 
 How its closed form compares with the emulated runs (the paper grid's, or the earlier
 paper-scale runs its goodput share was fitted on): ``benchmarks/advise_validation.py``.
@@ -30,8 +30,14 @@ NETSENSE = Path(sys.executable).parent / "netsense"
 TARGET_S = 10.0
 
 
-def speed(workers: list[int], rate: float, repeat: int) -> None:
+def speed(workers: list[int], rate: float, repeat: int, only: list[str] | None = None) -> None:
     models = sorted({e.model for e in accelerator.load(adv.DEFAULT_PROFILE).entries})
+    if only:
+        unknown = sorted(set(only) - set(models))
+        if unknown:
+            sys.exit(f"error: --models: {', '.join(unknown)} not in the shipped profile "
+                     f"(accepted: {', '.join(models)})")
+        models = [m for m in models if m in only]
     print("| model | workers | median s | worst s | tries |")
     print("|---|---|---|---|---|")
     worst_all = 0.0
@@ -55,8 +61,10 @@ def main() -> None:
     ap.add_argument("--workers", default="8,64,1024")
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--models", help="only these models (default: every one the profile has)")
     a = ap.parse_args()
-    speed([int(w) for w in a.workers.split(",")], a.rate, a.repeat)
+    speed([int(w) for w in a.workers.split(",")], a.rate, a.repeat,
+          a.models.split(",") if a.models else None)
 
 
 if __name__ == "__main__":

@@ -72,8 +72,9 @@ CPU: dict[str, Tiny] = {
         "--workload", "digits", "--methods", "allreduce", "--seeds", "0", "--out", "{tmp}"], [
         r"^workload digits: mlp", rf"^allreduce\s+\d/1\s+.*\s{NUM}\s*$"],
         written={"runs.csv": ["workload", "method", "seed", "steps"]}),
-    # one model size, one try each: the whole command as a user runs it
-    "advise_speed": Tiny("advise_speed.py", ["--workers", "8", "--repeat", "1"], [
+    # one model at one size, one try: the whole command as a user runs it
+    "advise_speed": Tiny("advise_speed.py", ["--workers", "8", "--repeat", "1",
+                                             "--models", "resnet18-imagenet"], [
         rf"^\| resnet18-imagenet \| 8 \| {NUM} \| {NUM} \| {NUM} \|$",
         rf"^worst answer {NUM} s; target <= 10 s: (met|MISSED)$"]),
     # the committed paper-grid runs at one rate: a run's row, a family's spread, the files
