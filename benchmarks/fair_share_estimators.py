@@ -1,6 +1,7 @@
 """Estimators of the job's rate from what it observes, replayed offline against both truths.
 
     python benchmarks/fair_share_estimators.py RESULTS_DIR [RESULTS_DIR ...] [--window 8] [--runs]
+        [--fixed FIXED_DIR ...]
 
 Issue 49 asks the monitor for what the job will get beside competing flows (its max-min fair
 share) in congested phases and the available rate in idle ones. This script reads
@@ -33,6 +34,11 @@ two tables that say why the congested phases stay off whatever the filter:
 * the dense steps' rate over the fair share by the run's dilation factor ``k`` and by how
   many dense steps in a row preceded them: what the job *gets* sending a dense level step
   after step, against the share a fair TCP competition would give it.
+
+``--fixed`` adds the same table for runs of a fixed dense level (``results/runs/sensing-dilation``:
+int8 on accel-d70, seeds 0 and 1, the factor set to 140, 260 and 450 in turn, one after
+another on the same host): what the level got beside the cross streams, sent step after
+step, with nothing of the policy's in it.
 
 Offline only, as ``rate_filters.py``: in a run the estimate feeds the policy, which changes
 what is sent next.
@@ -263,6 +269,8 @@ def main() -> None:
     ap.add_argument("roots", nargs="+", type=Path)
     ap.add_argument("--window", type=int, default=8, help="samples or steps a window holds")
     ap.add_argument("--runs", action="store_true", help="a row per run and candidate too")
+    ap.add_argument("--fixed", nargs="+", type=Path, default=[],
+                    help="folders of fixed dense-level runs with cross traffic: what they got")
     args = ap.parse_args()
     from testbed.analysis import sensing
 
@@ -312,6 +320,12 @@ def main() -> None:
         print("\ncongested dense steps: bytes/s over the fair share by dilation k and dense steps in "
               "a row, per count of cross streams (available = configured - cross received)")
         print(streaks.to_string())
+    fixed = [load(p.parent) for root in args.fixed for p in sorted(root.rglob("steps.csv"))
+             if (p.parent / "events.csv").exists() and "cross_start" in (p.parent / "events.csv").read_text()]
+    if fixed:
+        print(f"\n{len(fixed)} fixed-level runs (--fixed): congested dense steps' bytes/s over the "
+              "fair share by dilation k")
+        print(streaks_table(fixed).to_string())
 
 
 if __name__ == "__main__":
