@@ -513,6 +513,9 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     tcp_rtt = float(pd.to_numeric(table["tcp_min_rtt_ms"], errors="coerce").median())
     summary = {
         "run_dir": str(run_dir), "bottleneck": {"link": tr.link, "toward": tr.toward},
+        # the run's dilation factor: the congested phases' competition depends on it
+        # (docs/results-log.md, 2026-12-07: int8 got 1.3-4.0x its fair share at k 140-450)
+        "dilation": loading.dilation_of(config),
         "world_size": world, "steps_compared": int(len(table)),
         "rate_mae_mbit": round(mae, 3),
         "rate_mae_relative": round(mae / mean_avail, 4) if mean_avail > 0 else None,

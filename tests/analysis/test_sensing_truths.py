@@ -46,6 +46,7 @@ def test_truths_hold_until_the_applied_edges_and_the_needed_error_is_per_phase(t
     assert list(after["available_mbit"]) == pytest.approx([20.0] * 5)  # 200 less the 180 received
     assert list(after["fair_mbit"]) == pytest.approx([200 / 9] * 5, abs=1e-3)
     assert summary["needed"] == {"idle": "available", "congested": "fair"}
+    assert summary["dilation"] == 1.0  # not dilated: the factor every number is read with
     assert summary["rate_medae_rel_idle_needed"] == 0.0
     assert summary["rate_medae_rel_congested_needed"] == pytest.approx(0.0, abs=1e-3)
     # against the available rate the same estimate is 11 % off (22.2 on 20)
