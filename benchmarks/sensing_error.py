@@ -13,9 +13,11 @@ One row per run (``testbed.analysis.sensing.validate``): coverage (rank-0 steps 
 estimate), median |error| relative to the available rate and to the fair share per phase,
 the error against the truth the policy needs (``sensing.NEEDED``: available when idle, fair
 share when congested) with the congested bias,
-the monitor's min RTT beside the kernel's ``tcpi_min_rtt``, and level changes per
+the monitor's min RTT beside the kernel's ``tcpi_min_rtt``, level changes per
 cross-traffic segment, as labels (fp16 -> top-k) and as ladder rungs (a top-k ratio move is
-one), probes left out; then the segments with more than one label change, of all.
+one), probes left out, and the run's dilation factor ``k`` (what a job gets beside the cross
+traffic depends on it: ``docs/results-log.md``, 2026-12-07); then the segments with more
+than one label change, of all.
 """
 
 from __future__ import annotations
@@ -45,15 +47,16 @@ def main() -> None:
         raise SystemExit("no netsenseml run folders (steps.csv) under " + ", ".join(map(str, args.roots)))
     print("| run | coverage | idle vs avail | idle vs fair | congested vs avail | congested vs fair "
           "| policy's truth: idle / congested (bias) "
-          "| min RTT ms (monitor / kernel) | label changes per segment | rung changes per segment |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| min RTT ms (monitor / kernel) | label changes per segment | rung changes per segment "
+          "| k |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     all_segments: list[dict] = []
     for run in runs:
         name = f"{run.parent.name}/{run.name}"
         try:
             _, s = sensing.validate(run)
         except sensing.SensingError as exc:
-            print(f"| {name} | no estimate: {str(exc).split(': ', 1)[-1][:80]} |  |  |  |  |  |  |  |")
+            print(f"| {name} | no estimate: {str(exc).split(': ', 1)[-1][:80]} |  |  |  |  |  |  |  |  |")
             continue
         segs = s["segments"]
         all_segments.extend(segs)
@@ -64,7 +67,8 @@ def main() -> None:
               f" ({_signed(s.get('rate_bias_rel_congested_needed'))}) "
               f"| {s['est_min_rtt_ms']} / {s['tcp_min_rtt_ms']} "
               f"| {' '.join(x['phase'][0] + str(x['changes']) for x in segs)} "
-              f"| {' '.join(x['phase'][0] + str(x.get('ladder_changes', '-')) for x in segs)} |")
+              f"| {' '.join(x['phase'][0] + str(x.get('ladder_changes', '-')) for x in segs)} "
+              f"| {s.get('dilation', 1.0):g} |")
     if all_segments:
         over = sum(1 for x in all_segments if x["changes"] > 1)
         print(f"\nsegments with more than one label change: {over} of {len(all_segments)}; "

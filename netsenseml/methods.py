@@ -99,6 +99,8 @@ class MethodInfo:
     of its ratio (exactly, or by a sampled threshold: DGC), so it converges and is validated
     as top-k at that ratio. ``calibrated``: the simulation's calibration (``netsense simulate
     calibrate``) keeps its runs' compute per level it chose (NetSenseML's own overhead).
+    ``collectives``: the collectives one bucket takes a step, one after another (PowerSGD:
+    its rank-1 vectors, P, Q): what payload mode's dilation rule counts the host's cost of.
     """
 
     name: str
@@ -123,6 +125,7 @@ class MethodInfo:
     dense_steps: int = 0
     topk: bool = False
     calibrated: bool = False
+    collectives: int = 1
 
     @property
     def label(self) -> str:
@@ -192,7 +195,7 @@ register(MethodInfo("powersgd", "hook",
                     "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook:powerSGD_hook",
                     "torch's powerSGD_hook (low-rank P, Q)", arg="rank", lossy=True,
                     state="netsenseml.hooks:powersgd_state", payload_hook=True,
-                    dense_steps=2))
+                    dense_steps=2, collectives=3))
 #: The method this library proposes and its prototype's rule, by name: what the report and
 #: the figures compare the others with (``testbed.analysis.tables.ADAPTIVE``), named here once.
 PROPOSED = "netsenseml"
@@ -373,6 +376,11 @@ class MethodSpec:
     def dense_steps(self) -> int:
         """The first steps a hook sends the dense gradient (PowerSGD: 2)."""
         return 0 if self.info is None else self.info.dense_steps
+
+    @property
+    def collectives(self) -> int:
+        """The collectives a bucket takes a step (PowerSGD 3; a plug-in is taken as 1)."""
+        return 1 if self.info is None else self.info.collectives
 
     @property
     def topk_ratio(self) -> float | None:

@@ -41,7 +41,7 @@ ENTRIES = {
     "testbed/config/scenario.py": "a scenario's methods",
     "testbed/config/sweep.py": "a sweep file's methods",
     "testbed/config/estimate.py": "estimate(scenario, method): the command's or sweep's text",
-    "testbed/config/factor.py": "wire_share / codec_specs: a spec, or a command's text",
+    "testbed/config/factor.py": "wire_share / codec_specs / per_bucket: a spec, or a command's text",
     "testbed/cli/app.py": "the command line",
     "testbed/cli/profile.py": "the command line (--codecs)",
     "testbed/analysis/tables.py": "run folders' config.json and records",

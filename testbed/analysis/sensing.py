@@ -112,8 +112,9 @@ def _why_no_rate(steps: pd.DataFrame) -> str:
             "RTT; its min RTT is in steps.csv, est_min_rtt_s)")
 
 
-def _read(run_dir: Path) -> tuple[loading.RunData, pd.DataFrame, pd.DataFrame]:
-    """(the run folder as the run reader loaded it, its steps, bottleneck.csv)."""
+def _read(run_dir: Path, estimate: bool = True) -> tuple[loading.RunData, pd.DataFrame, pd.DataFrame]:
+    """(the run folder as the run reader loaded it, its steps, bottleneck.csv); ``estimate``:
+    refuse a run without the monitor's rate estimate."""
     for name in ("steps.csv", "bottleneck.csv", "config.json"):
         if not (run_dir / name).exists():
             raise SensingError(f"{run_dir}: no {name} (a run of this testbed version "
@@ -124,7 +125,7 @@ def _read(run_dir: Path) -> tuple[loading.RunData, pd.DataFrame, pd.DataFrame]:
         truth = folder.csv("bottleneck.csv")
     except loading.Damaged as exc:
         raise SensingError(f"{run_dir}: {exc}") from None
-    if "est_rate_mbit" not in steps.columns or steps["est_rate_mbit"].isna().all():
+    if estimate and ("est_rate_mbit" not in steps.columns or steps["est_rate_mbit"].isna().all()):
         raise SensingError(f"{run_dir}: the monitor gave no rate estimate in this run" + _why_no_rate(steps))
     if truth.empty:
         raise SensingError(f"{run_dir}: bottleneck.csv has no samples")
@@ -383,6 +384,58 @@ def _truth(run: loading.RunData, truth: pd.DataFrame, config: dict[str, Any]) ->
         received=received)
 
 
+def link_factor(world: int) -> float:
+    """Link bytes per byte of the monitor's rate: a ring all-reduce puts ``2(W-1)/W`` of
+    one rank's payload on each link (module doc)."""
+    return 2 * (world - 1) / world if world > 1 else 1.0
+
+
+def _rates_at(run: loading.RunData, tr: _Truth, config: dict[str, Any], t: np.ndarray,
+              index: pd.Index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(configured, cross, available, fair share) Mbit/s at the times ``t``."""
+    configured = configured_at(run, tr.link, tr.configured, t)
+    # the servers' reports are a step function in time: read at the steps' own times, not
+    # interpolated between the sampler's (a line from 0 to 7000 drawn across the 7 ms
+    # before a phase began made the truth congested before the cross traffic was)
+    cross = (_received(run, t, index).to_numpy(float) if tr.received
+             else _at(tr.cross, t))
+    return (configured, cross, np.clip(configured - cross, 0.0, None),
+            fair_share(run, config, t, configured))
+
+
+def _phases(run: loading.RunData, t: np.ndarray, cross: np.ndarray,
+            configured: np.ndarray) -> np.ndarray:
+    """"congested" or "idle" at the times ``t`` (module doc, "Phases")."""
+    running = cross_running(run, t)
+    if running is not None:  # the applied edges: congested while cross streams run
+        return np.where(running > 0, "congested", "idle")
+    return np.where(cross > 0.05 * configured, "congested", "idle")
+
+
+def steps_with_truth(run_dir: Path) -> pd.DataFrame:
+    """Every rank-0 step of a run (steps.csv's columns, by step) with the truths at its
+    time, whether or not the monitor had an estimate then: ``configured_mbit``,
+    ``cross_mbit``, ``available_mbit``, ``fair_mbit``, ``phase``, ``needed_mbit`` (the
+    truth the policy needs: :data:`NEEDED`) and ``link_factor`` (a monitor rate x it is
+    link Mbit/s). Any method's run (a fixed level's too: what it got beside the cross
+    traffic); for estimators replayed offline from what the job observed
+    (``benchmarks/fair_share_estimators.py``)."""
+    folder, steps, truth = _read(Path(run_dir), estimate=False)
+    config = folder.config
+    tr = _truth(folder, truth, config)
+    r0 = steps[steps["rank"] == 0].sort_values("step").reset_index(drop=True)
+    t = r0["t"].to_numpy(float)
+    configured, cross, available, fair = _rates_at(folder, tr, config, t, r0.index)
+    phase = _phases(folder, t, cross, configured)
+    truths = {"available": available, "fair": fair}
+    return r0.assign(
+        configured_mbit=configured, cross_mbit=cross, available_mbit=available,
+        fair_mbit=fair, phase=phase,
+        needed_mbit=np.where(phase == "congested", truths[NEEDED["congested"]],
+                             truths[NEEDED["idle"]]),
+        link_factor=link_factor(int(config.get("world_size") or 1)))
+
+
 def _step_table(run: loading.RunData, steps: pd.DataFrame, tr: _Truth, config: dict[str, Any],
                 world: int) -> pd.DataFrame:
     """Rank 0's steps with a monitor estimate beside the truth at their times."""
@@ -392,21 +445,15 @@ def _step_table(run: loading.RunData, steps: pd.DataFrame, tr: _Truth, config: d
                            + _why_no_rate(steps))
     t = r0["t"].to_numpy(float)
     levels = r0["level"].astype(str) if "level" in r0 else pd.Series("none", index=r0.index)
-    factor = np.full(len(levels), 2 * (world - 1) / world if world > 1 else 1.0)
+    factor = np.full(len(levels), link_factor(world))
     est_mbit = r0["est_rate_mbit"].to_numpy(float)
     d = Dilation(loading.dilation_of(config))
-    configured = configured_at(run, tr.link, tr.configured, t)
-    # the servers' reports are a step function in time: read at the steps' own times, not
-    # interpolated between the sampler's (a line from 0 to 7000 drawn across the 7 ms
-    # before a phase began made the truth congested before the cross traffic was)
-    cross = (_received(run, t, r0.index).to_numpy(float) if tr.received
-             else _at(tr.cross, t))
+    configured, cross, available, fair = _rates_at(run, tr, config, t, r0.index)
     table = pd.DataFrame({
         "t": t, "step": r0["step"].to_numpy(), "level": levels.to_numpy(),
         "est_rate_mbit": est_mbit.round(3), "est_link_mbit": (est_mbit * factor).round(3),
         "configured_mbit": configured, "cross_mbit": cross.round(3),
-        "available_mbit": np.clip(configured - cross, 0.0, None).round(3),
-        "fair_mbit": fair_share(run, config, t, configured).round(3),
+        "available_mbit": available.round(3), "fair_mbit": fair.round(3),
         "training_mbit": _at(tr.training, t).round(3),
         "est_queue_ms": (r0["est_queue_delay_s"].to_numpy(float) * 1e3).round(3),
         "truth_queue_ms": _at(tr.queue_ms, t).round(3),
@@ -421,12 +468,7 @@ def _step_table(run: loading.RunData, steps: pd.DataFrame, tr: _Truth, config: d
                                if "tcp_min_rtt_s" in r0 else np.nan)
     table["tcp_rate_mbit"] = (d.virtual_mbit(r0["tcp_delivery_rate_mbit"].to_numpy(float)).round(3)
                               if "tcp_delivery_rate_mbit" in r0 else np.nan)
-    running = cross_running(run, t)
-    if running is not None:  # the applied edges: congested while cross streams run
-        table["phase"] = np.where(running > 0, "congested", "idle")
-    else:
-        table["phase"] = np.where(table["cross_mbit"] > 0.05 * table["configured_mbit"],
-                                  "congested", "idle")
+    table["phase"] = _phases(run, t, table["cross_mbit"].to_numpy(float), configured)
     table["error_mbit"] = (table["est_link_mbit"] - table["available_mbit"]).round(3)
     return table[COLUMNS]
 
@@ -471,6 +513,9 @@ def validate(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     tcp_rtt = float(pd.to_numeric(table["tcp_min_rtt_ms"], errors="coerce").median())
     summary = {
         "run_dir": str(run_dir), "bottleneck": {"link": tr.link, "toward": tr.toward},
+        # the run's dilation factor: the congested phases' competition depends on it
+        # (docs/results-log.md, 2026-12-07: int8 got 1.3-4.0x its fair share at k 140-450)
+        "dilation": loading.dilation_of(config),
         "world_size": world, "steps_compared": int(len(table)),
         "rate_mae_mbit": round(mae, 3),
         "rate_mae_relative": round(mae / mean_avail, 4) if mean_avail > 0 else None,

@@ -624,7 +624,9 @@ def sensing_cmd(
            f"{summary[f'rate_bias_rel_{ph}_needed']:+.0%})"
            if summary.get(f"rate_bias_rel_{ph}_needed") is not None else "")
         for ph in ("idle", "congested"))
-    Console().print(f"{phases}; coverage {summary['coverage']:.0%}", highlight=False)
+    Console().print(f"{phases}; coverage {summary['coverage']:.0%}; dilation k "
+                    f"{summary.get('dilation', 1.0):g} (the congested phases' competition "
+                    "depends on it)", highlight=False)
     Console().print(
         f"min RTT: monitor {summary['est_min_rtt_ms']} ms, kernel (tcpi_min_rtt) "
         f"{summary['tcp_min_rtt_ms']} ms, ratio {summary['min_rtt_ratio']}", highlight=False)

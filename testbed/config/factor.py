@@ -7,7 +7,8 @@ before a run (``testbed.config.estimate``, which models them from stated figures
 * **the host's**: ``margin`` x the largest ratio of the host's real work for a part of the
   step to that part's profiled slot (:func:`host_need`, with the ranks' whole-step CPU in
   lockstep, :func:`lockstep_need`); in payload mode, where the host computes nothing, the
-  hook's bookkeeping per step and bucket against the step (:func:`payload_need`);
+  hook's bookkeeping per step and bucket against the step (:func:`payload_need`) and the
+  collectives' own host cost against the step (:func:`collective_need`);
 * **the network's**: the least ``k`` that brings the fastest rate training crosses into
   the emulation's faithful range (:func:`rate_factor`, ``testbed.config.faithful``).
 
@@ -150,17 +151,61 @@ def payload_need(timing: accelerator.Timing, elements: int, workers: int, cores:
     return work / (timing.step_s + max_overrun * (timing.step_s + max(transfer_s, 0.0)))
 
 
+#: Payload mode's host cost of one collective (real seconds, per worker sharing a core):
+#: gloo's ring passes ``2 (W - 1)`` messages one after another, each waking the next rank's
+#: process, and with 8 ranks on 2 cores each wake-up waits for a core. It is real time
+#: whatever ``k`` is, so it reaches the step as ``cost / k`` of virtual time. Measured as the
+#: emulated step's excess over the simulated one (results/README.md, "The collectives' host
+#: cost"): ResNet-18's PowerSGD (9 collectives a step, 25 ms virtual) lost 12-14 ms real a
+#: collective at k 3 and at k 10 alike (at 1000 Mbit/s: k 3 3050-3350 samples/s, k 30
+#: 9340-9430, k 100 9800-9940; the simulation 10195), GPT-2's (39 a step) 16 ms at k 1.
+PAYLOAD_COLLECTIVE_S = 0.0035
+#: The collectives of a step whose host cost is not hidden, for a method whose buckets take
+#: one collective each: DDP launches each bucket's as the backward releases it, so only the
+#: last ones wait after it (measured: 0.7-1.4 collectives' cost in ResNet-18's top-k and
+#: allreduce steps). A method whose bucket takes several, each launched when the one before
+#: completed (PowerSGD), waits on all of them.
+EXPOSED_COLLECTIVES = 2
+#: The share of a step (virtual: its compute and its least transfer) the exposed
+#: collectives' host cost may take (:func:`collective_need`).
+COLLECTIVE_SHARE = 0.04
+
+
+def exposed_collectives(elements: int, per_bucket: int) -> int:
+    """The collectives of a step whose host cost the step waits on (:data:`EXPOSED_COLLECTIVES`;
+    every one where a bucket's are chained, ``per_bucket`` > 1)."""
+    if per_bucket > 1:
+        return payload_buckets(elements) * per_bucket
+    return min(EXPOSED_COLLECTIVES, payload_buckets(elements))
+
+
+def collective_need(timing: accelerator.Timing, elements: int, workers: int, cores: int,
+                    per_bucket: int, transfer_s: float = 0.0, threads: int = 1) -> float:
+    """The least ``k`` (unrounded) at which the exposed collectives' real host cost per step
+    (:func:`exposed_collectives` x :data:`PAYLOAD_COLLECTIVE_S` x the workers per core) is
+    at most :data:`COLLECTIVE_SHARE` of the step (``timing.step_s`` and ``transfer_s``,
+    virtual). Only the exposed ones: a larger ``k`` also lowers the real rates, and below
+    ~300 Mbit/s real the 8-rank ring loses throughput of its own (results/README.md), so
+    the factor is raised only for what the step waits on (GPT-2's top-k 0.01 at 1 Gbit/s:
+    358.6 samples/s at k 3.4, 331.8 at k 13; the simulation 367.6)."""
+    per_core = max(1.0, workers * max(threads, 1) / max(cores, 1))
+    cost = exposed_collectives(elements, per_bucket) * PAYLOAD_COLLECTIVE_S * per_core
+    step = timing.step_s + max(transfer_s, 0.0)
+    return cost / (COLLECTIVE_SHARE * step) if step > 0 else 1.0
+
+
 def payload_factor(timing: accelerator.Timing, elements: int, workers: int, cores: int,
                    margin: float, threads: int, max_overrun: float, rates: list[float],
-                   share: float, reduction: str) -> float:
-    """Payload mode's host need, rounded (:func:`payload_need`), against the least transfer
-    the run can see: its bytes at the fastest rate training crosses; an all-gather's also
-    keeps that rate's real link at most :data:`GATHER_REAL_MBIT`. One place for ``auto``
-    and the estimate."""
+                   share: float, reduction: str, per_bucket: int = 1) -> float:
+    """Payload mode's host need, rounded (:func:`payload_need`, :func:`collective_need`
+    with ``per_bucket`` collectives a bucket), against the least transfer the run can see:
+    its bytes at the fastest rate training crosses; an all-gather's also keeps that rate's
+    real link at most :data:`GATHER_REAL_MBIT`. One place for ``auto`` and the estimate."""
     fastest = max(rates, default=0.0)
     least = transfer_s(elements, workers, fastest, share, reduction)
-    k = round_up(payload_need(timing, elements, workers, cores, margin, threads, least,
-                              max_overrun))
+    k = round_up(max(
+        payload_need(timing, elements, workers, cores, margin, threads, least, max_overrun),
+        collective_need(timing, elements, workers, cores, per_bucket, least, threads)))
     if reduction != "allreduce":
         k = max(k, rate_factor(fastest, GATHER_REAL_MBIT))
     return k
@@ -192,6 +237,12 @@ def wire_share(method: Any) -> tuple[str | None, float, str]:
     if spec.wire is None:  # PowerSGD, plug-ins: a low-rank share
         return None, POWERSGD_SHARE, "allreduce"
     return None if spec.reference else spec.label, spec.wire, spec.collective or "allreduce"
+
+
+def per_bucket(method: Any) -> int:
+    """The collectives a bucket of ``method`` takes a step (``MethodSpec.collectives``), what
+    :func:`collective_need` counts."""
+    return methods.as_spec(method).collectives
 
 
 def transfer_s(elements: int, workers: int, mbit: float, share: float, reduction: str) -> float:

@@ -46,6 +46,7 @@ def test_truths_hold_until_the_applied_edges_and_the_needed_error_is_per_phase(t
     assert list(after["available_mbit"]) == pytest.approx([20.0] * 5)  # 200 less the 180 received
     assert list(after["fair_mbit"]) == pytest.approx([200 / 9] * 5, abs=1e-3)
     assert summary["needed"] == {"idle": "available", "congested": "fair"}
+    assert summary["dilation"] == 1.0  # not dilated: the factor every number is read with
     assert summary["rate_medae_rel_idle_needed"] == 0.0
     assert summary["rate_medae_rel_congested_needed"] == pytest.approx(0.0, abs=1e-3)
     # against the available rate the same estimate is 11 % off (22.2 on 20)
@@ -58,3 +59,38 @@ def test_configured_rate_without_events_holds_the_last_sample(tmp_path):
     samples = pd.Series([1000.0, 200.0], index=[0.0, 1.0])
     got = sensing.configured_at(tmp_path, "bottleneck", samples, [0.5, 0.99, 1.0, 3.0])
     assert list(got) == [1000.0, 1000.0, 200.0, 200.0]
+
+
+def test_steps_with_truth_gives_every_step_the_truths_validate_uses(tmp_path):
+    """Every rank-0 step, with or without an estimate, carries the truths at its time, the
+    one the policy needs per phase, and the link factor (2 ranks: 1)."""
+    _run(tmp_path)
+    import pandas as pd
+
+    raw = pd.read_csv(tmp_path / "steps.csv")
+    raw.loc[raw["step"] < 3, "est_rate_mbit"] = float("nan")  # no estimate yet
+    raw.to_csv(tmp_path / "steps.csv", index=False)
+    got = sensing.steps_with_truth(tmp_path)
+    table, _ = sensing.validate(tmp_path)
+    assert list(got["step"]) == list(range(10))
+    same = got.set_index("step").loc[table["step"]]
+    assert list(same["fair_mbit"]) == pytest.approx(list(table["fair_mbit"]), abs=1e-3)
+    assert list(same["available_mbit"]) == pytest.approx(list(table["available_mbit"]), abs=1e-3)
+    assert list(same["phase"]) == list(table["phase"])
+    idle, congested = got[got["phase"] == "idle"], got[got["phase"] == "congested"]
+    assert list(idle["needed_mbit"]) == list(idle["available_mbit"])
+    assert list(congested["needed_mbit"]) == list(congested["fair_mbit"])
+    assert set(got["link_factor"]) == {1.0}
+
+
+def test_steps_with_truth_reads_a_run_without_a_monitor(tmp_path):
+    """A fixed level's run has no estimate: validate refuses it, its truths still come."""
+    import pandas as pd
+
+    _run(tmp_path)
+    raw = pd.read_csv(tmp_path / "steps.csv").drop(columns=["est_rate_mbit"])
+    raw.to_csv(tmp_path / "steps.csv", index=False)
+    with pytest.raises(sensing.SensingError, match="no rate estimate"):
+        sensing.validate(tmp_path)
+    got = sensing.steps_with_truth(tmp_path)
+    assert len(got) == 10 and got["fair_mbit"].iloc[-1] == pytest.approx(200 / 9, abs=1e-3)

@@ -67,12 +67,26 @@ def _timed_and_paced(run: Path) -> bool:
     acc = json.loads((run / "config.json").read_text())["accelerator"]
     # a paced run from before the probe's time was recorded: only if its probe ran (k
     # measured, not cached: older code recorded no probe_cached either)
-    return (summ.get("status") == "ok" and late <= HOST_BOUND
+    return (summ.get("status") == "ok" and late <= HOST_BOUND and not _dense_start(run)
             and ("probe_s" in acc or "host_real_s" in acc)
             and (acc.get("host_busy_pct") or 0.0) <= QUIET_PCT)
 
 
 HOST_BOUND = 0.1
+
+
+def _dense_start(run: Path) -> bool:
+    """A payload run that sent PowerSGD's dense start (torch's two dense steps): payload
+    mode's stand-in has been low-rank from the first step since (``netsenseml.payload.
+    DENSE_STEPS``), a schedule the estimate no longer knows; at its k of 1 its two dense
+    steps were most of its time."""
+    cfg = json.loads((run / "config.json").read_text())
+    if (cfg["accelerator"] or {}).get("host_rule") != "payload" or not methods.parse(
+            cfg["method"]).dense_steps:
+        return False
+    first = (run / "steps.csv").read_text().splitlines()[:2]
+    head, row = first[0].split(","), first[1].split(",") if len(first) > 1 else []
+    return bool(row) and row[head.index("bytes_sent")] == row[head.index("bytes_dense")]
 #: The estimate plans for this host as the probe finds it; a run whose factor ``auto`` chose
 #: with other work saturating the host (``accelerator.host_busy_pct`` above this; the
 #: sustained-filter A/B of

@@ -163,7 +163,9 @@ def test_payload_mode_needs_no_probe() -> None:
     scn = apply_overrides(load_scenario("paper-resnet18-star"), {"workload.grads": "payload"})
     k, facts = dilation.choose(scn, methods.parse("topk:0.01"))
     assert facts["probe_s"] == 0 and facts["host_rule"] == "payload" and "host_real_s" not in facts
-    assert 1 <= k < 10  # not the host's codec work (recorded: 150-230)
+    # the collectives' host cost against a 20 ms step (factor.collective_need), not the
+    # host's codec work (recorded: 150-230)
+    assert 1 <= k < 40
 
 
 def test_payload_factor_follows_what_sets_the_step() -> None:
