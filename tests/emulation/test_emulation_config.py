@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testbed import emulation
+from testbed.emulation import kernel
 
 
 @pytest.mark.parametrize("topology,params,field", [
@@ -24,3 +25,13 @@ def test_bad_config_names_the_field(topology, params, field):
 def test_bad_prefix_refused():
     with pytest.raises(ValueError, match="prefix"):
         emulation.Emulation("star", {}, prefix="abc")
+
+
+def test_congestion_control_the_kernel_refuses(tmp_path, monkeypatch):
+    """Checked before the registry is written: nothing to clean after the refusal."""
+    monkeypatch.setattr(kernel, "congestion_controls", lambda: ["reno", "bbr"])
+    with pytest.raises(ValueError, match=r"^congestion_control: 'cubic' is not allowed .*"
+                                         r"allowed: reno, bbr"):
+        emulation.Emulation("star", {"n_workers": 2, "rate_mbit": 10.0}, prefix="nstzz00",
+                            state_dir=tmp_path, congestion_control="cubic")
+    assert list(tmp_path.iterdir()) == []
