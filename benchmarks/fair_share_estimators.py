@@ -39,8 +39,11 @@ fair share whatever the filter:
 
 ``--fixed`` adds the same table for runs of a fixed dense level (``results/runs/sensing-dilation``:
 int8 on accel-d70, seeds 0 and 1, the factor set to 140, 260 and 450 in turn, one after
-another on the same host): what the level got beside the cross streams, sent step after
-step, with nothing of the policy's in it.
+another on the same host; and the same with ``topology.congestion_control`` set, reno
+and bbr): what the level got beside the cross streams, sent step after step, with nothing
+of the policy's in it, by the hosts' TCP congestion control (config.json's
+``tcp_congestion_control``; ``default`` for runs made before it was recorded: the
+machine's, BBR on the build host), and a row per run.
 
 Offline only, as ``rate_filters.py``: in a run the estimate feeds the policy, which changes
 what is sent next.
@@ -182,7 +185,18 @@ def load(run: Path) -> pd.DataFrame:
         r0["tcp_app_limited"] = 1
     r0["level"] = r0["level"].astype(str)
     r0["k"] = k
+    r0["cc"] = congestion_control(loading.open_folder(run).config)
     return r0
+
+
+def congestion_control(config: dict) -> str:
+    """The hosts' TCP congestion control a run recorded (``tcp_congestion_control``: one
+    value, or one per host); runs before it was recorded used the machine's default
+    (BBR on the build host: docs/results-log.md, 2026-12-07)."""
+    used = config.get("tcp_congestion_control")
+    if isinstance(used, dict):
+        used = "/".join(sorted(set(map(str, used.values()))))
+    return str(used) if used else "default"
 
 
 def errors(r0: pd.DataFrame, est: np.ndarray) -> dict[str, tuple[float, float, float]]:
@@ -265,8 +279,8 @@ def sizes_table(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
 def streaks_table(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """Congested dense steps: bytes / comm s over the fair share, by the cross streams
-    running (beside the job: its share is configured / (streams + 1)), k and the dense steps
-    in a row."""
+    running (beside the job: its share is configured / (streams + 1)), the hosts' TCP
+    congestion control, k and the dense steps in a row."""
     rows = []
     for r0 in tables:
         n = 0
@@ -274,16 +288,56 @@ def streaks_table(tables: list[pd.DataFrame]) -> pd.DataFrame:
             n = n + 1 if row.level in DENSE else 0
             if row.phase == "congested" and row.level in DENSE and row.comm_s > 0 and row.fair_mbit > 0:
                 rows.append({"streams": round(row.configured_mbit / row.fair_mbit - 1),
-                             "k": row.k, "in_a_row": "1" if n == 1 else "2-5" if n < 6 else ">=6",
+                             "cc": row.cc, "k": row.k, "in_a_row": "1" if n == 1 else "2-5" if n < 6 else ">=6",
                              "over_fair": row.bytes_sent * 8e-6 / row.comm_s * row.link_factor / row.fair_mbit,
                              "avail_over_fair": row.available_mbit / row.fair_mbit})
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    return df.groupby(["streams", "k", "in_a_row"]).agg(
+    return df.groupby(["streams", "cc", "k", "in_a_row"]).agg(
         steps=("over_fair", "size"), median=("over_fair", "median"),
         q25=("over_fair", lambda s: s.quantile(0.25)), q75=("over_fair", lambda s: s.quantile(0.75)),
         available_over_fair=("avail_over_fair", "median")).round(2)
+
+
+#: rank 0's steps this far apart (virtual s) waited for a retransmission timeout: the RTO's
+#: floor is 200 ms virtual at any k (``testbed.orchestration.dilation``), a congested dense
+#: step ~5 ms
+STALL_S = 0.1
+
+
+def fixed_runs_table(runs: list[Path], roots: list[Path]) -> pd.DataFrame:
+    """One row per fixed dense-level run: rank 0's median step time in congested and idle
+    phases (stalls left out), what its dense steps got in congested phases (the median over
+    the fair share and over the available rate), in idle phases (over the link), its
+    stalls, throughput, time to accuracy and the host's other load."""
+    from testbed.analysis import loading
+
+    rows = []
+    for run in runs:
+        r0 = load(run)
+        summary = loading.open_folder(run).summary
+        dense = r0[r0["level"].isin(DENSE) & (r0["comm_s"] > 0)]
+        mbit = dense["bytes_sent"] * 8e-6 / dense["comm_s"] * dense["link_factor"]
+        cong = (dense["phase"] == "congested") & (dense["fair_mbit"] > 0)
+        idle = (dense["phase"] == "idle") & (dense["configured_mbit"] > 0)
+        gaps = r0["t"].diff()  # a collective's wait, or the evaluation's (outside comm_s)
+        stalls = gaps > STALL_S
+        load_ = summary.get("host_load") or {}
+        steady = gaps < STALL_S
+        rows.append({
+            "run": _name(run, roots), "cc": r0["cc"].iloc[0], "k": r0["k"].iloc[0],
+            "congested_step_ms": 1e3 * gaps[steady & (r0["phase"] == "congested")].median(),
+            "idle_step_ms": 1e3 * gaps[steady & (r0["phase"] == "idle")].median(),
+            "congested_mbit": mbit[cong].median(),
+            "over_fair": (mbit / dense["fair_mbit"])[cong].median(),
+            "over_available": (mbit / dense["available_mbit"])[cong].median(),
+            "idle_over_link": (mbit / dense["configured_mbit"])[idle].median(),
+            "stalls": int(stalls.sum()), "stalled_s": float(gaps[stalls].sum()),
+            "throughput": summary.get("throughput_samples_per_s"),
+            "tta_s": summary.get("time_to_accuracy_s"),
+            "other_load_pct": load_.get("other_mean_pct")})
+    return pd.DataFrame(rows).sort_values(["cc", "k", "run"]).round(3)
 
 
 def main() -> None:
@@ -356,8 +410,16 @@ def main() -> None:
              if (p.parent / "events.csv").exists() and "cross_start" in (p.parent / "events.csv").read_text()]
     if fixed:
         print(f"\n{len(fixed)} fixed-level runs (--fixed): congested dense steps' bytes/s over the "
-              "fair share by dilation k")
+              "fair share by the hosts' TCP congestion control and dilation k")
         print(streaks_table(fixed).to_string())
+        dirs = [p.parent for root in args.fixed for p in sorted(root.rglob("steps.csv"))
+                if (p.parent / "events.csv").exists()
+                and "cross_start" in (p.parent / "events.csv").read_text()]
+        print(f"\nper run: rank 0's median step (ms) in congested and idle phases, stalls left "
+              f"out; dense steps' median Mbit/s in congested phases (/ fair share, / "
+              f"available), in idle phases / the link; stalls: rank 0's steps "
+              f"> {STALL_S:g} s apart, a retransmission timeout's (their seconds; all virtual); time to accuracy (s, virtual)")
+        print(fixed_runs_table(dirs, args.fixed).to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -165,10 +165,11 @@ CPU: dict[str, Tiny] = {
         r"^\| sustained \| \d+ % \| \d+ % \|$", r"^\| max \| \d+ % \| \d+ % \|$"]),
     "fair_share_estimators": Tiny("fair_share_estimators.py", [
         D70_NETSENSEML, "--fixed", "results/runs/sensing-dilation/s1-k450"], [
-        r"^1 fixed-level runs \(--fixed\)", rf"^8\s+450\.0\s+>=6\s+\d+(\s+{NUM}){{4}}$",
+        r"^1 fixed-level runs \(--fixed\)", rf"^8\s+default\s+450\.0\s+>=6\s+\d+(\s+{NUM}){{4}}$",
+        rf"^\s*accel-d70/\S+-int8-s1\s+default\s+450\.0(\s+{NUM}){{6}}\s+0\s+{NUM}(\s+{NUM}){{3}}$",
         r"^6 runs, window 8;",
         r"^\| sustained \| \d+ % \(\d+ %\) \| \d+/6 \| \d+ % \(\d+ %\) \| \d+/6 \| [\d.]+ \|$",
-        rf"^62\s+\d+\s+{NUM}\s+{NUM}$", rf"^8\s+140\.0\s+1\s+\d+(\s+{NUM}){{4}}$"]),
+        rf"^62\s+\d+\s+{NUM}\s+{NUM}$", rf"^8\s+default\s+140\.0\s+1\s+\d+(\s+{NUM}){{4}}$"]),
     "sim_seed_spread": Tiny("sim_seed_spread.py", [
         "results/simulation/validation.csv", f"{ACCEL}/static5", "-o", "{tmp}/spread.csv"], [
         rf"^netsenseml,2,idle,\d+,.*,{NUM}$", rf"^netsenseml: seed spread median {NUM} %"],

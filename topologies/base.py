@@ -20,7 +20,13 @@ from typing import Any
 from mininet.topo import Topo
 
 from topologies.graph import TopoGraph
-from topologies.spec import IMPAIRMENT_FIELDS, REQUIRED, fields_of, register_builder
+from topologies.spec import (
+    IMPAIRMENT_FIELDS,
+    NAMESPACE_FIELDS,
+    REQUIRED,
+    fields_of,
+    register_builder,
+)
 
 IFNAMSIZ = 15  # Linux limit on interface name length (16 bytes including the NUL)
 
@@ -58,7 +64,7 @@ class NamedTopo(Topo):
         validated here (the scenario is; the counts and rates are checked as built).
         Impairments at 0 are None, as ``TopologyParams.build_params`` gives them (no netem
         leaf for a value that is not set)."""
-        fields = fields_of(self.Params)
+        fields = {k: v for k, v in fields_of(self.Params).items() if k not in NAMESPACE_FIELDS}
         if len(args) > len(self.positional):
             raise ValueError(f"{type(self).__name__}: at most {len(self.positional)} "
                              f"positional arguments ({', '.join(self.positional)})")

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from topologies.spec import TopologyParams
+from topologies.spec import NAMESPACE_FIELDS, TopologyParams
 
 _BUILTIN: dict[str, str] = {}
 
@@ -100,7 +100,8 @@ def _check_class(cls: Any) -> None:
     sig = inspect.signature(cls.build)
     takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     accepted = set(sig.parameters) - {"self"}
-    missing = [f for f in params.model_fields if f != "kind" and f not in accepted]
+    missing = [f for f in params.model_fields
+               if f != "kind" and f not in NAMESPACE_FIELDS and f not in accepted]
     if not takes_any and ("prefix" not in accepted or missing):
         what = ", ".join(missing) if missing else "prefix"
         raise TopologyKindError(f"its build() does not accept {what}")

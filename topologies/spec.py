@@ -44,6 +44,11 @@ except ImportError:  # pragma: no cover - `mn --custom` under a Python without p
     def Field(default: Any = REQUIRED, **_: Any) -> Any:  # type: ignore[no-redef]  # noqa: N802
         return default
 
+#: Fields of a ``Params`` model that are no ``build()`` argument: settings of the emulated
+#: hosts' network namespaces, applied by the emulation once the hosts exist
+#: (``testbed.emulation.Emulation``), never by a topology's ``build()``.
+NAMESPACE_FIELDS = ("congestion_control",)
+
 #: Link impairments that need the kernel's sch_netem (``topologies.shaping``); a topology
 #: that declares them gets a netem leaf only for values that are set (not None, not 0).
 IMPAIRMENT_FIELDS = ("delay_ms", "jitter_ms", "loss_pct")
@@ -123,12 +128,13 @@ class TopologyParams(BaseModel):
         return {}
 
     def build_params(self) -> dict[str, Any]:
-        """The ``Topo.build()`` keyword arguments (everything but ``kind``).
+        """The ``Topo.build()`` keyword arguments (everything but ``kind`` and the
+        namespace settings, ``NAMESPACE_FIELDS``).
 
         Impairments left at 0 become None: a topology adds a netem qdisc for any value
         that is not None, and the kernel may have no netem at all.
         """
-        params = self.model_dump(exclude={"kind"})
+        params = self.model_dump(exclude={"kind", *NAMESPACE_FIELDS})
         for key in IMPAIRMENT_FIELDS:
             if key in params and not params[key]:
                 params[key] = None
@@ -150,6 +156,8 @@ class ShapedParams(TopologyParams):
     """Delay jitter, ms (needs sch_netem). Default 0."""
     loss_pct: float = Field(0.0, ge=0, le=100)
     """Random loss on every shaped link, percent (needs sch_netem). Default 0."""
+    congestion_control: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]{0,15}$")
+    """TCP congestion control of every emulated host (net.ipv4.tcp_congestion_control in its namespace; the workers' and the iperf3 flows'), one of what the kernel allows a namespace (net.ipv4.tcp_allowed_congestion_control, e.g. reno, bbr); none: the host machine's default, which a new namespace inherits. Default none."""
 
 
 def fields_of(params: type) -> dict[str, Any]:

@@ -8,7 +8,8 @@ is built, so that a typo costs an error line and never a half-built network: unk
 fields are refused (``extra="forbid"``), methods go through ``netsenseml.methods.parse``,
 links and hosts named by events are checked against the names the topology *will* have
 (computed from the config, no Mininet involved), trace files must exist and parse, and the
-netem fields (delay, jitter, loss) are refused when the running kernel has no sch_netem.
+netem fields (delay, jitter, loss) are refused when the running kernel has no sch_netem, and
+a TCP congestion control it does not allow an emulated host's namespace.
 
 Overrides (used by sweeps and ``netsense run --set``) address fields by dotted path and
 re-validate the whole scenario. Paths (``N`` is a list index)::
@@ -20,7 +21,8 @@ re-validate the whole scenario. Paths (``N`` is a list index)::
                       topology.n_workers, topology.rate_mbit (star),
                       topology.bottleneck_mbit (dumbbell), topology.uplink_mbit (leafspine),
                       topology.queue_pkts, topology.delay_ms, topology.jitter_ms,
-                      topology.loss_pct (every built-in)
+                      topology.loss_pct, topology.congestion_control (every built-in;
+                      the last checked against this kernel when the scenario is loaded)
     workload.model (a name in workloads.registry, or package.module:factory for a user's
     model importable by the workers), workload.dataset (a name in workloads.registry),
     workload.batch_size, workload.steps,
@@ -540,12 +542,26 @@ class Scenario(StrictModel):
                                         self.workload.batch_size)
             except ValueError as exc:
                 raise ValueError(f"accelerator.profile: {exc}") from None
-        if impaired and not (info.context or {}).get("skip_kernel_checks"):
+        self._check_kernel(impaired, real_hosts, info)
+        return self
+
+    def _check_kernel(self, impaired: list[str], real_hosts: bool, info: ValidationInfo) -> None:
+        """What this kernel must allow the emulated hosts: netem for the impairments, and
+        the TCP congestion control in a namespace (not checked for a run folder's config
+        read on another machine: ``skip_kernel_checks``)."""
+        cc = getattr(self.topology, "congestion_control", None)
+        if cc is not None and real_hosts:
+            raise ValueError("topology.congestion_control: real hosts keep their own TCP (set "
+                             "net.ipv4.tcp_congestion_control on each machine); it applies to "
+                             "emulated hosts only")
+        if (impaired or cc is not None) and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel
 
-            if not kernel.has_netem():
+            if impaired and not kernel.has_netem():
                 raise ValueError(f"topology.{impaired[0]}: {kernel.NETEM_MISSING_MSG}")
-        return self
+            why = None if cc is None else kernel.congestion_control_error(cc)
+            if why:
+                raise ValueError(f"topology.congestion_control: {why}")
 
     def _check_density(self) -> None:
         """A timeline denser than the host applies rate changes is refused, with the rate

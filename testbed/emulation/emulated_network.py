@@ -8,8 +8,10 @@ Life cycle (what the orchestrator relies on):
   are known before anything is created.
 * ``start()`` writes the run's registry (``testbed.emulation.leftovers``) *before* creating anything,
   then builds Mininet (Linux bridges, no controller, veth links shaped by our own HTB tree,
-  see ``topologies.shaping``), registering every host/switch shell PID as it is created.  Any
-  failure inside start() tears down what exists and re-raises.
+  see ``topologies.shaping``), registering every host/switch shell PID as it is created, and
+  sets the TCP congestion control in every host's namespace where one is given (the
+  ``congestion_control`` argument; else the hosts keep the machine's default, which a new
+  namespace inherits).  Any failure inside start() tears down what exists and re-raises.
 * ``popen()`` starts a process inside a host's network namespace (``mnexec -a <shell pid>``)
   in its own session/process group and registers its PID + start time.
 * ``stop()`` (idempotent, safe after a partial start, fine from ``finally`` or a signal
@@ -97,7 +99,8 @@ def topo_params(topology: str) -> dict:
     cls = topo_class(topology)
     sig = inspect.signature(cls.build)
     if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        return spec.fields_of(cls.Params)
+        return {k: v for k, v in spec.fields_of(cls.Params).items()
+                if k not in spec.NAMESPACE_FIELDS}
     return {k: v.default for k, v in sig.parameters.items() if k not in ("self", "prefix")}
 
 
@@ -113,9 +116,15 @@ class Emulation:
     """A Mininet network of one topology with per-run prefixed names (see module doc)."""
 
     def __init__(self, topology: str, params: dict | None = None, prefix: str | None = None,
-                 state_dir: Path | None = None) -> None:
+                 state_dir: Path | None = None, congestion_control: str | None = None) -> None:
         cls = topo_class(topology)
         params = dict(params or {})
+        # A namespace setting, not a build() argument (topologies.spec.NAMESPACE_FIELDS).
+        congestion_control = params.pop("congestion_control", None) or congestion_control
+        if congestion_control is not None:
+            why = kernel.congestion_control_error(congestion_control)
+            if why:
+                raise ValueError(f"congestion_control: {why}")
         allowed = topo_params(topology)
         for key in params:
             if key not in allowed:
@@ -125,6 +134,9 @@ class Emulation:
             raise ValueError(f"prefix: must match nst + 4 chars [0-9a-z], got {prefix!r}")
         self.topology = topology
         self.params = params
+        #: TCP congestion control set in every host's namespace by start() (None: the
+        #: machine's default, inherited); what the hosts then use: ``congestion_controls``
+        self.congestion_control = congestion_control
         self.state_dir = Path(state_dir) if state_dir else leftovers.default_state_dir()
         self.prefix = prefix or new_prefix(self.state_dir)
         # The registry exists before the topology's build() runs: a plug-in's build() may
@@ -197,6 +209,7 @@ class Emulation:
             self._registry.note_interfaces(leftovers.interfaces_with_prefix(self.prefix))
             self._index_links()
             self._isolate_resolver()
+            self._set_congestion_control()
             self._after_build()
         except BaseException:
             self.stop()
@@ -206,7 +219,7 @@ class Emulation:
     def _isolate_resolver(self) -> None:
         """An unreachable route to each name server in every host (module doc)."""
         from topologies.links import run_checked  # imports Mininet, as start() already has
-        hosts = [h for h in self._net.hosts if h.inNamespace]  # never the root namespace
+        hosts = self._namespaced_hosts()
         used = {h.IP() for h in hosts if h.IP()}
         for server in name_servers():
             if server in used:  # an emulated host's own address: leave its traffic alone
@@ -216,6 +229,34 @@ class Emulation:
                 if rc != 0:
                     raise EmulationError(f"route to name server {server} on {host.name} "
                                          f"(exit {rc}): {out}")
+
+    def _namespaced_hosts(self) -> list:
+        return [h for h in self._net.hosts if h.inNamespace]  # never the root namespace
+
+    def _set_congestion_control(self) -> None:
+        """``net.ipv4.tcp_congestion_control`` in every host's namespace (routers too), before
+        any worker or iperf3 starts; the root namespace's is never touched."""
+        if self.congestion_control is None:
+            return
+        for host in self._namespaced_hosts():
+            done = subprocess.run(["mnexec", "-a", str(host.pid), "sysctl", "-qw",
+                                   f"net.ipv4.tcp_congestion_control={self.congestion_control}"],
+                                  capture_output=True, text=True, timeout=10)
+            if done.returncode != 0:
+                raise EmulationError(f"congestion_control {self.congestion_control} on "
+                                     f"{host.name}: {done.stderr.strip() or done.returncode}")
+
+    def congestion_controls(self) -> dict[str, str]:
+        """Each namespaced host's TCP congestion control as its kernel reports it, by
+        logical name (what a run records: the setting, or the inherited default)."""
+        if self._net is None:
+            raise EmulationError("emulation is not running")
+        out = {}
+        for host in self._namespaced_hosts():
+            got = subprocess.run(["mnexec", "-a", str(host.pid), "cat", str(kernel.CC_DEFAULT)],
+                                 capture_output=True, text=True, timeout=10)
+            out[host.name[len(self.prefix):]] = got.stdout.strip() or f"? ({got.stderr.strip()})"
+        return out
 
     def _after_build(self) -> None:
         """Hook run after the network is up (tests use it to inject a late failure)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from pathlib import Path
 
 from testbed.common import names
 from testbed.emulation import leftovers
@@ -25,6 +26,41 @@ NETEM_MISSING_MSG = (
     "sch_netem (modprobe sch_netem)"
 )
 
+
+
+#: What a network namespace other than the first may set as its TCP congestion control
+#: (the kernel refuses the rest there with EPERM), and the machine's default, which a new
+#: namespace inherits; both global, read in whatever namespace this process is in.
+CC_ALLOWED = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+CC_DEFAULT = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+
+
+def congestion_controls() -> list[str]:
+    """The TCP congestion controls an emulated host's namespace may set, read now (at run
+    time, not at import: modules may be loaded between runs); [] where unreadable."""
+    try:
+        return CC_ALLOWED.read_text().split()
+    except OSError:
+        return []
+
+
+def default_congestion_control() -> str | None:
+    """This machine's TCP congestion control (what a new namespace starts with)."""
+    try:
+        return CC_DEFAULT.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def congestion_control_error(name: str) -> str | None:
+    """Why ``name`` cannot be an emulated host's congestion control here, one line
+    (naming the allowed ones), or None when it can."""
+    allowed = congestion_controls()
+    if name in allowed:
+        return None
+    return (f"{name!r} is not allowed in an emulated host's namespace on this kernel; "
+            f"allowed: {', '.join(allowed) or 'none readable'} "
+            f"(net.ipv4.tcp_allowed_congestion_control)")
 
 
 class NetemUnavailable(RuntimeError):

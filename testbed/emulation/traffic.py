@@ -8,6 +8,8 @@ so a cross-traffic event at run time only costs one process spawn. Processes are
 through ``Emulation.popen`` (own process group, tracked) and stopped by their PID.
 Each client writes its own JSON report (``-J``, intervals every ``REPORT_INTERVAL_S``) into
 the run folder's ``cross/`` (``reports()`` summarises them: achieved rate, retransmits).
+A scenario's ``topology.congestion_control`` is set in every host's namespace before the
+servers start, and passed to each client as ``-C`` besides.
 """
 
 from __future__ import annotations
@@ -125,6 +127,9 @@ class CrossTraffic:
         ]
         if s.bitrate_mbit is not None:
             argv += ["-b", f"{s.bitrate_mbit}M"]
+        cc = getattr(self.emu, "congestion_control", None)
+        if cc is not None:  # the namespace has it already; -C says so in the report too
+            argv += ["-C", cc]
         log = self._log(f"{g.id}-{s.port}-client.json")
         s.started_wall = time.time()
         s.client = self.emu.popen(g.src, argv, stdout=log, stderr=log)

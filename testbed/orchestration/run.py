@@ -140,10 +140,17 @@ class _Run(RunLifecycle):
         t = time.monotonic()
         self.progress.update("building network", force=True)
         topo = self.scn.topology
-        self.emu = Emulation(topo.kind, dilation.topology_params(topo.build_params(), self.dilation))
+        self.emu = Emulation(topo.kind, dilation.topology_params(topo.build_params(), self.dilation),
+                             congestion_control=getattr(topo, "congestion_control", None))
         self.config["prefix"] = self.emu.prefix
         self.folder.write_config(self.config)
         self.emu.start()
+        # What the hosts' TCP then is (the setting, or the machine's default they inherited),
+        # in config.json before any worker or iperf3 starts: one value, or one per host.
+        used = self.emu.congestion_controls()
+        self.config["tcp_congestion_control"] = (next(iter(used.values()))
+                                                 if len(set(used.values())) == 1 else used)
+        self.folder.write_config(self.config)
         if self.dilation.dilated:  # TCP's minimum RTO dilated with the rest (testbed.orchestration.dilation)
             self.emu.set_rto_min(dilation.rto_min_ms(self.dilation))
         self.timing["build_s"] = round(time.monotonic() - t, 3)

@@ -56,6 +56,9 @@ CASES = {
                      "unknown link 'bottleneck'; links: w0, w1, x0"),
     "path-in-name": (_mod("name", "a/b"), "name: invalid name 'a/b'"),
     "netem": (_mod("topology.loss_pct", 1), "topology.loss_pct:"),
+    "congestion-control": (_mod("topology.congestion_control", "nosuchcc"),
+                           "topology.congestion_control: 'nosuchcc' is not allowed in an "
+                           "emulated host's namespace on this kernel; allowed: "),
 }
 
 

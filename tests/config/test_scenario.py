@@ -21,6 +21,7 @@ from testbed.config.scenario import (
     link_names,
     list_scenarios,
     load_scenario,
+    validate_scenario,
 )
 from testbed.config.traces import TraceError, parse_trace, trace_rate_changes
 from testbed.orchestration import run_records
@@ -162,6 +163,43 @@ def test_validating_a_scenario_asks_the_kernel_only_for_netem_fields() -> None:
     assert int(validated) > 10 and loaded == "[]", out  # every shipped scenario without netem
     assert out[2] == "skipped []", out
     assert out[3] == "probed 1", out  # validated twice, probed once
+
+
+def test_congestion_control_follows_the_kernel(tmp_path, monkeypatch):
+    """topology.congestion_control: what the kernel allows a namespace, read when the
+    scenario is loaded; kept in the dump, never a build() argument; none by default."""
+    from testbed.emulation import kernel
+
+    assert load_scenario(write(tmp_path, BASE)).topology.congestion_control is None
+    monkeypatch.setattr(kernel, "congestion_controls", lambda: ["reno", "bbr"])
+    scn = load_scenario(write(tmp_path, with_("topology.congestion_control", "reno")))
+    assert scn.topology.congestion_control == "reno"
+    assert scn.model_dump(mode="json")["topology"]["congestion_control"] == "reno"
+    assert "congestion_control" not in build_params(scn.topology)
+    assert apply_overrides(scn, {"topology.congestion_control": "bbr"}
+                           ).topology.congestion_control == "bbr"
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, with_("topology.congestion_control", "cubic")))
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("scenario s.yaml: topology.congestion_control: 'cubic' is not "
+                          "allowed"), msg
+    assert msg.endswith("allowed: reno, bbr (net.ipv4.tcp_allowed_congestion_control)"), msg
+    with pytest.raises(ScenarioError, match=r"topology.congestion_control: String should match"):
+        load_scenario(write(tmp_path, with_("topology.congestion_control", "Reno; rm")))
+    # a run folder's config read elsewhere: its kernel is not this one
+    monkeypatch.setattr(kernel, "congestion_controls", lambda: [])
+    data = with_("topology.congestion_control", "cubic")
+    assert validate_scenario(data, skip_kernel_checks=True).topology.congestion_control == "cubic"
+
+
+def test_congestion_control_is_for_emulated_hosts_only():
+    data = {**BASE, "topology": {"kind": "hosts", "rate_mbit": 100, "congestion_control": "reno",
+                                 "machines": [{"address": "10.9.0.1", "interface": "eth0"},
+                                              {"address": "10.9.0.2", "interface": "eth0"}]}}
+    with pytest.raises(ValueError, match=r"topology.congestion_control: real hosts keep their "
+                                         r"own TCP"):
+        validate_scenario(data, skip_kernel_checks=True)
 
 
 def test_overrides_revalidate_and_reach_nested_fields():

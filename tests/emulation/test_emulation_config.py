@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testbed import emulation
+from testbed.emulation import kernel
 
 
 @pytest.mark.parametrize("topology,params,field", [
@@ -35,3 +36,13 @@ def test_name_servers_parses_ipv4_and_skips_loopback(tmp_path):
                     "nameserver 10.255.255.53\nnameserver 8.8.4.4\n")
     assert name_servers(conf) == ["10.255.255.53", "8.8.4.4"]
     assert name_servers(tmp_path / "missing") == []
+
+
+def test_congestion_control_the_kernel_refuses(tmp_path, monkeypatch):
+    """Checked before the registry is written: nothing to clean after the refusal."""
+    monkeypatch.setattr(kernel, "congestion_controls", lambda: ["reno", "bbr"])
+    with pytest.raises(ValueError, match=r"^congestion_control: 'cubic' is not allowed .*"
+                                         r"allowed: reno, bbr"):
+        emulation.Emulation("star", {"n_workers": 2, "rate_mbit": 10.0}, prefix="nstzz00",
+                            state_dir=tmp_path, congestion_control="cubic")
+    assert list(tmp_path.iterdir()) == []

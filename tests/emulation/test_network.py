@@ -146,6 +146,28 @@ def test_impairments_need_netem(tmp_path):
     _assert_nothing_left(emu.prefix, [], tmp_path)
 
 
+def test_congestion_control_set_in_every_namespace(tmp_path):
+    """Every host's namespace (cross hosts too) gets topology.congestion_control before
+    anything runs in it, and a new socket there uses it; the machine's own is untouched."""
+    default = kernel.default_congestion_control()
+    other = next((c for c in kernel.congestion_controls() if c != default), None)
+    if other is None:
+        pytest.skip(f"this kernel allows a namespace no TCP but its default {default}")
+    emu = Emulation("star", {"n_workers": 2, "n_cross": 1, "rate_mbit": 100.0},
+                    state_dir=tmp_path, congestion_control=other)
+    with emu:
+        assert emu.congestion_controls() == {"w0": other, "w1": other, "x0": other}
+        probe = ("import socket; s = socket.socket(); print(s.getsockopt(socket.IPPROTO_TCP, "
+                 "socket.TCP_CONGESTION, 16).rstrip(b'\\0').decode())")
+        proc = emu.popen("w1", [sys.executable, "-c", probe], stdout=subprocess.PIPE)
+        assert proc.communicate(timeout=30)[0].decode().strip() == other
+    assert kernel.default_congestion_control() == default
+    with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 100.0},
+                   state_dir=tmp_path) as emu:  # none given: the machine's, inherited
+        assert set(emu.congestion_controls().values()) == {default}
+    _assert_nothing_left(emu.prefix, [], tmp_path)
+
+
 CRASHER = """
 import sys, time
 from pathlib import Path
