@@ -285,6 +285,11 @@ def forms(kind: Kind | None = None, plugins: bool = True) -> str:
     return ", ".join(parts)
 
 
+#: The steps payload mode's PowerSGD sends dense before its low-rank path (torch's is 2):
+#: ``netsenseml.payload.DENSE_STEPS`` is this value, and says why it is 0.
+PAYLOAD_DENSE_STEPS = 0
+
+
 # ----------------------------------------------------------------------------- grammar
 @dataclass(frozen=True)
 class MethodSpec:
@@ -376,6 +381,12 @@ class MethodSpec:
     def dense_steps(self) -> int:
         """The first steps a hook sends the dense gradient (PowerSGD: 2)."""
         return 0 if self.info is None else self.info.dense_steps
+
+    @property
+    def payload_dense_steps(self) -> int:
+        """The dense steps a hook sends first in payload mode: none
+        (:data:`PAYLOAD_DENSE_STEPS`; ``netsenseml.payload.DENSE_STEPS`` says why)."""
+        return min(self.dense_steps, PAYLOAD_DENSE_STEPS)
 
     @property
     def collectives(self) -> int:

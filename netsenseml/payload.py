@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from netsenseml import methods
 from netsenseml.comm import GatherBuffers
 from netsenseml.compress.base import Codec, Compressor, Payload, Wire, declare
 
@@ -123,7 +124,7 @@ def is_payload(compressor: Any) -> bool:
 #: real time, and payload mode dilates PowerSGD's many small collectives by a large ``k``
 #: (``testbed.config.factor.collective_need``: GPT-2's two dense steps at 200 Mbit/s would
 #: take 84 min of a run's 4). A method option ``start_powerSGD_iter`` still sets it.
-DENSE_STEPS = 0
+DENSE_STEPS = methods.PAYLOAD_DENSE_STEPS
 
 
 @dataclass

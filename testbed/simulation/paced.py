@@ -15,8 +15,8 @@ inputs, read from the run's own ``config.json`` where the run recorded them:
   its buckets after it; every payload run's ``steps.csv`` shows 1 collective in step 1);
 * **each method's bytes and collectives**: ``advise.sends`` (the method registry's
   ``wire`` and ``reduction``; PowerSGD's three allreduces per bucket from the parameter
-  shapes, dense for torch's ``start_powerSGD_iter`` = 2 first steps, as
-  ``netsenseml.payload.powersgd_hook`` sends them); ``tests/simulation/test_paced.py``
+  shapes, from the first step, as ``netsenseml.payload.powersgd_hook`` sends them: payload
+  mode has no dense start, ``methods.PAYLOAD_DENSE_STEPS``); ``tests/simulation/test_paced.py``
   holds them equal to each codec's ``wire()`` sizes, per bucket;
 * **the topology and timeline**: the run's star, dumbbell or leaf-spine
   (``calibrate.fabric_of``, ``platform.build``: one simplex link per direction at the
@@ -228,7 +228,7 @@ def step_plan(job: PacedJob, step: int, method: str | methods.MethodSpec) -> lis
     else:
         buckets = job.buckets
     spec = methods.as_spec(method)
-    dense = step <= spec.dense_steps  # PowerSGD's dense start-up steps
+    dense = step <= spec.payload_dense_steps  # a payload run's PowerSGD: none
     label = advise.codec_label(spec)
     out, seen, codec_before = [], 0, 0.0
     for b in buckets:
@@ -303,8 +303,9 @@ level_method = methods.at_level
 
 def warmup_steps(method: str | methods.MethodSpec) -> int:
     """The leading steps a method declares its warm-up, which a run marks and its
-    throughput leaves out (``netsenseml.state``: PowerSGD's dense steps)."""
-    return methods.as_spec(method).dense_steps
+    throughput leaves out (``netsenseml.state``: PowerSGD's dense steps, none in payload
+    mode, which this simulates)."""
+    return methods.as_spec(method).payload_dense_steps
 
 
 @dataclass
