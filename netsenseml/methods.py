@@ -285,8 +285,15 @@ def forms(kind: Kind | None = None, plugins: bool = True) -> str:
     return ", ".join(parts)
 
 
-#: The steps payload mode's PowerSGD sends dense before its low-rank path (torch's is 2):
-#: ``netsenseml.payload.DENSE_STEPS`` is this value, and says why it is 0.
+#: The steps payload mode's PowerSGD sends the dense gradient before its low-rank path
+#: (torch's ``start_powerSGD_iter``; the real hook's is 2, ``hooks.powersgd_state``). None:
+#: torch's 2 is the least it allows with error feedback, because DDP rebuilds its buckets in
+#: the second step, and a payload has no error to feed back; those two steps are DDP's
+#: start-up, which a run's throughput leaves out (``NetSenseState.in_startup``), so what
+#: they send changes no number -- but their dense bytes would cost ``k`` x their transfer in
+#: real time, and payload mode dilates PowerSGD's many small collectives by a large ``k``
+#: (``testbed.config.factor.collective_need``: GPT-2's two dense steps at 200 Mbit/s would
+#: take 84 min of a run's 4). A method option ``start_powerSGD_iter`` still sets it.
 PAYLOAD_DENSE_STEPS = 0
 
 
@@ -385,7 +392,7 @@ class MethodSpec:
     @property
     def payload_dense_steps(self) -> int:
         """The dense steps a hook sends first in payload mode: none
-        (:data:`PAYLOAD_DENSE_STEPS`; ``netsenseml.payload.DENSE_STEPS`` says why)."""
+        (:data:`PAYLOAD_DENSE_STEPS` says why)."""
         return min(self.dense_steps, PAYLOAD_DENSE_STEPS)
 
     @property

@@ -18,7 +18,8 @@ and there is no error feedback (there is nothing to feed back). An all-gather's 
 kept from step to step (``comm.GatherBuffers``), as a device's caching allocator keeps them. PowerSGD, a hook that
 computes its own payload, is replaced by :func:`powersgd_hook`, which issues torch's
 ``powerSGD_hook``'s three allreduces (the uncompressed 1-D tensors, the P and the Q
-matrices) at their real sizes and schedule, from the first step (:data:`DENSE_STEPS`).
+matrices) at their real sizes and schedule, from the first step
+(``MethodSpec.payload_dense_steps``).
 
 What cannot run in payload mode, refused in one line: a comm-hook plug-in (it computes its
 own payload), a compressor plug-in that declares neither ``wire`` nor ``max_nbytes``, and a
@@ -35,7 +36,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from netsenseml import methods
 from netsenseml.comm import GatherBuffers
 from netsenseml.compress.base import Codec, Compressor, Payload, Wire, declare
 
@@ -115,18 +115,6 @@ def is_payload(compressor: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- PowerSGD
-#: The steps payload mode's PowerSGD sends the dense gradient before its low-rank path
-#: (torch's ``start_powerSGD_iter``; the real hook's is 2, ``hooks.powersgd_state``). None:
-#: torch's 2 is the least it allows with error feedback, because DDP rebuilds its buckets in
-#: the second step, and a payload has no error to feed back; those two steps are DDP's
-#: start-up, which a run's throughput leaves out (``NetSenseState.in_startup``), so what
-#: they send changes no number -- but their dense bytes would cost ``k`` x their transfer in
-#: real time, and payload mode dilates PowerSGD's many small collectives by a large ``k``
-#: (``testbed.config.factor.collective_need``: GPT-2's two dense steps at 200 Mbit/s would
-#: take 84 min of a run's 4). A method option ``start_powerSGD_iter`` still sets it.
-DENSE_STEPS = methods.PAYLOAD_DENSE_STEPS
-
-
 @dataclass
 class PowerSGDPayload:
     """The state of :func:`powersgd_hook`: torch's ``PowerSGDState`` fields that decide
@@ -172,13 +160,14 @@ class PowerSGDPayload:
 
 def powersgd_state(group: Any, spec: Any, error_feedback: bool, options: dict[str, Any]) -> PowerSGDPayload:
     """:class:`PowerSGDPayload` with ``hooks.powersgd_state``'s options, low-rank from the
-    first step (:data:`DENSE_STEPS`)."""
+    first step (``MethodSpec.payload_dense_steps``)."""
     known = {"start_powerSGD_iter", "min_compression_rate"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"payload mode: PowerSGD options {unknown} have no payload meaning; "
                          f"allowed: {sorted(known)}")
-    return PowerSGDPayload(group, spec.rank, **{"start_powerSGD_iter": DENSE_STEPS, **options})
+    return PowerSGDPayload(group, spec.rank, **{"start_powerSGD_iter": spec.payload_dense_steps,
+                                                 **options})
 
 
 def powersgd_hook(state: PowerSGDPayload, bucket: Any) -> torch.futures.Future[torch.Tensor]:

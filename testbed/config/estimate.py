@@ -286,8 +286,9 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     target = _to_target(scenario, spec)
     if target is not None:  # stops at the target: at most its steps
         virtual = min(virtual, target[0] * step_v)
-    if not limit and steps and spec.dense_steps and wl.grads != "payload":
-        dense = min(int(steps), spec.dense_steps)  # torch's hook: plain allreduce first
+    dense_steps = spec.payload_dense_steps if wl.grads == "payload" else spec.dense_steps
+    if not limit and steps and dense_steps:
+        dense = min(int(steps), dense_steps)  # torch's hook: plain allreduce first
         virtual += dense * (_comm_s(n, elements, rates, 1.0, reduction)
                             - _comm_s(n, elements, rates, share, reduction))
     k, record, probe = _dilation(scenario, timing, elements, level, rates,

@@ -56,6 +56,12 @@ def host_need(timing: accelerator.Timing, real: dict[str, Any], margin: float) -
     return margin * max(ratios)
 
 
+def per_core(workers: int, threads: int, cores: int) -> float:
+    """The workers' threads per core, at least 1: how much slower a worker's real work runs
+    than alone (the cores shared evenly once all are busy)."""
+    return max(1.0, workers * max(threads, 1) / max(cores, 1))
+
+
 def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -> float:
     """The ratio at which the ranks' CPU work of a whole step fits its slots when they all
     want the cores at once, as they do after each collective: the step's CPU seconds (with
@@ -67,14 +73,14 @@ def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -
     cpu = real.get("step_cpu_s")
     if cpu is None:
         return 0.0
-    per_core = max(1.0, int(real.get("processes", 1)) * int(real.get("threads", 1))
-                   / max(int(real.get("cores", 1)), 1))
+    shared = per_core(int(real.get("processes", 1)), int(real.get("threads", 1)),
+                      int(real.get("cores", 1)))
     slot = timing.optimizer_s + timing.forward_s + timing.backward_s
     need = [(cpu + PER_STEP_BOOKKEEPING_S) / slot]
     for level, seconds in (real.get("codec_cpu_s") or {}).items():
         need.append((cpu + PER_STEP_BOOKKEEPING_S + seconds)
                     / (slot + timing.codec_s_per_mb.get(level, 0.0) * mb))
-    return per_core * max(need)
+    return shared * max(need)
 
 
 #: The worker's own work per step that no probe times (its records, the hook's statistics
@@ -98,7 +104,7 @@ def workers_within(need: float, k: float, workers: int, threads: int, cores: int
     all busy; below that it stays as measured (memory bandwidth and the shaping's softirq
     are not in it: the margin covers them)."""
     cores, threads = max(int(cores), 1), max(int(threads), 1)
-    measured_share = max(1.0, workers * threads / cores)
+    measured_share = per_core(workers, threads, cores)
     slot_real = Dilation(k).real_s(1.0)  # a virtual second of slot, in real seconds
     growth = slot_real * measured_share / need  # how much slower a worker may get and fit
     return max(int(math.floor(growth * cores / threads + 1e-9)), 0)
@@ -146,8 +152,8 @@ def payload_need(timing: accelerator.Timing, elements: int, workers: int, cores:
     lateness is a small share of it and ``k`` stays near 1, keeping the real rates at the
     virtual ones (the ring's efficiency on the emulated links depends on the real rate,
     not on ``k``: results/README.md). With ``max_overrun`` 0 the work must fit the slot."""
-    per_core = max(1.0, workers * max(threads, 1) / max(cores, 1))
-    work = margin * per_core * (PAYLOAD_STEP_S + PAYLOAD_BUCKET_S * payload_buckets(elements))
+    work = margin * per_core(workers, threads, cores) * (
+        PAYLOAD_STEP_S + PAYLOAD_BUCKET_S * payload_buckets(elements))
     return work / (timing.step_s + max_overrun * (timing.step_s + max(transfer_s, 0.0)))
 
 
@@ -188,8 +194,8 @@ def collective_need(timing: accelerator.Timing, elements: int, workers: int, cor
     ~300 Mbit/s real the 8-rank ring loses throughput of its own (results/README.md), so
     the factor is raised only for what the step waits on (GPT-2's top-k 0.01 at 1 Gbit/s:
     358.6 samples/s at k 3.4, 331.8 at k 13; the simulation 367.6)."""
-    per_core = max(1.0, workers * max(threads, 1) / max(cores, 1))
-    cost = exposed_collectives(elements, per_bucket) * PAYLOAD_COLLECTIVE_S * per_core
+    cost = (exposed_collectives(elements, per_bucket) * PAYLOAD_COLLECTIVE_S
+            * per_core(workers, threads, cores))
     step = timing.step_s + max(transfer_s, 0.0)
     return cost / (COLLECTIVE_SHARE * step) if step > 0 else 1.0
 

@@ -30,6 +30,7 @@ from netsenseml import accelerator, methods
 from testbed.config import estimate
 from testbed.config.accelerator import Accelerator
 from testbed.config.scenario import list_scenarios, validate_scenario
+from testbed.simulation import paced_validation
 
 ROOT = Path(__file__).resolve().parents[2]
 #: every committed run tree (those whose scenario ships are checked)
@@ -77,16 +78,15 @@ HOST_BOUND = 0.1
 
 def _dense_start(run: Path) -> bool:
     """A payload run that sent PowerSGD's dense start (torch's two dense steps): payload
-    mode's stand-in has been low-rank from the first step since (``netsenseml.payload.
-    DENSE_STEPS``), a schedule the estimate no longer knows; at its k of 1 its two dense
+    mode's stand-in has been low-rank from the first step since
+    (``methods.PAYLOAD_DENSE_STEPS``), a schedule the estimate no longer knows; at its k of 1 its two dense
     steps were most of its time."""
     cfg = json.loads((run / "config.json").read_text())
     if (cfg["accelerator"] or {}).get("host_rule") != "payload" or not methods.parse(
             cfg["method"]).dense_steps:
         return False
-    first = (run / "steps.csv").read_text().splitlines()[:2]
-    head, row = first[0].split(","), first[1].split(",") if len(first) > 1 else []
-    return bool(row) and row[head.index("bytes_sent")] == row[head.index("bytes_dense")]
+    rows = paced_validation.rank0_steps(run)
+    return bool(rows) and rows[0]["bytes_sent"] == rows[0]["bytes_dense"]
 #: The estimate plans for this host as the probe finds it; a run whose factor ``auto`` chose
 #: with other work saturating the host (``accelerator.host_busy_pct`` above this; the
 #: sustained-filter A/B of

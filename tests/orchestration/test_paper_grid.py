@@ -55,6 +55,6 @@ def test_tiny_payload_run_sends_and_is_paced_without_a_probe(tmp_path: Path) -> 
     assert start["grads"] == "payload" and start["params"] == 124_439_808  # GPT-2 small, whole
     steps = [json.loads(line) for line in (out.run_dir / "workers" / "rank0.jsonl")
              .read_text().splitlines() if '"step"' in line and '"kind": "step"' in line]
-    # payload mode's PowerSGD is low-rank from the first step (netsenseml.payload.DENSE_STEPS)
+    # payload mode's PowerSGD is low-rank from the first step (methods.PAYLOAD_DENSE_STEPS)
     sent = {s["bytes_sent"] for s in steps}
     assert len(steps) == 4 and len(sent) == 1 and 0 < sent.pop() < 4 * 124_439_808 / 20

@@ -23,7 +23,6 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from netsenseml import accelerator, hooks, lifecycle, methods
-from netsenseml.payload import DENSE_STEPS
 from testbed.common.ports import free_port
 from tests.workloads.paper_models import MODELS, batch, ddp_steps, loss
 from workloads import payload
@@ -122,8 +121,9 @@ def _bytes_worker(rank: int, world: int, port: int) -> None:
                 rec = _recorded_steps(name, shape, classes, knobs, method, rank)
                 pay = _payload_steps(name, shape, classes, knobs, method)
                 # PowerSGD's dense start (DDP's start-up steps) is the one difference:
-                # payload mode sends its low-rank payload from the first step (DENSE_STEPS)
-                d = methods.parse(method).dense_steps - DENSE_STEPS
+                # payload mode sends its low-rank payload from the first step
+                spec = methods.parse(method)
+                d = spec.dense_steps - spec.payload_dense_steps
                 assert rec[d:] == pay[d:], f"{name} {method}: recorded {rec} != payload {pay}"
                 assert all(r[0] > p[0] and p[2] == r[2] for r, p in zip(rec[:d], pay[:d], strict=True))
                 assert min(b for b, _, _ in rec) > 0
