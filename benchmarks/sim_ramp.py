@@ -7,10 +7,11 @@ the emulated ramp's runs against it (issue 52).
 
 **Prediction** (no ``--runs``): the ramp experiments of the paper-grid sweep
 (``testbed/sweeps/paper-grid.yaml``: ``resnet18-ramp``, ``vgg16-ramp``, ``gpt2-ramp``, with
-their overrides and methods -- ``paper-ramp30.yaml``: a 4+4 dumbbell, 1 Gbit/s bottleneck,
-1, 10, ..., 50 iperf3 streams x0 -> x1, 30 s levels, 10 s pauses), each run's inputs as the
-run would have them (the profile's timing, the dilation factor of the ``auto`` estimate),
-simulated (``testbed/simulation/paced.py``, nothing fitted) for the whole 250 s. Prints and
+their overrides and methods -- ``paper-ramp.yaml`` and ``paper-ramp30.yaml``: a 4+4
+dumbbell, 1 Gbit/s bottleneck, 1, 10, ..., 50 iperf3 streams x0 -> x1, 15 s levels and 5 s
+pauses for ResNet-18, 30 s and 10 s for VGG-16 and GPT-2), each run's inputs as the run
+would have them (the profile's timing, the dilation factor of the ``auto`` estimate),
+simulated (``testbed/simulation/paced.py``, nothing fitted) for the whole ramp. Prints and
 writes under ``--out``: ``ramp-prediction.csv`` (per model, method and window of constant
 streams: samples/s, the share of the window covered, the level held longest and its
 share), ``ramp-prediction-levels.csv`` (each adaptive method's level over time),
@@ -60,10 +61,10 @@ VALIDATION_COLUMNS = ["run", "model", "method", "window", "start_s", "end_s", "s
 
 # ----------------------------------------------------------------------------- the prediction
 def ramp_jobs(models: list[str] | None, methods: list[str] | None, time_limit: float | None
-              ) -> list[tuple[paced.PacedJob, list[dict]]]:
+              ) -> list[tuple[paced.PacedJob, list[dict], str]]:
     """One job per ramp experiment and method of the sweep (one seed: the simulation is
     deterministic), the experiment's overrides applied as the sweep applies them; beside
-    each, its scenario's timeline."""
+    each, its scenario's timeline and name."""
     from testbed.cli.simulate import paced_configs
     from testbed.config.scenario import apply_overrides, load_scenario
     from testbed.config.sweep import expand, load_sweep
@@ -84,7 +85,7 @@ def ramp_jobs(models: list[str] | None, methods: list[str] | None, time_limit: f
         job = paced.from_config(cfg, None, f"{r.experiment} {r.method}")
         if time_limit is not None:  # the scenario refuses events past its own limit
             job = dataclasses.replace(job, time_limit_s=time_limit)
-        jobs.append((job, cfg["scenario"]["timeline"]))
+        jobs.append((job, cfg["scenario"]["timeline"], scn.name))
     return jobs
 
 
@@ -208,9 +209,9 @@ def predict(args: argparse.Namespace) -> int:
         print("error: no ramp experiment matches --models / --methods", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    results = paced.simulate_isolated([job for job, _ in jobs], args.jobs)
+    results = paced.simulate_isolated([job for job, _, _ in jobs], args.jobs)
     rows, levels = [], []
-    for (job, timeline), res in zip(jobs, results, strict=True):
+    for (job, timeline, _), res in zip(jobs, results, strict=True):
         r, lv = prediction_rows(job, res, timeline)
         rows += r
         levels += lv
@@ -226,9 +227,10 @@ def predict(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, COLUMNS, out / "ramp-prediction.csv")
     write_csv(levels, LEVEL_COLUMNS, out / "ramp-prediction-levels.csv")
+    scenarios = ", ".join(f"`{name}.yaml`" for name in sorted({n for _, _, n in jobs}))
     md = ["# The paper ramp in the paced simulation: a prediction", "", f"**{made}.**", "",
           f"Made by `python benchmarks/sim_ramp.py` from the `{', '.join(RAMPS)}` experiments "
-          f"of `testbed/sweeps/{SWEEP}.yaml` (`paper-ramp30.yaml`); nothing in the simulation "
+          f"of `testbed/sweeps/{SWEEP}.yaml` ({scenarios}); nothing in the simulation "
           "was fitted (testbed/simulation/paced.py). Samples/s per window of constant iperf3 "
           "streams (virtual seconds from the first step's end); `level`: what the adaptive "
           "method held longest in the window (its share where below 100 %). The pauses and "
