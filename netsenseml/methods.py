@@ -101,6 +101,10 @@ class MethodInfo:
     calibrate``) keeps its runs' compute per level it chose (NetSenseML's own overhead).
     ``collectives``: the collectives one bucket takes a step, one after another (PowerSGD:
     its rank-1 vectors, P, Q): what payload mode's dilation rule counts the host's cost of.
+    ``plan``: ``"module:attr"`` of an adaptive rule's open-loop plan, ``(steps,
+    samples_per_step, **options) ->`` a decision (``level``, ``ratio``) per step, where its
+    start and descent do not wait on the network (the prototype's): what an estimate of a
+    run's time uses.
     """
 
     name: str
@@ -126,6 +130,7 @@ class MethodInfo:
     topk: bool = False
     calibrated: bool = False
     collectives: int = 1
+    plan: str | None = None
 
     @property
     def label(self) -> str:
@@ -205,7 +210,7 @@ register(MethodInfo(PROPOSED, "adaptive", "netsenseml.policy:NetSensePolicy",
                     level="none", prior=True, probe=True, calibrated=True))
 register(MethodInfo(PROTOTYPE, "adaptive", "netsenseml.paper_rule:PaperRule",
                     "the NetSenseML prototype's BDP rule on one top-k fraction", lossy=True,
-                    level="topk"))
+                    level="topk", plan="netsenseml.paper_rule:PaperRule.open_loop"))
 # The adaptive peers (issue 49): published rules, each in its own module's docstring.
 register(MethodInfo("stellatrain", "adaptive", "netsenseml.stellatrain:StellaTrainPolicy",
                     "StellaTrain's rule: the top-k fraction whose traffic fits a smoothed, "
@@ -394,6 +399,17 @@ class MethodSpec:
         """The dense steps a hook sends first in payload mode: none
         (:data:`PAYLOAD_DENSE_STEPS` says why)."""
         return min(self.dense_steps, PAYLOAD_DENSE_STEPS)
+
+    def planned_levels(self, steps: int, samples_per_step: int) -> list[MethodSpec] | None:
+        """What an adaptive policy sends each step, as fixed methods (:func:`at_level`),
+        where its rule plans it without the network's answer (``MethodInfo.plan``: the
+        prototype's descent from its start), for an estimate of a run's time; None for every
+        other method."""
+        if self.info is None or self.info.plan is None:
+            return None
+        plan = import_target(self.info.plan, self.text)
+        return [at_level(d.level, d.ratio)
+                for d in plan(steps, samples_per_step, **self.info.options)]
 
     @property
     def collectives(self) -> int:

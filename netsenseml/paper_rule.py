@@ -105,6 +105,24 @@ class PaperRule:
         self._samples = 0
         self.steps = 0
 
+    @classmethod
+    def open_loop(cls, steps: int, samples_per_step: int, **options: float) -> list[Decision]:
+        """The decision of each of ``steps`` steps when every sample is judged congested
+        (``samples_per_step`` collectives a step): the rule's fastest descent from ``start``,
+        hence the fewest bytes it can send. Step ``s``'s fraction has the verdicts of steps
+        up to ``s - 2`` applied (they ride on the next step's first collective and apply the
+        step after: "Timing" above). What a run's time is estimated from before it runs
+        (``testbed.config.estimate``): the prototype starts at 0.75, which on a constrained
+        link makes its first steps the run's longest."""
+        rule = cls(**options)
+        out = []
+        for s in range(1, max(int(steps), 0) + 1):
+            out.append(rule.decision)
+            if s >= 2:
+                for _ in range(max(int(samples_per_step), 1)):
+                    rule.update(True)
+        return out
+
     @property
     def decision(self) -> Decision:
         return Decision("none") if self.ratio >= self.ceiling else Decision("topk", self.ratio)

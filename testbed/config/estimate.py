@@ -283,6 +283,10 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
         step_v = min([step_v, *(step_of(_level(c)) for c in methods.dense_levels())])
     limit, steps = wl.time_limit_s, wl.steps
     virtual = float(limit) if limit else float(steps or 0) * step_v
+    plan = None if limit or not steps else spec.planned_levels(
+        int(steps), factor.payload_buckets(elements))
+    if plan:  # a rule whose levels do not wait on the network: its steps one by one
+        virtual = sum(step_of(_level(s)) for s in plan)
     target = _to_target(scenario, spec)
     if target is not None:  # stops at the target: at most its steps
         virtual = min(virtual, target[0] * step_v)

@@ -13,6 +13,7 @@ import math
 
 import pytest
 
+from netsenseml import methods
 from netsenseml.paper_rule import PaperRule, math_round
 from netsenseml.policy import (
     Calibration,
@@ -79,6 +80,23 @@ def test_paper_rule_constants_and_fallback():
     assert rule.ratio == 1.0 and rule.decision == Decision("none")  # cap: plain allreduce
     rule.update(True)  # and it can leave the cap again (the prototype could not)
     assert rule.decision == Decision("topk", 0.95)
+
+
+def test_paper_rule_open_loop_is_its_fastest_descent_applied_a_step_late():
+    plan = PaperRule.open_loop(6, 3)
+    assert [d.ratio for d in plan[:3]] == pytest.approx([0.75, 0.75, 0.75 * 0.95 ** 3])
+    assert plan[5].ratio == pytest.approx(0.75 * 0.95 ** 12)  # steps 2-5's verdicts
+    assert PaperRule.open_loop(400, 3)[-1] == Decision("topk", 0.005)  # held at the floor
+    start_dense = PaperRule.open_loop(2, 1, start=1.0)
+    assert start_dense == [Decision("none"), Decision("none")]  # at the cap: allreduce
+    assert PaperRule.open_loop(0, 3) == []
+    # the spec hands it on as the fixed methods each step sends; no other method plans
+    spec = methods.parse(methods.PROTOTYPE)
+    levels = spec.planned_levels(4, 3)
+    assert [str(s) for s in levels] == ["topk:0.75", "topk:0.75", "topk:0.643031",
+                                        "topk:0.551319"]
+    assert all(methods.parse(m).planned_levels(4, 3) is None
+               for m in ("netsenseml", "stellatrain", "allreduce", "topk:0.01"))
 
 
 def test_paper_rule_window_is_a_true_5s_sliding_window():
