@@ -128,14 +128,16 @@ def prediction_table(rows: list[dict]) -> list[str]:
     """Samples/s per model and method in the idle start and each stream level (the pauses
     are in the CSV); for the adaptive methods a second row: the level held longest."""
     shown = [r for r in rows if r["streams"] or r["window"] == "idle"]
-    heads = list(dict.fromkeys((r["window"], r["start_s"]) for r in shown))
-    cols = [f"{w} ({s:g} s)" if w == "idle" else w for w, s in heads]
-    out = ["| model | method | k | " + " | ".join(cols) + " |",
-           "|---|---|---|" + "---|" * len(cols)]
+    # one column per stream level: ramps of other level lengths line up by their levels
+    heads = list(dict.fromkeys(r["window"] for r in shown))
+    out = ["| model | method | k | " + " | ".join(heads) + " |",
+           "|---|---|---|" + "---|" * len(heads)]
     keys = list(dict.fromkeys((r["model"], r["method"]) for r in shown))
     for model, method in keys:
-        mine = {(r["window"], r["start_s"]): r for r in shown
-                if r["model"] == model and r["method"] == method}
+        mine: dict[str, dict] = {}
+        for r in shown:
+            if r["model"] == model and r["method"] == method:
+                mine.setdefault(r["window"], r)
         k = next(iter(mine.values()))["k"]
         cells = [f"{mine[h]['samples_per_s']:.1f}" if h in mine and mine[h]["samples_per_s"]
                  is not None else "-" for h in heads]
