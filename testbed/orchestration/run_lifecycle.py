@@ -48,7 +48,7 @@ from netsenseml.dilation import NONE
 from netsenseml.methods import MethodSpec
 from testbed.common import files
 from testbed.emulation import leftovers
-from testbed.orchestration import health, run_records
+from testbed.orchestration import health, hostload, run_records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
 from testbed.orchestration.rundir import (
@@ -280,6 +280,9 @@ class RunLifecycle:
         )
         self._record_phases()
         self._pacing_verdict()
+        busy = hostload.verdict(self.summary.get("host_load"))
+        if busy is not None:
+            self.warnings.append(busy)
         if self.network:
             self.summary["network"] = self.network
         if self.warnings:
