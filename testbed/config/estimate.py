@@ -295,16 +295,14 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
         dense = min(int(steps), dense_steps)  # torch's hook: plain allreduce first
         virtual += dense * (_comm_s(n, elements, rates, 1.0, reduction)
                             - _comm_s(n, elements, rates, share, reduction))
-    k, record, probe = _dilation(scenario, timing, elements, level, rates,
-                                 share, reduction, spec.collectives)
+    k, record, probe = _dilation(scenario, timing, elements, spec, rates)
     return {"seconds": Dilation(k).real_s(virtual) + PER_RUN_OVERHEAD_S + record + probe, "k": k,
             "virtual_s": virtual, "step_s": step_v, "probe_s": probe,
             "probe_key": factor.probe_key(scenario, spec) if probe else None}
 
 
-def _dilation(scenario: Any, timing: accelerator.Timing, elements: int, level: str | None,
-              rates: list[float], share: float = 1.0, reduction: str = "allreduce",
-              per_bucket: int = 1) -> tuple[float, float, float]:
+def _dilation(scenario: Any, timing: accelerator.Timing, elements: int,
+              spec: methods.MethodSpec, rates: list[float]) -> tuple[float, float, float]:
     """``(k, the recorded-gradient step's real s, the probe's real s)`` as the run picks k."""
     acc, wl, n = scenario.accelerator, scenario.workload, scenario.world_size
     shared = max(1.0, SHARED_SLOWDOWN * n / cores())
@@ -315,7 +313,8 @@ def _dilation(scenario: Any, timing: accelerator.Timing, elements: int, level: s
     if wl.grads == "payload":  # nothing real is timed: no probe, no recording
         return max(factor.rate_factor(max(rates, default=0.0)), factor.payload_factor(
             timing, elements, n, cores(), acc.margin, wl.threads, acc.max_overrun, rates,
-            share, reduction, per_bucket)), 0.0, 0.0
+            spec)), 0.0, 0.0
+    level = _level(spec)[0]
     part = _host_parts(wl.grads, fwd, bwd, opt, elements, level, n)
     # the parts as the probe would time them, for the rule auto applies to its probe's
     real = {"forward_s": part["forward"] * shared, "backward_s": part["backward"] * shared,

@@ -202,16 +202,18 @@ def collective_need(timing: accelerator.Timing, elements: int, workers: int, cor
 
 def payload_factor(timing: accelerator.Timing, elements: int, workers: int, cores: int,
                    margin: float, threads: int, max_overrun: float, rates: list[float],
-                   share: float, reduction: str, per_bucket: int = 1) -> float:
-    """Payload mode's host need, rounded (:func:`payload_need`, :func:`collective_need`
-    with ``per_bucket`` collectives a bucket), against the least transfer the run can see:
-    its bytes at the fastest rate training crosses; an all-gather's also keeps that rate's
-    real link at most :data:`GATHER_REAL_MBIT`. One place for ``auto`` and the estimate."""
+                   method: Any) -> float:
+    """Payload mode's host need for ``method`` (a spec, or text entering here), rounded
+    (:func:`payload_need`, :func:`collective_need` with its collectives a bucket), against
+    the least transfer the run can see: its bytes (:func:`wire_share`) at the fastest rate
+    training crosses; an all-gather's also keeps that rate's real link at most
+    :data:`GATHER_REAL_MBIT`. One place for ``auto`` and the estimate."""
+    _, share, reduction = wire_share(method)
     fastest = max(rates, default=0.0)
     least = transfer_s(elements, workers, fastest, share, reduction)
     k = round_up(max(
         payload_need(timing, elements, workers, cores, margin, threads, least, max_overrun),
-        collective_need(timing, elements, workers, cores, per_bucket, least, threads)))
+        collective_need(timing, elements, workers, cores, per_bucket(method), least, threads)))
     if reduction != "allreduce":
         k = max(k, rate_factor(fastest, GATHER_REAL_MBIT))
     return k

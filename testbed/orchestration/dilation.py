@@ -190,10 +190,8 @@ def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]
         elements = registry.param_count(wl.model, wl.knobs(), wl.dataset) or 0
         cores = len(os.sched_getaffinity(0))
         rates = faithful.training_rates(scn.model_dump(mode="json"))
-        _, share, reduction = factor.wire_share(method)
         k_host = factor.payload_factor(timing, elements, scn.world_size, cores, acc.margin,
-                                       wl.threads, acc.max_overrun, rates, share, reduction,
-                                       factor.per_bucket(method))
+                                       wl.threads, acc.max_overrun, rates, method)
         k_net = network_factor(scn)
         return max(k_host, k_net), {**facts, "dilation_source": "auto", "probe_s": 0.0,
                                     "margin": acc.margin, "k_host": k_host, "k_network": k_net,
