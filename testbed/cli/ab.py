@@ -62,6 +62,10 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="no line per ru
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", "-n", help="print the runs in their interleaved order, where they go and an "
     "estimate of the time; run nothing")]
+OneKOption = Annotated[bool | None, typer.Option(
+    "--one-k/--own-k", help="with accelerator.dilation auto: every arm at the largest of the "
+    "arms' factors, or each at its own (default: one where flows compete with the job, "
+    "own otherwise)", show_default=False)]
 
 
 def ab_cmd(
@@ -77,6 +81,7 @@ def ab_cmd(
     out: ReadBackOutOption = None,
     quiet: QuietOption = False,
     dry_run: DryRunOption = False,
+    one_k: OneKOption = None,
 ) -> None:
     """A/B: every arm once per seed, in alternating order, then each arm's mean, its ratio
     to the first arm (geometric means) with a 95 % Welch t-interval on the logs, a
@@ -88,6 +93,13 @@ def ab_cmd(
     ab.json asked, e.g. other arms or metric: ab-<metric>-<arms>.json beside it). A DIR git
     tracks (the committed runs under results/runs/) is never written into unless --out
     names it: the table goes to results/views/<its path>/ (said).
+
+    With the scenario's accelerator.dilation auto and flows competing with the job (a
+    cross_start or ramp), every arm runs at one factor, the largest of the arms' own (said
+    before the runs, kept in ab.json): a congested phase depends on the factor where a
+    kernel timer is not dilated (BBR's). Without competing flows each arm keeps its own: a
+    larger factor lowers the real rates, and below ~300 Mbit/s real the 8-rank ring loses
+    throughput of its own. --one-k / --own-k choose either.
     """
     if until_width is not None and not (until_width > 0 and math.isfinite(until_width)):
         fail(f"--until-width: {until_width} is not a positive number")
@@ -101,12 +113,20 @@ def ab_cmd(
     field, arms, seed_list = _plan(arm, seeds, metric, until_width, max_seeds)
     scn, path = _scenario(scenario, set_)
     root = results / f"ab-{scn.name}"
+    one = scn.competes if one_k is None else one_k
+    k, own = _one_factor(scn, arms, measure=not dry_run) if one else (None, {})
+    if k is not None:
+        set_ = [*(set_ or []), f"accelerator.dilation={k:g}"]
+        scn, path = _scenario(scenario, set_)
+        why = "--one-k" if one_k else "flows compete with the job; --own-k: each its own"
+        typer.echo(f"one dilation factor for every arm: k {k:g}, the largest of the arms' "
+                   f"own ({', '.join(f'{a} {v:g}' for a, v in own.items())}; {why})")
     if dry_run:
         _print_plan(scn, arms, seed_list, root, until_width, max_seeds)
         return
     check_runnable(scn, root)
     _run(scn, path, list(set_ or []), arms, seed_list, root, field, metric, until_width,
-         max_seeds, quiet)
+         max_seeds, quiet, {"k": k, "own": own} if k is not None else None)
 
 
 def _plan(arm: list[str] | None, seeds: str, metric: str, until_width: float | None,
@@ -125,6 +145,16 @@ def _plan(arm: list[str] | None, seeds: str, metric: str, until_width: float | N
                                  "seeds of --seeds")
         return field, run_ab.resolve_revisions(arms), seed_list
     except (run_ab.ABError, ab_stats.ABInputError) as exc:
+        fail(str(exc))
+
+
+def _one_factor(scn: Any, arms: list[Any], measure: bool) -> tuple[float | None, dict]:
+    """``testbed.orchestration.ab.one_factor``, or its one line and exit 2."""
+    from testbed.orchestration import ab as run_ab
+
+    try:
+        return run_ab.one_factor(scn, arms, measure=measure)
+    except run_ab.ABError as exc:
         fail(str(exc))
 
 
@@ -186,6 +216,7 @@ class _Session:
     used: list[int] = dataclasses.field(default_factory=list)
     order: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     stopped: str | None = None
+    dilation: dict | None = None  # one factor for every arm: {"k": k, "own": {arm: k}}
 
     def run_seeds(self, runner: Any, new: list[int], total: int) -> None:
         """Every arm once for each of the ``new`` seeds, interleaved."""
@@ -206,7 +237,7 @@ class _Session:
 
 def _run(scn: Any, path: Path, overrides: list[str], arms: list[Any], seeds: list[int],
          root: Path, field: str, metric: str, until_width: float | None, max_seeds: int,
-         quiet: bool) -> None:
+         quiet: bool, dilation: dict | None = None) -> None:
     """The session's runs, then its table written and printed; exits 1 when a run failed,
     130/143 when interrupted (the table then covers the runs done)."""
     console = Console(width=max(120, Console().width))
@@ -215,7 +246,7 @@ def _run(scn: Any, path: Path, overrides: list[str], arms: list[Any], seeds: lis
         if not quiet:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
 
-    s = _Session(arms, root, field, say, metric)
+    s = _Session(arms, root, field, say, metric, dilation=dilation)
     revs = [f"{a.label} = {a.commit[:12]}" for a in arms if a.commit]
     console.print(f"ab {scn.name}: {len(arms)} arms x {len(seeds)} seeds, interleaved; "
                   f"metric {metric}" + (f"; {', '.join(revs)}" if revs else ""),
@@ -278,6 +309,8 @@ def _write(s: _Session, scn: Any, metric: str, code: int, console: Console) -> N
             "interrupted": code != 0,
             "commits": {a.label: a.commit for a in s.arms if a.commit},
             "resamples": ab_stats.RESAMPLES, "bootstrap_seed": ab_stats.BOOTSTRAP_SEED}
+    if s.dilation is not None:
+        info["one_dilation"] = s.dilation
     written = ab_stats.write(s.root, res, s.obs, info)
     _print(console, res, metric, written, s.stopped)
 
@@ -313,7 +346,7 @@ def _from_runs(folder: Path, scenario: str | None, arm: list[str] | None, metric
     from testbed.common.files import read_json
 
     prior = read_json(folder / "ab.json") or {}  # a session read back keeps its record
-    info = {**{k: prior[k] for k in ("commits", "order") if k in prior},
+    info = {**{k: prior[k] for k in ("commits", "order", "one_dilation") if k in prior},
             "scenario": scenario or prior.get("scenario") or _one_scenario(loaded),
             "metric": metric, "field": field,
             "from_runs": str(folder),

@@ -642,6 +642,11 @@ class Scenario(StrictModel):
 
     # convenience -----------------------------------------------------------------
     @property
+    def competes(self) -> bool:
+        """Whether flows compete with the job (a ``cross_start`` or ``ramp`` in the timeline)."""
+        return any(isinstance(e, CrossStart | Ramp) for e in self.timeline)
+
+    @property
     def world_size(self) -> int:
         return n_workers(self.topology)
 

@@ -42,7 +42,9 @@ from typing import Any
 from netsenseml.methods import MethodSpec
 from testbed.common import files
 from testbed.common.names import slug
+from testbed.config.estimate import estimate
 from testbed.config.scenario import MAX_SEED, Scenario, check_method
+from testbed.orchestration import dilation
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.run import make_run_id, run_scenario
 from testbed.orchestration.rundir import RunOutcome
@@ -106,6 +108,32 @@ def parse_arms(texts: list[str], *, least: int = 2) -> list[Arm]:
                           "; arm labels must be unique")
         seen[a.slug] = a.label
     return arms
+
+
+def one_factor(scn: Scenario, arms: list[Arm], *, measure: bool = True
+               ) -> tuple[float | None, dict[str, float]]:
+    """The dilation factor every arm of a comparison runs at, and each arm's own ``auto``
+    factor: the largest of them (each arm's host keeps up at it), or ``None`` where the
+    scenario's factor is not ``auto`` (given, or no accelerator: nothing to hold equal).
+
+    Why one: what a congested phase gives the job depends on ``k`` where a kernel timer is
+    not dilated (BBR's: int8 on accel-d70 got 1.65x its fair share at k 140 and 3.12x at
+    k 450, docs/results-log.md), so arms at their own factors compare two competitions as
+    well as two methods. ``measure`` False (a dry run): the estimate's factor, nothing
+    timed; otherwise ``testbed.orchestration.dilation.choose`` (its cached measurement, or
+    the probe each arm's first run would take anyway). An arm of another revision is given
+    this code's factor for its method."""
+    acc = getattr(scn, "accelerator", None)
+    if acc is None or acc.dilation != "auto":
+        return None, {}
+    own = {}
+    for a in arms:
+        try:
+            own[a.label] = (dilation.choose(scn, a.spec)[0] if measure
+                            else float(estimate(scn, a.spec)["k"]))
+        except dilation.DilationError as exc:
+            raise ABError(f"--arm {a.label!r}: its dilation factor: {exc}") from None
+    return max(own.values()), own
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -142,3 +142,47 @@ def test_the_prototypes_descent_from_its_start_is_estimated_step_by_step() -> No
     assert paper["k"] == own["k"]  # the factor is the adaptive family's, as the run's
     timed = apply_overrides(scn, {"workload.time_limit_s": 30})
     assert estimate.estimate(timed, "netsenseml-paper")["virtual_s"] == 30.0
+
+
+def _k_line(output: str) -> float | None:
+    found = re.search(r"one dilation factor for every arm: k ([\d.]+)", output)
+    return None if found is None else float(found.group(1))
+
+
+def test_ab_holds_one_factor_where_flows_compete_and_each_arms_own_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under competing flows what the job gets depends on k (BBR's timers are not dilated),
+    so the arms share the largest of their factors; on a quiet network each keeps its own,
+    since a larger k lowers the real rates into the ring's own loss."""
+    from testbed.orchestration import ab as run_ab
+
+    star = ["paper-resnet18-star", "--set", "workload.grads=payload"]
+    arms = ["-a", "allreduce", "-a", "topk:0.001"]
+    r = str(tmp_path / "r")
+    quiet = netsense(["ab", *star, *arms, "--seeds", "0", "-n", "-r", r], tmp_path, monkeypatch)
+    assert quiet.exit_code == 0, quiet.output
+    assert _k_line(quiet.output) is None
+    held = netsense(["ab", *star, *arms, "--seeds", "0", "-n", "--one-k", "-r", r],
+                    tmp_path, monkeypatch)
+    scn = apply_overrides(load_scenario("paper-resnet18-star", skip_kernel_checks=True),
+                          {"workload.grads": "payload"})
+    own = {m: estimate.estimate(scn, m)["k"] for m in ("allreduce", "topk:0.001")}
+    assert own["allreduce"] < own["topk:0.001"]
+    assert _k_line(held.output) == own["topk:0.001"], held.output
+    # allreduce's run is estimated at the held factor: longer than at its own
+    secs = [float(x) for x in re.findall(r"seed \d+\s+~\s*(\d+) s", held.output)]
+    alone = [float(x) for x in re.findall(r"seed \d+\s+~\s*(\d+) s", quiet.output)]
+    assert secs[0] > 2 * alone[0]
+    # a run measures its factor as the estimate prices it (payload mode: one rule, no probe)
+    parsed = run_ab.parse_arms(["allreduce", "topk:0.001"])
+    k, each = run_ab.one_factor(scn, parsed)
+    assert each == {"allreduce": own["allreduce"], "topk:0.001": own["topk:0.001"]}
+    assert k == own["topk:0.001"]
+    assert run_ab.one_factor(apply_overrides(scn, {"accelerator.dilation": 3}), parsed) == (None, {})
+
+    competing = load_scenario("accel-d70", skip_kernel_checks=True)
+    assert competing.competes and not load_scenario("accel-static",
+                                                    skip_kernel_checks=True).competes
+    d70 = ["ab", "accel-d70", "-a", "int8", "-a", "netsenseml", "--seeds", "0", "-n", "-r", r]
+    assert _k_line(netsense(d70, tmp_path, monkeypatch).output) is not None
+    assert _k_line(netsense([*d70, "--own-k"], tmp_path, monkeypatch).output) is None
