@@ -34,7 +34,7 @@ tied embedding last).
 
 The adaptive methods the simulation runs (``sim.SIMULATED_ADAPTIVE``: NetSenseML,
 StellaTrain) run their real policy in the hook's step loop (``netsenseml.loop.StepLoop``),
-fed by the closed form's times: the registration probe (one-element allreduce and
+fed by the closed form's times: the registration calibration (one-element allreduce and
 all-gather, a 1 MiB allreduce), each step's payload sample for the monitor, the RTT probe
 where due. Their throughput is the mean over steps 2..``ADAPTIVE_STEPS`` as a paper-grid run
 measures it. The prototype's rule (it times every collective on the real clock) and
