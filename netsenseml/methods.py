@@ -152,7 +152,7 @@ PLUGIN_FORM = "package.module:Name[:ARG] (a compressor class or a DDP comm hook)
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _PLUGIN_RE = re.compile(rf"^(?P<module>{_IDENT}(?:\.{_IDENT})*):(?P<attr>{_IDENT}(?:\.{_IDENT})*)(?::(?P<arg>.*))?$")
 _REDUCTIONS = ("allreduce", "allgather")
-#: The codecs an adaptive method's hook can run, as ``auto``'s pace probe times them.
+#: The codecs an adaptive method's hook can run, as ``auto``'s host timing times them.
 ADAPTIVE_CODECS = ("fp16", "int8", "topk:0.01")
 
 
@@ -445,7 +445,7 @@ class MethodSpec:
         return f"{self.label}:{self.ratio:g}" if self.ratio is not None else self.label
 
     def codecs(self) -> tuple[MethodSpec, ...]:
-        """The compressors its hook can run, as the pace probe times them: an adaptive
+        """The compressors its hook can run, as the host timing times them: an adaptive
         method's :data:`ADAPTIVE_CODECS`, a compressor itself (none for ``allreduce``), a
         hook none (PowerSGD, a plug-in hook: the pacer holds no codec of theirs)."""
         if self.adaptive:
