@@ -10,7 +10,7 @@ inputs, read from the run's own ``config.json`` where the run recorded them:
   MB per level), or a profile entry (``netsenseml.accelerator``) for a run not made yet;
 * **DDP's bucket layout**: ``workloads.payload.layout``'s output for the model, shipped in
   ``layouts.json`` and read through ``advise.load_workload`` (the same path ``netsense
-  advise`` takes; a model the file lacks is probed in a child process, never torch here).
+  advise`` takes; a model the file lacks is computed in a child process, never torch here).
   The first step is DDP's first iteration: one bucket of the whole gradient (DDP builds
   its buckets after it; every payload run's ``steps.csv`` shows 1 collective in step 1);
 * **each method's bytes and collectives**: ``advise.sends`` (the method registry's
