@@ -26,8 +26,8 @@ parts" for the host's check and for the device's profile. The optimizer is the m
 (``workloads.train.make_optimizer``: SGD with momentum, AdamW for the language model), as
 the worker trains it.
 
-``--grads recorded`` times what a worker in the gradient-shape mode does instead
-(``workloads.recorded``): the surrogate's forward and backward over one recorded real
+``--grads recorded`` times what a worker in the recorded-gradient mode does instead
+(``workloads.recorded_gradient``): the surrogate's forward and backward over one recorded real
 gradient, and no optimizer step (0).
 """
 
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from netsenseml import methods
-from workloads import recorded, registry
+from workloads import recorded_gradient, registry
 from workloads.datasets import Data, load_dataset
 from workloads.models import build_model
 from workloads.train import make_optimizer
@@ -166,7 +166,7 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
     """Seconds of the forward pass (with the loss), the backward pass and the optimizer
     step, per step after ``warmup`` steps; on CUDA the device is waited for around each
     part. ``at_warm`` runs once, after the warm-up (a barrier between copies); ``observer``
-    sees every backward pass, warm-up included. ``grads="recorded"``: the gradient-shape
+    sees every backward pass, warm-up included. ``grads="recorded"``: the recorded-gradient
     mode's surrogate step over one recorded gradient, no optimizer step. ``between_s``:
     what the worker does between two steps (the next batch, the loss read back, the
     gradient's health norm), which is no part of a device's profile but is of the host's
@@ -180,8 +180,8 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
     if grads == "recorded":
         x, y = next(batches)
         x, y = x.to(device), y.to(device)
-        rec = recorded.record(job.model, lambda: _loss(job.model, x, y, job.data.kind))
-        recorded.install(job.model, rec)
+        rec = recorded_gradient.record(job.model, lambda: _loss(job.model, x, y, job.data.kind))
+        recorded_gradient.install(job.model, rec)
     for i in range(steps + warmup):
         if i == warmup and at_warm is not None:
             at_warm()
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--world", type=int, default=2, help="payloads decoded by gathered levels")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--grads", choices=recorded.MODES, default="real")
+    p.add_argument("--grads", choices=recorded_gradient.MODES, default="real")
     p.add_argument("--barrier", action="store_true",
                    help="after the warm-up print 'ready' and wait for a line on stdin, so "
                         "copies started together time their steps together")
