@@ -17,7 +17,7 @@ from testbed.config import factor, faithful
 from testbed.config.events import Action
 from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.emulation.bottleneck import BottleneckSampler, LinkEnd
-from testbed.orchestration import dilation, run_records
+from testbed.orchestration import dilation, worker_records
 from testbed.orchestration.timeline import Timeline
 
 
@@ -69,7 +69,7 @@ def test_steps_csv_time_is_virtual() -> None:
                  "compute_s": 0.0005, "comm_s": 0.0005, "step_s": 0.001},
                 {"kind": "step", "step": 2, "t": 0.002, "wall": 1000.0 + 8.0, "samples": 8,
                  "compute_s": 0.0005, "comm_s": 0.0005, "step_s": 0.001}]}
-    rows = run_records.steps_csv_rows(recs, 1000.0, dilation=4).rows
+    rows = worker_records.steps_csv_rows(recs, 1000.0, dilation=4).rows
     assert [r["t"] for r in rows] == [1.0, 2.0]
     assert [r["t_worker"] for r in rows] == [0.001, 0.002]  # the worker's own, already virtual
 
