@@ -5,7 +5,7 @@
 
 For each model at its real size (issue 41): parameters, the real step's forward, backward
 and optimizer seconds (batch 32 at 224 px for the CNNs, 32 x 128 tokens for GPT-2; medians
-over ``--steps`` after one warm-up), and the gradient-shape mode's (``workloads.recorded``):
+over ``--steps`` after one warm-up), and the recorded-gradient mode's (``workloads.recorded_gradient``):
 the one real step that records the gradient, then the surrogate's forward and backward per
 step, against which the real step's forward + backward is the saving. Alone on the host:
 run it under ``flock /tmp/netsense-heavy.lock`` on a shared machine.
@@ -20,7 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from workloads import recorded
+from workloads import recorded_gradient
 from workloads.datasets import load_dataset
 from workloads.models import build_model
 
@@ -59,9 +59,9 @@ def measure(name: str, batch: int, context: int, steps: int) -> dict[str, float]
                 times[k].append(v)
     out = {k: statistics.median(v) for k, v in times.items()}
     t = time.perf_counter()
-    rec = recorded.record(model, lambda: _loss(model, x, y, data.kind))
+    rec = recorded_gradient.record(model, lambda: _loss(model, x, y, data.kind))
     out["record_s"] = time.perf_counter() - t
-    recorded.install(model, rec)
+    recorded_gradient.install(model, rec)
     rf, rb = [], []
     for _ in range(max(steps, 3)):
         opt.zero_grad(set_to_none=True)

@@ -40,6 +40,7 @@ from testbed.cli.common import parse_overrides  # noqa: E402
 from testbed.common import files, stats  # noqa: E402
 from testbed.common.names import slug  # noqa: E402
 from testbed.config.scenario import apply_overrides, load_scenario  # noqa: E402
+from testbed.orchestration.dilation import host_timing_s_in  # noqa: E402
 from testbed.orchestration.run import run_scenario  # noqa: E402
 
 ARMS = ("recorded", "payload-k", "payload")
@@ -72,9 +73,9 @@ def run_arm(base: Any, arm: str, method: str, seed: int, k: float | None, folder
 
 
 def _real_s(summary: dict[str, Any], config: dict[str, Any]) -> float:
-    """What the run cost this host: its wall time and the ``auto`` probe before it."""
-    probe = (config.get("accelerator") or {}).get("probe_s") or 0.0
-    return round(float(summary.get("wall_s") or 0.0) + float(probe), 1)
+    """What the run cost this host: its wall time and the ``auto`` host timing before it."""
+    timing = host_timing_s_in(config.get("accelerator") or {}) or 0.0
+    return round(float(summary.get("wall_s") or 0.0) + timing, 1)
 
 
 def _fmt(v: Any, spec: str = ".1f") -> str:

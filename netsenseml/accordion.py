@@ -113,7 +113,7 @@ class AccordionPolicy:
     """
 
     # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
-    needs_calibration = False  # no registration probe: it starts light
+    needs_calibration = False  # no registration calibration: it starts light
     probes_rtt = False  # it senses no network
     takes_samples = False
     drains_residual = False  # plain error feedback, as the original's memory
@@ -155,7 +155,7 @@ class AccordionPolicy:
 
     # ------------------------------------------------------------------ the loop's calls
     def calibrate(self, cal: Calibration) -> Decision:
-        """No registration probe (``needs_calibration`` is False): the first decision."""
+        """No registration calibration (``needs_calibration`` is False): the first decision."""
         del cal
         return self.decision
 

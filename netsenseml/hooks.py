@@ -57,10 +57,10 @@ buckets: decisions are identical on all ranks and never change inside a step. (F
 fp16/bf16 levels the piggy-backed values travel in that dtype, in ms and MB units; their
 precision then is that of the dtype, still identical on all ranks.)
 
-``netsenseml`` decides from the first step: :func:`register` runs a probe once
-(``netsenseml.probe``), before
+``netsenseml`` decides from the first step: :func:`register` runs a calibration once
+(``netsenseml.calibration``), before
 training (each level's codec time on a gradient-sized tensor, three one-element allreduces
-for the latency, the fastest of three ``probe_bytes`` allreduces for the bandwidth; one
+for the latency, the fastest of three ``calibration_bytes`` allreduces for the bandwidth; one
 more allreduce makes every rank use the mean), and the policy's first decision comes from
 it. Registering ``netsenseml`` is therefore collective: every rank must call
 :func:`register`, as every rank constructs DDP.
@@ -93,6 +93,7 @@ import torch.distributed as dist
 from netsenseml import accelerator, clock, convergence, job, methods
 from netsenseml import payload as payload_mode
 from netsenseml.bucket import reduce_bucket
+from netsenseml.calibration import measure_calibration as measure_calibration  # re-exported
 from netsenseml.comm import allreduce
 from netsenseml.counted_group import counted_group
 from netsenseml.job import report as report  # re-exported: hooks.report(samples=, loss=, ...)
@@ -103,11 +104,13 @@ from netsenseml.loop import N_EXTRAS as N_EXTRAS
 from netsenseml.methods import METHOD_FORMS as METHOD_FORMS  # re-exported: the accepted forms
 from netsenseml.methods import MethodSpec
 from netsenseml.payload import PayloadError, check_compressor
-from netsenseml.probe import probe_network as probe_network  # re-exported
 from netsenseml.state import OPTION_NAMES, HookOptions
 from netsenseml.state import NetSenseState as NetSenseState  # re-exported
 
-_PROBE_OPTIONS = ("probe_bytes", "probe_ratio")
+_CALIBRATION_OPTIONS = ("calibration_bytes", "calibration_ratio")
+#: The calibration's options under their names before issue 51 (then "the probe"), still taken.
+_OLD_CALIBRATION_OPTIONS = {"probe_bytes": "calibration_bytes", "probe_ratio": "calibration_ratio"}
+probe_network = measure_calibration  # the old name (issue 51), kept for callers of hooks
 Hook = Callable[[NetSenseState, dist.GradBucket], torch.futures.Future[torch.Tensor]]
 
 
@@ -209,13 +212,14 @@ def register(
     every field of :class:`~netsenseml.state.HookOptions` (each documented there)
     and ``pacer`` (None; an emulated accelerator's ``netsenseml.accelerator.Pacer``); for
     ``netsenseml`` every :class:`~netsenseml.policy.NetSensePolicy` parameter and the
-    probe's ``probe_bytes`` / ``probe_ratio`` (:func:`probe_network`); for
+    calibration's ``calibration_bytes`` / ``calibration_ratio`` (:func:`measure_calibration`;
+    ``probe_bytes`` / ``probe_ratio``, their old names, are taken too); for
     ``netsenseml-paper`` every :class:`~netsenseml.paper_rule.PaperRule` parameter (the
     prototype's constants by default); for ``powersgd`` the ``PowerSGDState`` parameters
     (``start_powerSGD_iter`` defaults to 2, the earliest torch allows with error feedback,
     instead of torch's 1000). A hook method (powersgd, a plug-in hook) creates a registered
-    counting process group (``netsenseml.counted_group``), and ``netsenseml`` probes the
-    network once: both are collective, so call ``register`` on every rank, in the same
+    counting process group (``netsenseml.counted_group``), and ``netsenseml`` calibrates
+    once (measures the network and its codecs): both are collective, so call ``register`` on every rank, in the same
     order, as DDP's constructor is.
     """
     # where a method enters the library: parsed once (a bad one named first, whatever the model)
@@ -256,7 +260,11 @@ def build(
     target = methods.resolve(spec)
     common = {k: options.pop(k) for k in OPTION_NAMES if k in options}
     pacer = options.pop("pacer", None)
-    probe = {k: options.pop(k) for k in _PROBE_OPTIONS if k in options} if spec.takes_probe else {}
+    for old_name, name in _OLD_CALIBRATION_OPTIONS.items():
+        if old_name in options and spec.takes_calibration:
+            options.setdefault(name, options.pop(old_name))
+    calibration = ({k: options.pop(k) for k in _CALIBRATION_OPTIONS if k in options}
+                   if spec.takes_calibration else {})
     policy, compressor = _build(spec, target, options)
     if payload:
         _payload_check(spec, target, policy, compressor)
@@ -273,7 +281,7 @@ def build(
     elif target.kind == "adaptive":
         assert state.loop is not None and policy is not None
         if policy.needs_calibration:
-            state.calibration = probe_network(state, elements, device, **probe)
+            state.calibration = measure_calibration(state, elements, device, **calibration)
             state.loop.calibrate(state.calibration)
         hook = netsenseml_hook
     return state, hook

@@ -41,7 +41,7 @@ N_EXTRAS = len(EXTRAS)
 class AdaptivePolicy(Protocol):
     """What the step loop and the hook ask of an adaptive policy.
 
-    Traits (class attributes): ``needs_calibration`` (the hook runs the registration probe
+    Traits (class attributes): ``needs_calibration`` (the hook runs the registration calibration
     and :meth:`calibrate` takes it), ``probes_rtt`` (the tiny RTT collective of
     :func:`~netsenseml.monitor.rtt_probe_due`), ``takes_samples`` (every collective's
     ``(bytes, seconds)`` goes to the policy's ``add``, not to the monitor: the prototype's
@@ -128,7 +128,7 @@ class StepLoop:
         return self.policy if self.policy.takes_samples else self.monitor
 
     def calibrate(self, cal: Calibration) -> Decision:
-        """The registration probe's facts: the first step's decision."""
+        """The registration calibration's facts: the first step's decision."""
         self.decision = self.observed = self.policy.calibrate(cal)
         return self.decision
 

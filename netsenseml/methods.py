@@ -91,8 +91,9 @@ class MethodInfo:
     decisions read gradient values (Accordion's gradient norms), so a run that sends bytes
     without real gradient values cannot host it. ``reference``: DDP's own fp32 allreduce, no
     codec work, the baseline the others are compared with. ``prior``: the policy takes the
-    convergence prior (``netsense convergence``'s table, ``convergence=``) and ``probe`` the
-    registration probe's ``probe_bytes`` / ``probe_ratio``. ``payload_hook``: a hook with a
+    convergence prior (``netsense convergence``'s table, ``convergence=``) and
+    ``calibration`` the registration calibration's options (``netsenseml.calibration``:
+    ``calibration_bytes`` / ``calibration_ratio``). ``payload_hook``: a hook with a
     payload-mode stand-in sending its real sizes (``netsenseml.payload``: PowerSGD).
     ``dense_steps``: the first steps a hook sends the dense gradient (PowerSGD's
     ``start_powerSGD_iter``, ``hooks.powersgd_state``). ``topk``: it sends a top-k selection
@@ -124,7 +125,7 @@ class MethodInfo:
     needs_values: bool = False
     reference: bool = False
     prior: bool = False
-    probe: bool = False
+    calibration: bool = False
     payload_hook: bool = False
     dense_steps: int = 0
     topk: bool = False
@@ -151,7 +152,7 @@ PLUGIN_FORM = "package.module:Name[:ARG] (a compressor class or a DDP comm hook)
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _PLUGIN_RE = re.compile(rf"^(?P<module>{_IDENT}(?:\.{_IDENT})*):(?P<attr>{_IDENT}(?:\.{_IDENT})*)(?::(?P<arg>.*))?$")
 _REDUCTIONS = ("allreduce", "allgather")
-#: The codecs an adaptive method's hook can run, as ``auto``'s pace probe times them.
+#: The codecs an adaptive method's hook can run, as ``auto``'s host timing times them.
 ADAPTIVE_CODECS = ("fp16", "int8", "topk:0.01")
 
 
@@ -207,7 +208,7 @@ PROPOSED = "netsenseml"
 PROTOTYPE = "netsenseml-paper"
 register(MethodInfo(PROPOSED, "adaptive", "netsenseml.policy:NetSensePolicy",
                     "the adaptive policy: none -> fp16 -> int8 -> top-k(r)", lossy=True,
-                    level="none", prior=True, probe=True, calibrated=True))
+                    level="none", prior=True, calibration=True, calibrated=True))
 register(MethodInfo(PROTOTYPE, "adaptive", "netsenseml.paper_rule:PaperRule",
                     "the NetSenseML prototype's BDP rule on one top-k fraction", lossy=True,
                     level="topk", plan="netsenseml.paper_rule:PaperRule.open_loop"))
@@ -370,9 +371,9 @@ class MethodSpec:
         return self.info is not None and self.info.prior
 
     @property
-    def takes_probe(self) -> bool:
-        """Its policy takes the registration probe's options (``probe_bytes``, ...)."""
-        return self.info is not None and self.info.probe
+    def takes_calibration(self) -> bool:
+        """Its policy takes the registration calibration's options (``calibration_bytes``, ...)."""
+        return self.info is not None and self.info.calibration
 
     @property
     def momentum_correction(self) -> bool:
@@ -444,7 +445,7 @@ class MethodSpec:
         return f"{self.label}:{self.ratio:g}" if self.ratio is not None else self.label
 
     def codecs(self) -> tuple[MethodSpec, ...]:
-        """The compressors its hook can run, as the pace probe times them: an adaptive
+        """The compressors its hook can run, as the host timing times them: an adaptive
         method's :data:`ADAPTIVE_CODECS`, a compressor itself (none for ``allreduce``), a
         hook none (PowerSGD, a plug-in hook: the pacer holds no codec of theirs)."""
         if self.adaptive:

@@ -67,7 +67,7 @@ class PaperRule:
     """
 
     # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
-    needs_calibration = False  # no registration probe: it starts at ``start``
+    needs_calibration = False  # no registration calibration: it starts at ``start``
     probes_rtt = False  # no tiny RTT collective: its samples are the collectives
     takes_samples = True  # every collective's sample is judged by the rule
     drains_residual = False
@@ -165,7 +165,7 @@ class PaperRule:
         return out
 
     def calibrate(self, cal: Calibration) -> Decision:
-        """No registration probe (``needs_calibration`` is False): the first decision."""
+        """No registration calibration (``needs_calibration`` is False): the first decision."""
         del cal
         return self.decision
 

@@ -16,7 +16,7 @@ minimises
 
 **Step model** (:class:`StepModel`). ``T(d) = C + K(d) + E(d)``: compute ``C`` (the step
 period less the exposed communication and the codec time, a low quantile over recent steps:
-stalls outside the hook only ever add), codec ``K(d)`` (the registration probe's timing of
+stalls outside the hook only ever add), codec ``K(d)`` (the registration calibration's timing of
 each level, replaced by the level's own measured minimum once it has been used), and the
 exposed communication ``E(d) = max(comm(d) / n, comm(d) - H)`` (``H``: the time from a
 step's first to its last launch, where DDP's buckets overlap the backward pass). The
@@ -38,7 +38,7 @@ communication is modelled per *collective kind*, because the link treats them di
   latency from bandwidth, and a sensed rate above the true share would otherwise turn the
   slowdown into a fixed cost that no compression removes; the rest goes to ``b_k``);
   a kind not measured in the regime keeps its last identified ``a_k`` (the registration
-  probe's latency at first);
+  calibration's latency at first);
 * a size the regime *has* measured is predicted by its own median, not the line: a
   transfer below the shaper's burst leaves at line speed, and no line through fixed cost
   and rate describes it; the line is only used to extrapolate to sizes not seen.
@@ -132,7 +132,7 @@ would outlast the next idle phase.
 **Timing.** Ranks take identical decisions: the policy sees the mean over ranks of each
 step's measurements, piggy-backed on the next step's bucket-0 collective; its decision
 applies from the step after (``netsenseml.hooks``). The first decision comes from the
-registration probe with ``initial_compute_s`` as the compute time.
+registration calibration with ``initial_compute_s`` as the compute time.
 
 Settings: one frozen, validated :class:`PolicyConfig` (a bad value is a one-line
 ValueError naming the field and what it accepts); the parts are usable and testable alone.
@@ -181,7 +181,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Facts of the job and of the registration probe (identical on every rank).
+    """Facts of the job and of the registration calibration (identical on every rank).
 
     ``dense_bytes``: fp32 bytes of the gradient (all buckets); ``latency_s``: seconds of a
     one-element allreduce; ``s_per_byte``: seconds per byte of a fp32 allreduce beyond its
@@ -377,7 +377,7 @@ class StepModel:
                                         else cal.latency_s)}
         self._fixed_per_collective = True  # until a step measured it
         # whether two sizes identified the kind's fixed cost (``_identified``); until then
-        # ``_fixed`` holds the registration probe's latency of one collective
+        # ``_fixed`` holds the registration calibration's latency of one collective
         self._fixed_fitted = {"allreduce": False, "allgather": False}
         self.queue = 0.0  # the monitor's queueing delay now (mean over ranks)
         self._queue_at = {"allreduce": 0.0, "allgather": 0.0}  # ... when _fixed was identified
@@ -591,7 +591,7 @@ class StepModel:
             # the current one and freeze it (results/policy/README.md, "Fixed cost
             # bound"). Less bandwidth is the
             # safe side; a second size (the probes) identifies a grown fixed cost, and only
-            # that (or the registration probe) sets the bound: a bound this branch lowered
+            # that (or the registration calibration) sets the bound: a bound this branch lowered
             # would ratchet down on every quiet sample.
             b = 1.0 / self.rate if self.rate > 0 and math.isfinite(self.rate) else 0.0
             ref = self._fixed[kind] * (1.0 if self._fixed_fitted[kind] else self.collectives)
@@ -931,7 +931,7 @@ class NetSensePolicy:
     """
 
     # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
-    needs_calibration = True  # the hook's registration probe gives the first decision
+    needs_calibration = True  # the hook's registration calibration gives the first decision
     probes_rtt = True  # the tiny RTT collective (``netsenseml.monitor.rtt_probe_due``)
     takes_samples = False  # collectives feed the monitor; its estimate comes with each step
     drains_residual = True  # dense levels drain what sparse steps withheld, bounded
@@ -1058,7 +1058,7 @@ class NetSensePolicy:
         return self.model
 
     def calibrate(self, cal: Calibration) -> Decision:
-        """Takes the registration probe's facts; returns the decision for the first step."""
+        """Takes the registration calibration's facts; returns the decision for the first step."""
         self.calibration = cal
         self.model = StepModel(self.config, cal)
         self.decision = self.best()
@@ -1110,7 +1110,7 @@ class NetSensePolicy:
         js = {d: self.cost_se(d) for d in self._candidates}
         target = self._target(cur, js)
         release = self.fidelity(target) < self.fidelity(cur)
-        # The first measured steps replace the registration probe's guess at once, and a
+        # The first measured steps replace the registration calibration's guess at once, and a
         # new regime (already confirmed by the detector) acts on its first observation
         # with a freshly sensed rate: until the monitor has sampled the new path the
         # unmeasured levels are priced at the old rate, and their confirmations would

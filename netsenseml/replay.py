@@ -141,15 +141,15 @@ class Step:
 
 
 def calibration(job: Job, link: Link) -> Calibration:
-    """What the registration probe would measure on ``link`` (no jitter): a one-element
+    """What the registration calibration would measure on ``link`` (no jitter): a one-element
     allreduce and all-gather, and a 1 MB allreduce for the bandwidth."""
-    probe = min(job.dense_bytes, 1 << 20)
-    t = link.seconds(probe) - link.seconds(0.0)
+    size = min(job.dense_bytes, 1 << 20)
+    t = link.seconds(size) - link.seconds(0.0)
     return Calibration(
         dense_bytes=job.dense_bytes,
         world_size=job.world_size,
         latency_s=link.latency + link.queue,
-        s_per_byte=t / probe,
+        s_per_byte=t / size,
         codec_s=dict(job.codec_s),
         topk_bytes_per_element=job.topk_bytes_per_element,
         gather_latency_s=link.latency + link.queue + job.gather_fixed_s,

@@ -39,7 +39,7 @@ How it maps onto this testbed's step loop (``netsenseml.loop``):
 * wait: the step's exposed communication (``exposed_s``: what it waited for after its last
   launch); compute and ``t_iter``: ``compute_s`` (the step less that wait). The original
   times forward + backward (1.5 x backward) and the gaps around them.
-* ``n_i``, ``N``, value + index bytes: from the registration probe (``needs_calibration``):
+* ``n_i``, ``N``, value + index bytes: from the registration calibration (``needs_calibration``):
   the gradient as one tensor of ``dense_bytes / 4`` elements (the per-bucket ceilings
   differ by fewer elements than there are buckets), ``world_size``, and
   ``topk_bytes_per_element`` (fp32 values and this testbed's int32 indices, where the
@@ -139,7 +139,7 @@ class StellaTrainPolicy:
     """
 
     # its traits for the step loop (``netsenseml.loop.AdaptivePolicy``)
-    needs_calibration = True  # the probe's world size, gradient size, bytes per element
+    needs_calibration = True  # the calibration's world size, gradient size, bytes per element
     probes_rtt = False  # it senses its own transfers, not a tiny collective's RTT
     takes_samples = False
     drains_residual = False  # plain error feedback, as the original's residual
@@ -180,7 +180,7 @@ class StellaTrainPolicy:
 
     # ------------------------------------------------------------------ the loop's calls
     def calibrate(self, cal: Calibration) -> Decision:
-        """The job's facts (the probe's timings are not used); the first decision."""
+        """The job's facts (the calibration's timings are not used); the first decision."""
         self.calibration = cal
         return self.decision
 

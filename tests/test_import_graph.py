@@ -202,8 +202,8 @@ def test_the_reader_finds_imports_at_every_level() -> None:
     """The reader itself: a known module-level, TYPE_CHECKING and function-level import."""
     edges = all_imports()
     by = {(e.importer, e.imported): e for e in edges}
-    assert ("testbed.orchestration.run", "testbed.orchestration.run_records") in by
-    assert not by[("testbed.orchestration.run", "testbed.orchestration.run_records")].lazy
+    assert ("testbed.orchestration.run", "testbed.orchestration.worker_records") in by
+    assert not by[("testbed.orchestration.run", "testbed.orchestration.worker_records")].lazy
     assert by[("workloads.zygote", "workloads.train")].lazy
     assert cycles([Import("a", "b", 1, False), Import("b", "c", 1, True),
                    Import("c", "a", 1, False), Import("c", "d", 1, False)]) == [["a", "b", "c"]]

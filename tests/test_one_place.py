@@ -53,7 +53,7 @@ ENTRIES = {
     "testbed/simulation/figure.py": "the prediction CSV",
     "workloads/train.py": "the worker's --method",
     "workloads/profile.py": "--codecs",
-    "workloads/pace_probe.py": "--codecs",
+    "workloads/host_timing.py": "--codecs",
 }
 
 #: Modules whose ``k`` is not the dilation factor, with what it is.

@@ -9,11 +9,11 @@ Why: a user with one GPU profiles once and then emulates a cluster of them on an
 ``netsense profile`` runs this module (the testbed never imports torch) and writes the file.
 
 One process, no process group. Measured, as medians over ``--steps`` steps after a warm-up,
-by the step loop the host's own check uses (``workloads.pace_probe.time_steps``; on CUDA
+by the step loop the host's own check uses (``workloads.host_timing.time_steps``; on CUDA
 the device is synchronized around each part): ``forward_s`` (forward and loss),
 ``backward_s``, ``optimizer_s`` (the model's own optimizer, as the worker trains it).
 ``codec_s_per_mb``: each codec's compress, residual update and decode of the whole
-gradient (``pace_probe.codec_seconds``; a gathered level decodes ``--world`` payloads)
+gradient (``host_timing.codec_seconds``; a gathered level decodes ``--world`` payloads)
 per MB of fp32 gradient, keyed by the level name the hook reports. ``buckets``: DDP's
 buckets as its reducer builds them after the first step (the gradients' ready order, 1 MiB
 first, then ``bucket_cap_mb`` 25 MiB: ``torch.distributed._compute_bucket_assignment_by_size``,
@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 from netsenseml import accelerator, methods
-from workloads import pace_probe, registry
+from workloads import host_timing, registry
 from workloads.datasets import DatasetError
 
 DEFAULT_CODECS = "fp16,bf16,int8,topk:0.01,randomk:0.01,dgc:0.01"
@@ -93,7 +93,7 @@ def choose_device(text: str) -> torch.device:
         else torch.device("cpu")
 
 
-class GradReady(pace_probe.BackwardProbe):
+class GradReady(host_timing.BackwardObserver):
     """When each parameter's gradient is ready in a backward pass (seconds from its start),
     from hooks after gradient accumulation: CUDA events on a GPU, the clock on a CPU."""
 
@@ -170,20 +170,20 @@ def measure(a: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
-        job = pace_probe.build_job(a.model, a.dataset, a.batch_size, a.model_args,
+        job = host_timing.build_job(a.model, a.dataset, a.batch_size, a.model_args,
                                    context=a.context, data_dir=a.data_dir, device=device)
     except (registry.RegistryError, DatasetError, TypeError, ValueError) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         bad_args(f"--model/--dataset/--batch-size/--model-args: {first}")
     params = [p for p in job.model.parameters() if p.requires_grad]
     ready = GradReady(params, device)
-    times = pace_probe.time_steps(job, a.steps, device, probe=ready)
-    grad = pace_probe.gradient(job.model)
+    times = host_timing.time_steps(job, a.steps, device, observer=ready)
+    grad = host_timing.gradient(job.model)
     mb = grad.numel() * 4 / 1e6
-    sync = pace_probe.syncer(device)
+    sync = host_timing.syncer(device)
     codecs = {}
     for spec in (methods.parse(c) for c in a.codecs.split(",") if c.strip()):  # enter here
-        level, seconds = pace_probe.codec_seconds(spec, grad, a.world, sync)
+        level, seconds = host_timing.codec_seconds(spec, grad, a.world, sync)
         codecs[level] = _sig(seconds / mb)
     name = device_name(device)
     entry: dict[str, Any] = {
@@ -192,7 +192,7 @@ def measure(a: argparse.Namespace) -> tuple[dict[str, Any], str]:
            if k not in ("between_s", "step_cpu_s")},  # the host's own, not the device's
         "codec_s_per_mb": codecs,
     }
-    buckets = bucket_shares(params, ready, times["backward_s"], pace_probe.WARMUP_STEPS)
+    buckets = bucket_shares(params, ready, times["backward_s"], host_timing.WARMUP_STEPS)
     if buckets is not None:
         entry["buckets"] = buckets
     entry["origin"] = "measured"
@@ -200,7 +200,7 @@ def measure(a: argparse.Namespace) -> tuple[dict[str, Any], str]:
     entry["note"] = (
         f"measured {today} on {name} ({device.type}), torch {torch.__version__}, "
         f"{torch.get_num_threads()} CPU threads; median of {a.steps} steps after "
-        f"{pace_probe.WARMUP_STEPS} warm-up; dataset {a.dataset}, optimizer {job.optimizer}; "
+        f"{host_timing.WARMUP_STEPS} warm-up; dataset {a.dataset}, optimizer {job.optimizer}; "
         f"{len(params)} parameter tensors, {grad.numel()} gradient elements ({mb:.3g} MB); "
         f"codecs decode {a.world} payloads per gathered level"
         + ("" if buckets is None else f"; DDP's buckets: {len(buckets)} (1 MiB first, then 25 MiB)"))

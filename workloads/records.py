@@ -154,7 +154,7 @@ class StartRecord(Record):
     #: the time-dilation factor: the worker's clock is real time / dilation
     dilation: float = 1.0
     #: real: every step's gradient computed; recorded: one real gradient handed to DDP every
-    #: step (workloads.recorded; throughput only, the model does not train)
+    #: step (workloads.recorded_gradient; throughput only, the model does not train)
     grads: str = "real"
     #: with recorded gradients: the loss of the real step that made them
     recorded_loss: float | None = None

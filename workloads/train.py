@@ -90,7 +90,7 @@ Why the choices below:
 - **Recorded gradients** (``--grads recorded``, throughput runs): one real local gradient
   is computed in set-up (phase ``record``) and every step hands DDP that gradient through
   the normal hook path, without the host's forward/backward, data or optimizer step; the
-  emulated accelerator's pacer still holds each part to its profile (``workloads.recorded``
+  emulated accelerator's pacer still holds each part to its profile (``workloads.recorded_gradient``
   says why and how). The model does not train, so evaluation options are refused and no
   accuracy is reported; the start record's ``grads`` says which mode ran, and each step's
   ``loss`` is empty.
@@ -136,7 +136,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset  # noqa: E40
 from netsenseml import accelerator, clock, convergence, hooks, lifecycle, methods  # noqa: E402
 from netsenseml.dilation import Dilation  # noqa: E402
 from workloads import payload as payload_mode  # noqa: E402
-from workloads import recorded, registry  # noqa: E402
+from workloads import recorded_gradient, registry  # noqa: E402
 from workloads.datasets import Data, DatasetError, load_dataset  # noqa: E402
 from workloads.models import build_model, model_info  # noqa: E402
 from workloads.records import EvalRecord, Record, StartRecord, StepRecord, SummaryRecord  # noqa: E402
@@ -259,10 +259,10 @@ def _device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", type=float, default=1.0,
                    help="time-dilation factor k >= 1: the worker's clock is real time / k "
                         "(the testbed divides link rates by k; netsenseml.clock)")
-    p.add_argument("--grads", choices=(*recorded.MODES, "payload"), default="real",
+    p.add_argument("--grads", choices=(*recorded_gradient.MODES, "payload"), default="real",
                    help="real: compute every step's gradient (default); recorded: compute one "
                         "real gradient in set-up and hand DDP that gradient every step, no "
-                        "backward on the host (throughput runs; workloads.recorded)")
+                        "backward on the host (throughput runs; workloads.recorded_gradient)")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="where the model trains (auto: cuda when available); the GPU is "
                         "LOCAL_RANK's (default 0)")
@@ -597,7 +597,7 @@ class Setup:
     momentum: float
     knobs: dict[str, Any]
     phases: dict[str, float] = field(default_factory=dict)
-    recorded: recorded.RecordedGrads | None = None
+    recorded: recorded_gradient.RecordedGrads | None = None
     payload: payload_mode.PayloadSteps | None = None
 
 
@@ -635,7 +635,7 @@ def setup(args: argparse.Namespace) -> Setup:
     phases["ddp"] = time.perf_counter() - t
 
     rec = None
-    if args.grads == "recorded":  # one real local gradient, nothing sent (workloads.recorded)
+    if args.grads == "recorded":  # one real local gradient, nothing sent (workloads.recorded_gradient)
         t = time.perf_counter()
         rec = _record(ddp, loader, device, data.kind)
         phases["record"] = time.perf_counter() - t
@@ -763,7 +763,7 @@ def _device(args: argparse.Namespace) -> tuple[torch.device, str]:
 def _ddp(args: argparse.Namespace, model: nn.Module, device: torch.device) -> tuple[DDP, Any]:
     """DDP around ``model`` with the method's hook registered (its state: statistics,
     the pacer of an emulated accelerator). With recorded gradients DDP does not broadcast
-    the module's buffers each forward (``workloads.recorded``: they never change there).
+    the module's buffers each forward (``workloads.recorded_gradient``: they never change there).
 
     DDP's start-up broadcast of the whole model from rank 0 is skipped when every rank
     already holds the same parameters (each builds the model after the same seed): over a
@@ -796,14 +796,14 @@ def _same_start(model: nn.Module, device: torch.device) -> bool:
 
 
 def _record(ddp: DDP, loader: DataLoader, device: torch.device,
-            kind: str) -> recorded.RecordedGrads:
+            kind: str) -> recorded_gradient.RecordedGrads:
     """One real local gradient of the first batch (nothing sent), installed as every
-    step's gradient (workloads.recorded)."""
+    step's gradient (workloads.recorded_gradient)."""
     x, y = next(iter(loader))
     x, y = x.to(device), y.to(device)
     with ddp.no_sync():
-        rec = recorded.record(ddp, lambda: _loss_and_correct(ddp, x, y, kind)[0])
-    recorded.install(ddp.module, rec)
+        rec = recorded_gradient.record(ddp, lambda: _loss_and_correct(ddp, x, y, kind)[0])
+    recorded_gradient.install(ddp.module, rec)
     return rec
 
 
@@ -908,7 +908,7 @@ def _step(s: Setup, batches: Iterator[Any], step: int,
         x, y = next(batches)
         x, y = x.to(s.device), y.to(s.device)
         loss, _, _ = _loss_and_correct(s.ddp, x, y, s.data.kind)
-    else:  # the surrogate: DDP's forward, the recorded gradient (workloads.recorded)
+    else:  # the surrogate: DDP's forward, the recorded gradient (workloads.recorded_gradient)
         loss = s.ddp()
     if pacer is not None:
         _sync(s.device)

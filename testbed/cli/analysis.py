@@ -269,7 +269,7 @@ def _estimate_basis(rows: list[dict[str, Any]]) -> str:
                  f"closed-form transfer; to the target from the convergence table where the run "
                  f"stops at it) x the dilation factor k (given, or for auto "
                  f"estimated from this host's measured costs: k {ks[0]:.0f}-{ks[-1]:.0f}), "
-                 "+ the recorded-gradient step and the auto probe, once per configuration; "
+                 "+ the recorded-gradient step and the auto host timing, once per configuration; "
                  "testbed/config/estimate.py")
     return basis
 

@@ -412,7 +412,7 @@ def _accelerator_plan(spec: str | None, model: str | None, batch_size: int | Non
                       dataset: str | None, model_args: str, workers: int, method: str,
                       threads: int, rate_mbit: float | None) -> dict[str, Any] | None:
     """The checked options of `doctor --profile`, or None without --profile; one error
-    line and exit 2 for a bad one (before any probe runs)."""
+    line and exit 2 for a bad one (before any host timing runs)."""
     if spec is None:
         if model is not None or batch_size is not None:
             fail("--model/--batch-size: only with --profile NAME|FILE")
@@ -456,7 +456,7 @@ RangeOption = Annotated[bool, typer.Option(
     "100 Mbit/s and at the stated limit, two workers' compute running (native mode; ~10 s)")]
 ProfileSpecOption = Annotated[str | None, typer.Option(
     "--profile", metavar="NAME|FILE", help="an accelerator profile: state what this "
-    "host keeps faithful for its entry of --model/--batch-size (one probe run, seconds)")]
+    "host keeps faithful for its entry of --model/--batch-size (one host timing, seconds)")]
 DoctorWorkersOption = Annotated[int, typer.Option(
     "--workers", metavar="N", help="with --profile: emulated workers on this host")]
 DoctorMethodOption = Annotated[str, typer.Option(

@@ -197,7 +197,7 @@ class AcceleratorFit:
 
 def accelerator_fit(timing: accelerator.Timing, workload: dict, workers: int, codecs: list[str], threads: int,
                     margin: float, rate_mbit: float | None = None) -> AcceleratorFit:
-    """``workers`` pace probes at once, as `dilation: auto` runs them before a run
+    """``workers`` host timings at once, as `dilation: auto` runs them before a run
     (``testbed.orchestration.dilation``), and what follows from them. ``workload``: model,
     dataset, batch_size, knobs. Raises ``DilationError`` (one line) when they fail."""
     from testbed.config import factor, faithful
@@ -221,7 +221,7 @@ def check_accelerator(label: str, fit_or_error: AcceleratorFit | str,
     """The table's row and the full sentence for a profile entry on this host."""
     if isinstance(fit_or_error, str):
         return (Check("accelerator", False, fit_or_error,
-                      "see the error; `python -m workloads.pace_probe` times one copy"),
+                      "see the error; `python -m workloads.host_timing` times one copy"),
                 f"accelerator: {label}: {fit_or_error}")
     f = fit_or_error
     net = (f"network {f.k_network:g} for {rate_mbit:g} Mbit/s" if rate_mbit

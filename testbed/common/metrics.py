@@ -3,7 +3,7 @@
 Why one module: summary.json (written by the orchestrator when a run ends) and the tables and
 figures (recomputed from steps.csv, so anyone can check them against the per-step rows) used
 to carry one definition each; they disagreed for runs of exactly two steps. Both now call
-the functions here on the same rows: steps.csv's rows (``testbed.orchestration.run_records``
+the functions here on the same rows: steps.csv's rows (``testbed.orchestration.worker_records``
 builds them from the workers' records, and summary.json's metrics are computed from those
 rows before they are written), one dict per worker per step. Intervals over seeds are
 ``testbed.common.stats``.

@@ -20,8 +20,8 @@ not known before the run and are estimated here, each from stated figures:
 * ``k`` under ``dilation: auto``: the larger of the network's factor (the faithful range)
   and the host's, ``margin`` x the host's real work over its profiled slot, with the
   host's work from figures measured on the 2-core build machine (one thread per worker,
-  ``benchmarks/paper_models.py`` and ``python -m workloads.pace_probe``) scaled as the
-  probe's copies sharing the cores measure it (``max(1, SHARED_SLOWDOWN x n / cores)``):
+  ``benchmarks/paper_models.py`` and ``python -m workloads.host_timing``) scaled as the
+  host timing's copies sharing the cores measure it (``max(1, SHARED_SLOWDOWN x n / cores)``):
   ``HOST_MEASURED`` (or
   ``HOST_REAL_PER_PROFILE`` x the profile) for real compute, the optimizer step in one slot
   with the next forward as the pacer holds them (SGD over 11.2 M parameters: 20 ms here
@@ -29,20 +29,20 @@ not known before the run and are estimated here, each from stated figures:
   workers); ``RECORDED_NS`` per
   gradient element for the recorded surrogate (no optimizer step), ``BETWEEN_NS`` for what
   a worker does between two steps; ``CODEC_NS`` per element per codec level. ``auto``
-  also costs its probe before the run (:func:`probe_s`).
+  also costs its host timing before the run (:func:`host_timing_s`).
 
 A run that stops at its target (``stop-at-target``) lasts at most the steps to it: the mean
 steps of the method's level in the scenario's convergence table, or in the shipped table
 measured for the same workload and world size (``testbed/scenarios/convergence``), x the
 step (a native run: the table's own loopback step, + the transfer). Adaptive methods take
 the table's plain steps (their policy trades steps only where the network pays for them),
-DGC and PowerSGD the table's top-k factor at their share. The probe is counted once per
-configuration the run caches it by (``factor.probe_key``; :func:`estimate_runs`), and not
+DGC and PowerSGD the table's top-k factor at their share. The host timing is counted once per
+configuration the run caches it by (``factor.timing_key``; :func:`estimate_runs`), and not
 at all where this host holds its measurement already.
 
 Before 2026-12-07 a small model's host work was ``HOST_REAL_PER_PROFILE`` x its profile
 (300x, fitted on ResNet-18 at 224 px): the crossover MLP came out at ~135 ms a step where
-the probe times ~10 ms, ``k`` ~ 790 instead of ~130, and the time limit was taken where the
+the host timing measures ~10 ms, ``k`` ~ 790 instead of ~130, and the time limit was taken where the
 run stops at its target (``netsense run accel-static -n``: 25 min a run, ~35 s real).
 
 The estimate says so: ``--dry-run`` prints its basis, and the ETA of a running sweep scales
@@ -77,8 +77,8 @@ FALLBACK_STEP_S = 0.25
 HOST_REAL_PER_PROFILE = 300.0
 #: A real step's forward, backward and optimizer seconds on this host (1 thread, alone) where
 #: measured, and the batch they were measured at: benchmarks/paper_models.py (224 px) and
-#: workloads.pace_probe (32 px; the MLP: the crossover workload, width 512, the ``auto``
-#: probe of the committed accel-crossover runs, 2 copies on 2 cores: 2.6 + 3.9 + 0.74 ms,
+#: workloads.host_timing (32 px; the MLP: the crossover workload, width 512, the ``auto``
+#: host timing of the committed accel-crossover runs, 2 copies on 2 cores: 2.6 + 3.9 + 0.74 ms,
 #: where ``HOST_REAL_PER_PROFILE`` x its 0.45 ms profile made 135 ms and k ~ 790, not ~130).
 #: Another batch scales forward and backward linearly; another width (parameter count) of
 #: the same model scales all three by the parameters.
@@ -97,38 +97,38 @@ OPTIMIZER_NS = 1.8
 #: resnet18-imagenet 14 + 20 ms for 11.2 M, vgg16 89 + 245 ms for 134.7 M.
 RECORDED_NS = {"forward": 1.3, "backward": 1.9}
 #: A codec's compress + residual + decode per gradient element (ns, 1 thread, 8 ranks'
-#: payloads decoded for the gathered levels): ``python -m workloads.pace_probe --model
+#: payloads decoded for the gathered levels): ``python -m workloads.host_timing --model
 #: resnet18-imagenet --dataset cifar100-224-synth --grads recorded --world 8`` gave fp16
 #: 20 ms, int8 509 ms, exact top-k 849 ms, DGC's sampled top-k 423 ms, random-k 64 ms for
 #: 11.2 M elements.
 CODEC_NS = {"fp16": 1.8, "bf16": 1.8, "int8": 45.0, "topk": 76.0, "dgc": 38.0, "randomk": 5.7}
 #: The same for a small gradient decoded for few ranks, where it stays in cache: the
-#: committed accel-crossover probes (the MLP's 548 k elements, 2 ranks) timed fp16 0.9 ms,
+#: committed accel-crossover host timings (the MLP's 548 k elements, 2 ranks) timed fp16 0.9 ms,
 #: int8 2.4-2.8 ms, top-k 6.5-9.2 ms, DGC 2.8 ms -- 5-10x below ``CODEC_NS`` per element
-#: (at ``CODEC_NS`` int8's codec alone made the backward's need k ~ 200 where the probe
+#: (at ``CODEC_NS`` int8's codec alone made the backward's need k ~ 200 where the host timing
 #: gave 130). Used below ``CODEC_SMALL_BELOW`` elements x ranks (the two measured points
 #: are 1.1 M and 90 M; the boundary is their geometric middle).
 CODEC_NS_SMALL = {"fp16": 1.7, "bf16": 1.7, "int8": 5.0, "topk": 14.0, "dgc": 5.1,
                   "randomk": 1.0}
 CODEC_SMALL_BELOW = 10_000_000
 #: What a worker does between two steps: a fixed part (the next batch, the step's records:
-#: the MLP's 548 k elements took 2.6 ms in the committed accel-crossover probes) and a part
-#: per gradient element (ns, 1 thread: the gradient's health norm; pace_probe's
+#: the MLP's 548 k elements took 2.6 ms in the committed accel-crossover host timings) and a part
+#: per gradient element (ns, 1 thread: the gradient's health norm; host_timing's
 #: ``between_s``: ~23 ms for ResNet-18's 11.2 M with 8 copies on 2 cores, ~2.2x alone, i.e.
 #: ~10.6 ms = the fixed part + 0.77 ns x 11.2 M).
 BETWEEN_FIXED_S = 0.0022
 BETWEEN_NS = 0.77
 #: How much slower a part runs with ``n`` one-thread copies on ``cores`` cores than alone,
-#: per ``n / cores``: the probe's 8 copies on this 2-core host timed the surrogate's
+#: per ``n / cores``: the host timing's 8 copies on this 2-core host timed the surrogate's
 #: passes and the codecs 2.1-2.3x their one-copy times, not 4x (they do not all compute
 #: at once); the factors ``auto`` chose in the committed paper-scale runs fit 0.65 best.
 SHARED_SLOWDOWN = 0.65
-#: The probe (``workloads.pace_probe``): warm-up and timed steps, and codec repetitions
+#: The host timing (``workloads.host_timing``): warm-up and timed steps, and codec repetitions
 #: (one warm-up and three timed), as ``testbed.orchestration.dilation`` runs it; plus
 #: each copy's interpreter and torch import (CPU seconds, shared by the cores).
-PROBE_STEPS = 14
-PROBE_CODEC_REPS = 4
-PROBE_IMPORT_S = 3.0
+TIMING_STEPS = 14
+TIMING_CODEC_REPS = 4
+TIMING_IMPORT_S = 3.0
 #: What the estimate assumes an adaptive method sends (NetSenseML's floor, where it sat at
 #: every constrained rate of the paper-scale runs) and PowerSGD's share of the gradient
 #: (both in ``factor``, whose rule needs them too).
@@ -255,9 +255,9 @@ def congested_share(scenario: Any) -> float:
 
 def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
     """``seconds`` (real, the whole run), ``k`` (the factor assumed), ``virtual_s`` (the
-    training time on the run's clock), ``step_s`` (virtual, when estimated), ``probe_s``
-    (the ``auto`` probe's real seconds before the run, in ``seconds``) and ``probe_key``
-    (what the probe is cached by: runs of one key after the first pay no probe); ``bound``
+    training time on the run's clock), ``step_s`` (virtual, when estimated), ``host_timing_s``
+    (the ``auto`` host timing's real seconds before the run, in ``seconds``) and ``timing_key``
+    (what the host timing is cached by: runs of one key after the first pay none); ``bound``
     True where ``seconds`` is only an upper bound (an own job: its deadline)."""
     spec = methods.as_spec(method or "allreduce")  # text enters here, once
     acc = getattr(scenario, "accelerator", None)
@@ -295,28 +295,28 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
         dense = min(int(steps), dense_steps)  # torch's hook: plain allreduce first
         virtual += dense * (_comm_s(n, elements, rates, 1.0, reduction)
                             - _comm_s(n, elements, rates, share, reduction))
-    k, record, probe = _dilation(scenario, timing, elements, spec, rates)
-    return {"seconds": Dilation(k).real_s(virtual) + PER_RUN_OVERHEAD_S + record + probe, "k": k,
-            "virtual_s": virtual, "step_s": step_v, "probe_s": probe,
-            "probe_key": factor.probe_key(scenario, spec) if probe else None}
+    k, record, host_timing = _dilation(scenario, timing, elements, spec, rates)
+    return {"seconds": Dilation(k).real_s(virtual) + PER_RUN_OVERHEAD_S + record + host_timing,
+            "k": k, "virtual_s": virtual, "step_s": step_v, "host_timing_s": host_timing,
+            "timing_key": factor.timing_key(scenario, spec) if host_timing else None}
 
 
 def _dilation(scenario: Any, timing: accelerator.Timing, elements: int,
               spec: methods.MethodSpec, rates: list[float]) -> tuple[float, float, float]:
-    """``(k, the recorded-gradient step's real s, the probe's real s)`` as the run picks k."""
+    """``(k, the recorded-gradient step's real s, the host timing's real s)`` as the run picks k."""
     acc, wl, n = scenario.accelerator, scenario.workload, scenario.world_size
     shared = max(1.0, SHARED_SLOWDOWN * n / cores())
     fwd, bwd, opt = _host_real(wl.model, wl.dataset, timing, elements, wl.batch_size)
     record = (fwd + bwd) * max(1.0, n / cores()) if wl.grads == "recorded" else 0.0
     if acc.dilation != "auto":
         return float(acc.dilation), record, 0.0
-    if wl.grads == "payload":  # nothing real is timed: no probe, no recording
+    if wl.grads == "payload":  # nothing real is timed: no host timing, no recording
         return max(factor.rate_factor(max(rates, default=0.0)), factor.payload_factor(
             timing, elements, n, cores(), acc.margin, wl.threads, acc.max_overrun, rates,
             spec)), 0.0, 0.0
     level = _level(spec)[0]
     part = _host_parts(wl.grads, fwd, bwd, opt, elements, level, n)
-    # the parts as the probe would time them, for the rule auto applies to its probe's
+    # the parts as the host timing would time them, for the rule auto applies to them
     real = {"forward_s": part["forward"] * shared, "backward_s": part["backward"] * shared,
             "optimizer_s": part["optimizer"] * shared, "between_s": part["between"] * shared,
             "codec_s": {level: part["codec"] * shared} if level else {},
@@ -326,7 +326,7 @@ def _dilation(scenario: Any, timing: accelerator.Timing, elements: int,
             + part["between"]}
     k = max(factor.rate_factor(max(rates, default=0.0)),
             factor.least_factor(timing, real, acc.margin))
-    return k, record, probe_s(part, record, n, shared)
+    return k, record, host_timing_s(part, record, n, shared)
 
 
 #: Where the shipped convergence tables are: a scenario that stops at its target and names
@@ -414,13 +414,13 @@ def codec_ns(elements: int, world: int) -> dict[str, float]:
     return CODEC_NS_SMALL if elements * world < CODEC_SMALL_BELOW else CODEC_NS
 
 
-def probe_s(part: dict[str, float], record: float, n: int, shared: float) -> float:
-    """The ``auto`` probe's real seconds: ``n`` copies at once, each importing torch,
+def host_timing_s(part: dict[str, float], record: float, n: int, shared: float) -> float:
+    """The ``auto`` host timing's real seconds: ``n`` copies at once, each importing torch,
     recording its gradient (recorded mode: ``record``, already shared by the cores),
     timing its steps and its codec."""
     step = part["forward"] + part["backward"] + part["optimizer"] + part["between"]
-    timed = (PROBE_STEPS * step + PROBE_CODEC_REPS * part["codec"]) * shared
-    return PROBE_IMPORT_S * max(1.0, n / cores()) + record + timed
+    timed = (TIMING_STEPS * step + TIMING_CODEC_REPS * part["codec"]) * shared
+    return TIMING_IMPORT_S * max(1.0, n / cores()) + record + timed
 
 
 def _host_real(model: str, dataset: str, timing: accelerator.Timing,
@@ -440,15 +440,15 @@ def _host_real(model: str, dataset: str, timing: accelerator.Timing,
 def estimate_runs(pairs: list[tuple[Any, str | None]],
                   cached: Callable[[tuple], bool] | None = None) -> list[dict[str, Any]]:
     """:func:`estimate` of each ``(scenario, method)`` in the order they run, the ``auto``
-    probe counted once per configuration, as the run caches it (``probe_key``), and not at
+    host timing counted once per configuration, as the run caches it (``timing_key``), and not at
     all where ``cached(key)`` says this host holds a measurement already."""
     seen: set[tuple] = set()
     out = []
     for scenario, method in pairs:
         e = estimate(scenario, method)
-        key = e.get("probe_key")
+        key = e.get("timing_key")
         if key is not None and (key in seen or (cached is not None and cached(key))):
-            e = {**e, "seconds": e["seconds"] - e["probe_s"], "probe_s": 0.0}
+            e = {**e, "seconds": e["seconds"] - e["host_timing_s"], "host_timing_s": 0.0}
         if key is not None:
             seen.add(key)
         out.append(e)

@@ -69,7 +69,7 @@ def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -
 
     The parts' wall medians miss this when the parts are short: a part of a few ms often
     runs within one time slice, so its median shows an idle core while, in the run, every
-    rank starts its forward pass together. 0 where the probe gave no CPU seconds."""
+    rank starts its forward pass together. 0 where the host timing gave no CPU seconds."""
     cpu = real.get("step_cpu_s")
     if cpu is None:
         return 0.0
@@ -83,9 +83,9 @@ def lockstep_need(timing: accelerator.Timing, real: dict[str, Any], mb: float) -
     return shared * max(need)
 
 
-#: The worker's own work per step that no probe times (its records, the hook's statistics
+#: The worker's own work per step that the host timing does not time (its records, the hook's statistics
 #: and TCP_INFO reads, the watchdog), measured in paced runs of the crossover workload on
-#: the 2-core build machine as what remained of a step's lateness after the probe's parts.
+#: the 2-core build machine as what remained of a step's lateness after the timed parts.
 PER_STEP_BOOKKEEPING_S = 0.002
 
 
@@ -266,14 +266,15 @@ def transfer_s(elements: int, workers: int, mbit: float, share: float, reduction
 
 def codec_specs(method: Any) -> list[str]:
     """The compressors a method can run in its hook (the codecs ``auto`` must time), as the
-    probe's ``--codecs`` takes them (``MethodSpec.codecs``; text is parsed once here)."""
+    host timing's ``--codecs`` takes them (``workloads.host_timing``; ``MethodSpec.codecs``;
+    text is parsed once here)."""
     return [str(c) for c in methods.as_spec(method).codecs()]
 
 
-def probe_key(scn: Any, method: Any) -> tuple:
-    """What ``auto``'s probe measures depends on (not the profile or the margin): one
+def timing_key(scn: Any, method: Any) -> tuple:
+    """What ``auto``'s host timing measures depends on (not the profile or the margin): one
     measurement per key, cached (``testbed.orchestration.dilation``); the estimate counts
-    the probe once per key."""
+    the host timing once per key."""
     wl = scn.workload
     return (wl.model, tuple(sorted(wl.knobs().items())), wl.batch_size, wl.dataset, wl.grads,
             tuple(codec_specs(method)), scn.world_size, wl.threads)

@@ -205,7 +205,7 @@ class Workload(StrictModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the model runs: auto (CUDA when every worker can have a GPU), cpu or cuda."""
     grads: Literal["real", "recorded", "payload"] = "real"
-    """real: every step computes its gradient (default). recorded: one real gradient is computed before training and handed to DDP every step through the normal hook path, with no backward on the host (workloads/recorded.py). payload: no model, gradient or codec on the host; DDP's bucket layout from the model's shapes, every collective carries the bytes the method would send, compute and codec times from the accelerator profile (needs an accelerator: block; workloads/payload.py). recorded and payload are for throughput runs: the model does not train, so no eval_every or target_accuracy."""
+    """real: every step computes its gradient (default). recorded: one real gradient is computed before training and handed to DDP every step through the normal hook path, with no backward on the host (workloads/recorded_gradient.py). payload: no model, gradient or codec on the host; DDP's bucket layout from the model's shapes, every collective carries the bytes the method would send, compute and codec times from the accelerator profile (needs an accelerator: block; workloads/payload.py). recorded and payload are for throughput runs: the model does not train, so no eval_every or target_accuracy."""
     args: dict[str, int | float | str | bool] = Field(default_factory=dict)
     """More worker options by name (e.g. width: 256, stop_at_target: true): any option of `python -m workloads.train -h` that the scenario does not set already."""
 

@@ -24,7 +24,7 @@ The expected band (``expected_band``), per rank, for ``W`` workers and ``H`` hoo
   payload (``PER_MESSAGE_B`` per message, ``2(W-1)`` messages for a ring collective), which
   dominates for sparse methods on small models. ``fixed`` covers what no hook counts: the
   rendezvous (TCPStore) and barriers, DDP's parameter broadcast at construction, the
-  registration probe of ``netsenseml``, evaluation sums and the stop-flag collectives
+  registration calibration of ``netsenseml``, evaluation sums and the stop-flag collectives
   (the latter two per step, within ``PER_MESSAGE_B`` per step).
 
 A rank whose host is also a cross-traffic endpoint carries iperf3 bytes on the same
@@ -44,7 +44,7 @@ from workloads.records import RankRecords
 LOWER_FACTOR = 0.97
 UPPER_FACTOR = 1.25
 PER_MESSAGE_B = 512  # segment + its ack (66 B each) + gloo framing, generously (docs/measurements.md)
-FIXED_B = 2_000_000  # rendezvous, barriers, probe, eval sums: a run's worth, generously
+FIXED_B = 2_000_000  # rendezvous, barriers, calibration, eval sums: a run's worth, generously
 
 
 @dataclass(frozen=True)

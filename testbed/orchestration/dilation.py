@@ -15,18 +15,18 @@ Not dilated: kernel timers other than TCP's minimum RTO (which is set per route 
 the HTB shaper's burst (computed at the real rate), and software costs per message (gloo's
 ~0.15-0.5 ms per collective on loopback) shrink by ``k`` in virtual time.
 
-``auto``: before the run, one ``workloads.pace_probe`` per worker runs at once on this host
+``auto``: before the run, one ``workloads.host_timing`` per worker runs at once on this host
 (the cores shared as in the run) and times the step's parts and the codecs the method can
 use; ``k`` is the least factor at which each real part, times the scenario's ``margin``,
 fits its profiled slot, and the ranks' CPU work of a whole step fits the cores while they
 all compute at once (:func:`least_factor`, the rule ``testbed.config.factor`` shares with
 the estimate), rounded up to two significant digits. One measurement per (workload,
 codecs, world size, threads), kept in the process and on disk (:func:`cache_dir`) for as
-long as the host (:func:`host_id`) and the code the probe runs (:func:`code_id`) stay the
+long as the host (:func:`host_id`) and the code the host timing runs (:func:`code_id`) stay the
 same, and taken again when the host's load moved by more than ``RECALIBRATE_PCT`` since: a
 sweep measures each configuration once on a steady host, the next sweep not at all, and a
 busy process that starts beside it gets the next runs a larger factor. In payload mode
-(``workload.grads: payload``) nothing real is timed, so no probe runs: the host's need is
+(``workload.grads: payload``) nothing real is timed, so no host timing runs: the host's need is
 the rule's model of the hook's bookkeeping (``factor.payload_need``).
 """
 
@@ -47,14 +47,14 @@ from netsenseml import methods
 from netsenseml.dilation import Dilation
 from testbed.common import files
 from testbed.config import factor, faithful  # factor: the rule, shared with the estimate
-from testbed.config.factor import codec_specs, probe_key
+from testbed.config.factor import codec_specs, timing_key
 from testbed.orchestration.hostload import cpu_times
 from workloads import registry
 
 #: Linux's TCP minimum retransmission timeout (TCP_RTO_MIN), and its maximum.
 RTO_MIN_MS = 200.0
 RTO_MAX_MS = 120_000.0
-PROBE_TIMEOUT_S = 180.0
+TIMING_TIMEOUT_S = 180.0
 
 _cache: dict[tuple, tuple[dict[str, Any], float, str | None]] = {}
 
@@ -100,8 +100,18 @@ def virtual_reports(reports: list[dict[str, Any]],
     return out
 
 
+def host_timing_s_in(accelerator: dict[str, Any]) -> float | None:
+    """The host timing's real seconds before a run, from its config.json's ``accelerator``
+    record: ``host_timing_s``, or ``probe_s`` in runs recorded before issue 51 named it so;
+    None where neither was recorded."""
+    for key in ("host_timing_s", "probe_s"):
+        if accelerator.get(key) is not None:
+            return float(accelerator[key])
+    return None
+
+
 def measure(scn: Any, method: methods.MethodSpec) -> dict[str, Any]:
-    """One ``workloads.pace_probe`` per worker at once; the slowest of their medians."""
+    """One ``workloads.host_timing`` per worker at once; the slowest of their medians."""
     wl = scn.workload
     context = {k.replace("_", "-"): v for k, v in wl.args.items()}.get("context")
     return measure_workload(wl.model, wl.dataset, wl.batch_size, wl.knobs(),
@@ -113,10 +123,10 @@ def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str,
                      codecs: list[str], processes: int, threads: int = 1,
                      steps: int = 12, grads: str = "real",
                      context: Any = None) -> dict[str, Any]:
-    """``processes`` copies of ``workloads.pace_probe`` at once, each on ``threads``
+    """``processes`` copies of ``workloads.host_timing`` at once, each on ``threads``
     threads, their timed steps overlapping (the cores shared as in a run of that many
     workers); the slowest copy's median of each part."""
-    argv = [sys.executable, "-m", "workloads.pace_probe", "--model", model,
+    argv = [sys.executable, "-m", "workloads.host_timing", "--model", model,
             "--dataset", dataset, "--batch-size", str(batch_size),
             "--model-args", ",".join(f"{k}={v}" for k, v in knobs.items()),
             "--codecs", ",".join(codecs), "--world", str(processes),
@@ -140,14 +150,14 @@ def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str,
             except OSError:
                 pass
         for p in procs:
-            out, err = p.communicate(timeout=PROBE_TIMEOUT_S)
+            out, err = p.communicate(timeout=TIMING_TIMEOUT_S)
             if p.returncode != 0:
                 last = (err.strip().splitlines() or ["no output"])[-1]
                 raise DilationError(f"dilation auto: the host's step could not be timed: {last}")
             results.append(json.loads(out.strip().splitlines()[-1]))
     except subprocess.TimeoutExpired:
         raise DilationError(f"dilation auto: timing the host's step took over "
-                            f"{PROBE_TIMEOUT_S:g} s") from None
+                            f"{TIMING_TIMEOUT_S:g} s") from None
     finally:
         for p in procs:
             if p.poll() is None:
@@ -176,7 +186,10 @@ def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]
     """``(k, facts)`` for this run: 1 for a native run, the scenario's number, or ``auto``:
     in payload mode the rule alone (nothing real is timed), otherwise measured on this host,
     once per configuration while the host, the code and the host's load stay (cached in
-    this process and on disk: :func:`cache_dir`; ``probe_cached`` says when it was taken)."""
+    this process and on disk: :func:`cache_dir`). In ``facts``: ``host_timing_s``, the real
+    seconds the host timing took before this run (0 when cached), and ``host_timing_cached``,
+    when a cached one was taken (older runs' records name them ``probe_s`` and
+    ``probe_cached``: :func:`host_timing_s_in` reads both)."""
     acc = scn.accelerator
     if acc is None:
         return 1.0, {"mode": "native"}
@@ -186,25 +199,25 @@ def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]
                              "profile": acc.profile, "step_ms": acc.step_ms}
     if acc.dilation != "auto":
         return float(acc.dilation), {**facts, "dilation_source": "given"}
-    if wl.grads == "payload":  # nothing real is timed: no probe (testbed.config.factor)
+    if wl.grads == "payload":  # nothing real is timed: no host timing (testbed.config.factor)
         elements = registry.param_count(wl.model, wl.knobs(), wl.dataset) or 0
         cores = len(os.sched_getaffinity(0))
         rates = faithful.training_rates(scn.model_dump(mode="json"))
         k_host = factor.payload_factor(timing, elements, scn.world_size, cores, acc.margin,
                                        wl.threads, acc.max_overrun, rates, method)
         k_net = network_factor(scn)
-        return max(k_host, k_net), {**facts, "dilation_source": "auto", "probe_s": 0.0,
+        return max(k_host, k_net), {**facts, "dilation_source": "auto", "host_timing_s": 0.0,
                                     "margin": acc.margin, "k_host": k_host, "k_network": k_net,
                                     "host_rule": "payload", "host_busy_pct": round(host_busy_pct(), 1)}
-    # what the probe measures depends on these, not on the profile or the margin
-    key = probe_key(scn, method)
+    # what the host timing measures depends on these, not on the profile or the margin
+    key = timing_key(scn, method)
     busy = host_busy_pct()
     cached = _cache.get(key) or _load_cached(key)
-    probe_s = 0.0
+    timing_s = 0.0
     if cached is None or abs(cached[1] - busy) > RECALIBRATE_PCT:
         t = time.monotonic()
         real = measure(scn, method)
-        probe_s = round(time.monotonic() - t, 1)
+        timing_s = round(time.monotonic() - t, 1)
         cached = (real, busy, None)
         _store(key, real, busy)
     _cache[key] = cached
@@ -212,7 +225,7 @@ def choose(scn: Any, method: methods.MethodSpec) -> tuple[float, dict[str, Any]]
     k_host = factor.least_factor(timing, real, acc.margin)
     k_net = network_factor(scn)
     return max(k_host, k_net), {**facts, "dilation_source": "auto", "host_real_s": real,
-                                "probe_s": probe_s, "probe_cached": cached_at,
+                                "host_timing_s": timing_s, "host_timing_cached": cached_at,
                                 "margin": acc.margin, "k_host": k_host, "k_network": k_net,
                                 "host_busy_pct": round(busy, 1),
                                 "host_busy_pct_at_measure": round(busy_then, 1)}
@@ -256,7 +269,7 @@ def _mem_total_kb() -> int:
 
 @functools.cache
 def code_id() -> str:
-    """A digest of the code a probe runs (the library and the worker): a change of any of
+    """A digest of the code the host timing runs (the library and the worker): a change of any of
     it invalidates every measurement taken before."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[2]
@@ -285,7 +298,7 @@ def _load_cached(key: tuple) -> tuple[dict[str, Any], float, str] | None:
 
 
 def is_cached(key: tuple) -> bool:
-    """Whether this host holds ``auto``'s measurement of ``key`` (the next run pays no probe,
+    """Whether this host holds ``auto``'s measurement of ``key`` (the next run pays no host timing,
     unless the host's load moved: the estimate does not guess that)."""
     return key in _cache or _load_cached(key) is not None
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from netsenseml.methods import MethodSpec
-from testbed.orchestration import run_records
+from testbed.orchestration import worker_records
 from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle
 from testbed.orchestration.timeline import Action, Timeline, expand
 from testbed.orchestration.workers import tail, worker_argv
@@ -231,7 +231,7 @@ class HostsRun(RunLifecycle):
         """The wall time of rank 0's first step record (read on host 0), or None yet."""
         path = f"{plan.log_dir}/rank0.jsonl"
         if plan.local:
-            rec = run_records.last_step(Path(path))
+            rec = worker_records.last_step(Path(path))
             return float(rec["wall"]) if rec and rec.get("wall") is not None else None
         res = subprocess.run(plan.remote(["sh", "-c", f"grep -m1 '\"kind\": *\"step\"' "
                                           f"{shlex.quote(path)} 2>/dev/null; true"]),

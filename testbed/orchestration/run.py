@@ -55,7 +55,7 @@ from testbed.config import faithful
 from testbed.config.scenario import Scenario
 from testbed.emulation import Emulation, bottleneck, capture, counters
 from testbed.emulation.traffic import CrossTraffic
-from testbed.orchestration import dilation, gpus, health, hostload, launcher, run_records, stacks
+from testbed.orchestration import dilation, gpus, health, hostload, launcher, stacks, worker_records
 from testbed.orchestration.interrupts import RunInterrupted
 from testbed.orchestration.real_hosts import HostsRun
 from testbed.orchestration.run_lifecycle import RunFailed, RunLifecycle, bounded
@@ -296,7 +296,7 @@ class _Run(RunLifecycle):
                          else self._worker_stacks(frames))
                 raise RunFailed(f"timeout: workers still running after "
                                  f"{self.dilation.real_s(self.scn.deadline_s()):.0f} s{stuck}")
-            rec = run_records.last_step(rank0)
+            rec = worker_records.last_step(rank0)
             if rec is not None and not self.timeline.started:
                 self.timeline.start(self.launch_wall, origin_wall=float(rec.get("wall", 0)))
             self.progress.update(self._status_text(rec))
@@ -332,7 +332,7 @@ class _Run(RunLifecycle):
         hosts = list(self.emu.worker_hosts)
         ips = [self.emu.ip(h) for h in hosts]
         master = (ips[0], int(self.config["master_port"]))
-        recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
+        recs = worker_records.load_worker_records(self.folder.workers, self.scn.world_size)
         by_stage: dict[str, list[int]] = {}
         for rank, host in enumerate(hosts):
             if codes[rank] is not None:
@@ -368,7 +368,7 @@ class _Run(RunLifecycle):
                                            for r, pid, cmd in left]
             raise RunFailed(f"the own job left {len(left)} process{'es' if len(left) > 1 else ''} "
                              f"running after its ranks exited (killed): {shown}{more}")
-        recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
+        recs = worker_records.load_worker_records(self.folder.workers, self.scn.world_size)
         for rank in range(self.scn.world_size):
             start = next((r for r in recs.get(rank, []) if r.get("kind") == "start"), None)
             if start is None:
@@ -532,7 +532,7 @@ class _Run(RunLifecycle):
         """summary.json's ``network.bytes`` and its warnings (testbed.emulation.counters)."""
         if not (self.counters_before and self.counters_after):
             return
-        recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
+        recs = worker_records.load_worker_records(self.folder.workers, self.scn.world_size)
         cross_hosts = {h for pair in self.cross_pairs for h in pair}
         ranks = []
         for rank, host in enumerate(self.emu.worker_hosts):

@@ -48,7 +48,7 @@ from netsenseml.dilation import NONE
 from netsenseml.methods import MethodSpec
 from testbed.common import files
 from testbed.emulation import leftovers
-from testbed.orchestration import health, hostload, run_records
+from testbed.orchestration import health, hostload, worker_records
 from testbed.orchestration.interrupts import RunInterrupted, SignalGuard
 from testbed.orchestration.progress import RunProgress
 from testbed.orchestration.rundir import (
@@ -321,7 +321,7 @@ class RunLifecycle:
         """``summary.learning`` (``testbed.orchestration.health``); the reason to fail a
         run that did not learn, or None."""
         try:
-            recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
+            recs = worker_records.load_worker_records(self.folder.workers, self.scn.world_size)
         except Exception:  # noqa: BLE001 - a verdict needs records; without them, none
             return None
         verdict = health.learning(recs)
@@ -395,10 +395,10 @@ class RunLifecycle:
         os._exit(128 + signum)
 
     def _record_phases(self) -> None:
-        """``phases_s`` and ``overhead_s`` (run_records.phase_breakdown); never fails the run."""
+        """``phases_s`` and ``overhead_s`` (worker_records.phase_breakdown); never fails the run."""
         try:
-            recs = run_records.load_worker_records(self.folder.workers, self.scn.world_size)
-            self.summary.update(run_records.phase_breakdown(
+            recs = worker_records.load_worker_records(self.folder.workers, self.scn.world_size)
+            self.summary.update(worker_records.phase_breakdown(
                 recs, launch_wall=self.launch_wall, wall_s=self.summary["wall_s"],
                 build_s=self.timing.get("build_s"), teardown_s=self.timing.get("teardown_s"),
                 workers_done_wall=self.timing.get("workers_done_wall"),

@@ -3,7 +3,7 @@
 Order: config.json and summary.json ``{"status": "running"}`` first; pids.json whenever a
 tracked process starts; link.csv after probing; at the end steps.csv, events.csv and the
 final summary.json. Every write is atomic (``testbed.common.files``). Layout and metric
-definitions: ``testbed.orchestration.run_records``.
+definitions: ``testbed.orchestration.worker_records``.
 
 A record must never lie: while a run is live, summary.json says ``running`` and names the
 orchestrator (pid and start time); the run is also registered in the state dir
@@ -28,7 +28,7 @@ from netsenseml.dilation import NONE, Dilation
 from testbed.common import files
 from testbed.common.provenance import git_commit, stale_reason
 from testbed.emulation import leftovers, rootless
-from testbed.orchestration import run_records
+from testbed.orchestration import worker_records
 
 
 def versions() -> dict[str, str]:
@@ -175,7 +175,7 @@ class RunFolder:
         files.write_json(self.path / "pids.json", pids)
 
     def write_links(self, rows: list[dict[str, Any]]) -> None:
-        files.write_csv(self.path / "link.csv", run_records.LINK_COLUMNS, rows)
+        files.write_csv(self.path / "link.csv", worker_records.LINK_COLUMNS, rows)
 
     def write_events(self, columns: list[str], rows: list[dict[str, Any]]) -> None:
         files.write_csv(self.path / "events.csv", columns, rows)
@@ -184,10 +184,10 @@ class RunFolder:
                       target_accuracy: float | None,
                       dilation: Dilation | float = NONE) -> dict[str, Any]:
         """Writes steps.csv from the workers' JSONL; returns the summary metrics."""
-        recs = run_records.load_worker_records(self.workers, world_size)
-        rows, columns = run_records.steps_csv_rows(recs, launch_wall, dilation)
+        recs = worker_records.load_worker_records(self.workers, world_size)
+        rows, columns = worker_records.steps_csv_rows(recs, launch_wall, dilation)
         files.write_csv(self.path / "steps.csv", columns, rows)
-        return run_records.metrics(recs, target_accuracy, rows)
+        return worker_records.metrics(recs, target_accuracy, rows)
 
     def host_dir(self, host: str) -> Path:
         """An own job's working directory on emulated host ``host`` (``hosts/<host>/``):

@@ -32,7 +32,7 @@ from netsenseml import methods
 from netsenseml.dilation import ENV as DILATION_ENV
 from netsenseml.dilation import NONE, Dilation
 from testbed.config.scenario import PYTHON_NAMES, Scenario
-from testbed.orchestration import run_records, stacks
+from testbed.orchestration import stacks, worker_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The job runner a fresh own-job interpreter runs its script through (``workloads.job_runner``:
@@ -296,7 +296,7 @@ def exception_line(path: Path) -> str | None:
 
 def own_error(jsonl: Path) -> str | None:
     """The reason a worker wrote in its own failed summary record, if it wrote one."""
-    summ = run_records.last_summary(jsonl)
+    summ = worker_records.last_summary(jsonl)
     if summ is None or summ.get("status") != "failed" or not summ.get("error"):
         return None
     return str(summ["error"])
@@ -439,7 +439,7 @@ class WorkerGroup:
         (``exit_anomalies``, and summary.json's ``worker_exit_codes``) because it still
         says something broke.
         """
-        summ = run_records.last_summary(self.workers_dir / f"rank{rank}.jsonl")
+        summ = worker_records.last_summary(self.workers_dir / f"rank{rank}.jsonl")
         if summ is None or summ.get("status") != "ok":
             return False
         note = f"rank {rank} exited with code {code} after its ok summary"

@@ -15,9 +15,9 @@ The inputs are those of a paced emulated run (issue 52 part 1, the part advise n
 
 * **compute and codec** from an accelerator profile entry (``netsenseml.accelerator``:
   forward, backward, optimizer seconds; codec seconds per fp32 MB per level);
-* **DDP's bucket layout** (``workloads.payload.layout``, via ``workloads.layout_probe``):
-  for the shipped models from ``layouts.json`` (the probe's output, checked against it by
-  ``tests/simulation/test_advise.py``), else by running the probe as a child process
+* **DDP's bucket layout** (``workloads.payload.layout``, via ``workloads.bucket_layout``):
+  for the shipped models from ``layouts.json`` (its output, checked against it by
+  ``tests/simulation/test_advise.py``), else by running it as a child process
   (torch's import and a meta-device model, ~2-6 s), never torch in this process;
 * **each method's bytes** from the method registry (``wire`` x each bucket's fp32 bytes;
   top-k and DGC: values + int32 indices per kept element) and its collective
@@ -34,7 +34,7 @@ tied embedding last).
 
 The adaptive methods the simulation runs (``sim.SIMULATED_ADAPTIVE``: NetSenseML,
 StellaTrain) run their real policy in the hook's step loop (``netsenseml.loop.StepLoop``),
-fed by the closed form's times: the registration probe (one-element allreduce and
+fed by the closed form's times: the registration calibration (one-element allreduce and
 all-gather, a 1 MiB allreduce), each step's payload sample for the monitor, the RTT probe
 where due. Their throughput is the mean over steps 2..``ADAPTIVE_STEPS`` as a paper-grid run
 measures it. The prototype's rule (it times every collective on the real clock) and
@@ -227,20 +227,20 @@ def load_workload(model: str, *, profile: str = DEFAULT_PROFILE, dataset: str | 
 
 def _layout(model: str, dataset: str, knobs: dict[str, Any], context: int,
             layouts: Path) -> tuple[tuple[Bucket, ...], str]:
-    """DDP's buckets: the shipped probe output where it has this model, else the probe run
-    as a child process (torch's import stays out of the CLI)."""
+    """DDP's buckets: the shipped ``workloads.bucket_layout`` output where it has this
+    model, else that module run as a child process (torch's import stays out of the CLI)."""
     if layouts.is_file():
         for lay in json.loads(layouts.read_text())["layouts"]:
             if (lay["model"], lay["dataset"], lay["knobs"]) == (model, dataset, knobs):
                 return _buckets(lay), f"DDP's layout ({layouts.name}, torch {_torch_of(layouts)})"
-    cmd = [sys.executable, "-m", "workloads.layout_probe", model, dataset,
+    cmd = [sys.executable, "-m", "workloads.bucket_layout", model, dataset,
            "--knobs", json.dumps(knobs), "--context", str(context)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise AdviseError(f"--model: {last.removeprefix('error: ')}")
-    return _buckets(json.loads(proc.stdout)), "DDP's layout (probed now: workloads.layout_probe)"
+    return _buckets(json.loads(proc.stdout)), "DDP's layout (computed now: workloads.bucket_layout)"
 
 
 def _torch_of(path: Path) -> str:

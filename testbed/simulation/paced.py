@@ -10,7 +10,7 @@ inputs, read from the run's own ``config.json`` where the run recorded them:
   MB per level), or a profile entry (``netsenseml.accelerator``) for a run not made yet;
 * **DDP's bucket layout**: ``workloads.payload.layout``'s output for the model, shipped in
   ``layouts.json`` and read through ``advise.load_workload`` (the same path ``netsense
-  advise`` takes; a model the file lacks is probed in a child process, never torch here).
+  advise`` takes; a model the file lacks is computed in a child process, never torch here).
   The first step is DDP's first iteration: one bucket of the whole gradient (DDP builds
   its buckets after it; every payload run's ``steps.csv`` shows 1 collective in step 1);
 * **each method's bytes and collectives**: ``advise.sends`` (the method registry's
@@ -49,7 +49,7 @@ a ring phase (``sim.message_cpu_s``). No run the validation compares with
 
 **Adaptive methods run their real policy in the one step loop** (``netsenseml.loop``),
 built as the run builds it (``methods.resolve(method).build()``, NetSenseML with the
-run's convergence prior), fed what the hook feeds it: the registration probe (one-element
+run's convergence prior), fed what the hook feeds it: the registration calibration (one-element
 allreduces, one-byte all-gathers, the fastest of three 1 MiB allreduces, each after a
 one-element allreduce) where the policy needs it; per step the ``StepTimer``'s
 measurements (period, busy comm, exposed comm, overlap, codec, bytes, collectives); the
@@ -89,8 +89,8 @@ GOODPUT = 1448 / 1514
 SIMULATED = ("netsenseml", "netsenseml-paper", "stellatrain")
 NOT_SIMULATED = {"accordion": "it decides from gradient norms, which a simulation has none of"}
 TINY_BYTES = 64  # the recorder's tiny collectives (netsenseml.comm: the RTT probe)
-PROBE_BYTES = 1 << 20
-PROBE_REPEATS = 3
+CALIBRATION_BYTES = 1 << 20
+CALIBRATION_REPEATS = 3
 #: One ring message's fixed real cost on the emulating host (gloo, syscalls, wake-ups), s;
 #: divided by k on the virtual clock. Not fitted: ``benchmarks/collective_floor.py``'s
 #: 4-byte gloo allreduce on loopback, 145 us at 2 ranks (2 messages) and 460 us at 4
@@ -312,7 +312,7 @@ def warmup_steps(method: str | methods.MethodSpec) -> int:
 class PacedResult:
     steps: list[StepRecord]
     wall_s: float
-    probe: dict[str, float] = field(default_factory=dict)
+    calibration: dict[str, float] = field(default_factory=dict)  # what it measured
     warmup: int = 0  # leading steps of the method's warm-up (``warmup_steps``)
 
     def throughput(self, batch_size: int, workers: int, warmup: int | None = None
@@ -345,7 +345,7 @@ class _Paced(_Simulation):
         of the first step (``timeline_origin: first_step``); then every bulk flow ends."""
         job = self.paced
         spec = methods.parse(job.method)  # the job's text enters here, once
-        loop = _start_loop(spec, job, self.probe, self.timed) if spec.name in SIMULATED else None
+        loop = _start_loop(spec, job, self.calibration, self.timed) if spec.name in SIMULATED else None
         origin = last_done = self.e.clock
         step = 0
         while not self.finished_paced(step, origin):
@@ -418,20 +418,20 @@ class _Paced(_Simulation):
         loop.end_step(measured(colls, period, codec))
 
 
-def _start_loop(spec: methods.MethodSpec, job: PacedJob, probe: dict[str, float],
+def _start_loop(spec: methods.MethodSpec, job: PacedJob, calibration: dict[str, float],
                 timed: Any) -> StepLoop:
     """The run's policy, built as the hook builds it, in its step loop; the registration
-    probe simulated where the policy needs it (``netsenseml.probe.probe_network``)."""
+    calibration simulated where the policy needs it (``netsenseml.calibration.measure_calibration``)."""
     resolved = methods.resolve(spec)
     options = {"prior": convergence.load(job.convergence)} if spec.reads_prior else {}
     loop = StepLoop(resolved.build(**options), NetworkMonitor())
     if not loop.policy.needs_calibration:
         return loop
-    lat = min(timed("allreduce", 4.0) for _ in range(PROBE_REPEATS))
-    glat = min(timed("allgather", 1.0) for _ in range(PROBE_REPEATS))
-    n = max(1, min(job.elements, PROBE_BYTES // 4))
+    lat = min(timed("allreduce", 4.0) for _ in range(CALIBRATION_REPEATS))
+    glat = min(timed("allgather", 1.0) for _ in range(CALIBRATION_REPEATS))
+    n = max(1, min(job.elements, CALIBRATION_BYTES // 4))
     secs = []
-    for _ in range(PROBE_REPEATS):
+    for _ in range(CALIBRATION_REPEATS):
         timed("allreduce", 4.0)
         secs.append(timed("allreduce", 4.0 * n))
     s_per_byte = max(min(secs) - lat, 0.1 * min(secs)) / (4 * n)
@@ -439,7 +439,7 @@ def _start_loop(spec: methods.MethodSpec, job: PacedJob, probe: dict[str, float]
     half = loop.policy.half_level
     codec = {"none": 0.0, half: job.timing.codec_s(half, dense),
              "int8": job.timing.codec_s("int8", dense), "topk": job.timing.codec_s("topk", dense)}
-    probe.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
+    calibration.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
     loop.calibrate(Calibration(dense_bytes=float(dense), world_size=job.workers, latency_s=lat,
                                s_per_byte=s_per_byte, codec_s=codec, topk_bytes_per_element=8.0,
                                gather_latency_s=glat))
@@ -452,18 +452,18 @@ def simulate(job: PacedJob) -> PacedResult:
     s = _Paced(job)
     s.sg.Actor.create("controller", s.hosts[0], s.controller)
     s.e.run()
-    return PacedResult(s.out, time.perf_counter() - wall0, s.probe, warmup_steps(job.method))
+    return PacedResult(s.out, time.perf_counter() - wall0, s.calibration, warmup_steps(job.method))
 
 
 def _simulate_dict(job: PacedJob) -> dict[str, Any]:
     r = simulate(job)
-    return {"steps": [vars(s) for s in r.steps], "wall_s": r.wall_s, "probe": r.probe,
+    return {"steps": [vars(s) for s in r.steps], "wall_s": r.wall_s, "calibration": r.calibration,
             "warmup": r.warmup}
 
 
 def simulate_isolated(jobs: list[PacedJob], workers: int = 1) -> list[PacedResult]:
     """Each job in a fresh process (a SimGrid engine runs once per process)."""
-    return [PacedResult([StepRecord(**s) for s in d["steps"]], d["wall_s"], d["probe"],
+    return [PacedResult([StepRecord(**s) for s in d["steps"]], d["wall_s"], d["calibration"],
                         d["warmup"])
             for d in engine.run_isolated(_simulate_dict, jobs, workers)]
 

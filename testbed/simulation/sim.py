@@ -52,8 +52,8 @@ runs (on the build machine 0.5: four iperf3 streams took what two fair flows wou
 The adaptive methods run their real policy, built from the method registry as the hook
 builds it (``netsenseml.policy.NetSensePolicy`` with the job's prior, the prototype's rule,
 StellaTrain), in the hook's own step loop (``netsenseml.loop``). The prototype's rule needs
-no probe and judges each collective's (bytes handed, seconds from launch) itself; for the
-others the registration probe is simulated (one-element
+no calibration and judges each collective's (bytes handed, seconds from launch) itself; for the
+others the registration calibration is simulated (one-element
 allreduces, one-byte all-gathers, the fastest of three 1 MiB allreduces); each step's
 payload collective is a sample of a ``netsenseml.monitor.NetworkMonitor`` (fp32-allreduce-
 equivalent bytes from the mean rank's launch, as ``netsenseml.comm`` gives it), and where
@@ -91,8 +91,8 @@ BULK_BYTES = 10**15  # a cross-traffic stream: never completes on its own
 STEADY_TOL = 1e-3
 DENSE_LEVELS = ("none", "fp16", "bf16")
 GATHERED_LEVELS = ("int8", "topk")
-PROBE_BYTES = 1 << 20
-PROBE_REPEATS = 3
+CALIBRATION_BYTES = 1 << 20
+CALIBRATION_REPEATS = 3
 #: The adaptive methods the simulation runs, each its real policy (built from the method
 #: registry, as the hook builds it) in the hook's step loop: their decisions read times
 #: and bytes. The prototype's rule (``netsenseml.paper_rule``) takes each collective's
@@ -130,11 +130,11 @@ def message_cpu_s(cal: NetCalibration, size: float) -> float:
     Why size-dependent: a gloo ring message is not one syscall. Its bytes go out and come
     in as TCP segments, each a copy and, on a machine whose ranks share its cores, a
     wake-up of the receiving rank that has to be scheduled; a 1-byte message is one of
-    those (the registration probe measured 0.3-1 ms per hop), a 7 kB top-k message several.
+    those (the registration calibration measured 0.3-1 ms per hop), a 7 kB top-k message several.
     Once a message is long enough to be rate-limited by its link, that work overlaps its
     own transfer and stops adding to its time, so the per-byte part stops at
     ``msg_cap_bytes``. A flat cost fitted on the calibration steps (all of them kilobytes
-    or more) charged a 1-byte probe message in full, 3-7x what the emulation measured,
+    or more) charged the calibration's 1-byte message in full, 3-7x what the emulation measured,
     and NetSenseML's simulated policy saw no per-byte slope in its first top-k steps.
     ``msg_cap_bytes = 0`` is the flat cost (``msg_fixed_s + msg_cpu_s``)."""
     if cal.msg_cap_bytes <= 0:
@@ -277,12 +277,12 @@ class StepRecord:
 class SimResult:
     steps: list[StepRecord]
     wall_s: float  # seconds this simulation took to run
-    probe: dict[str, float] = field(default_factory=dict)
+    calibration: dict[str, float] = field(default_factory=dict)  # what it measured
     cross_started_t: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"steps": [asdict(s) for s in self.steps], "wall_s": self.wall_s,
-                "probe": self.probe, "cross_started_t": self.cross_started_t}
+                "calibration": self.calibration, "cross_started_t": self.cross_started_t}
 
 
 def level_of(method: str) -> tuple[str, float]:
@@ -370,7 +370,7 @@ class _Simulation:
         self.queue_delay = {k: standing_queue_bytes(cal, fab.queue_pkts) / (mbit * 1e6 / 8)
                             for k, mbit in built.shaped.items()}
         self.out: list[StepRecord] = []
-        self.probe: dict[str, float] = {}
+        self.calibration: dict[str, float] = {}
         self.bulk: list[Any] = []
         self.cross_t: float | None = None  # when the first cross flow started (run clock)
         self.ended = False  # the job's last step is over: no cross flow starts or stops
@@ -379,7 +379,7 @@ class _Simulation:
         wall0 = time.perf_counter()
         self.sg.Actor.create("controller", self.hosts[0], self.controller)
         self.e.run()
-        return SimResult(self.out, time.perf_counter() - wall0, self.probe, self.cross_t)
+        return SimResult(self.out, time.perf_counter() - wall0, self.calibration, self.cross_t)
 
     def busy(self, seconds: float) -> None:
         """Every worker busy on its own CPU for ``seconds`` (compute, or a message's CPU
@@ -515,7 +515,7 @@ class _Simulation:
         """The job's steps until its step count or time limit; then every bulk flow ends."""
         job = self.job
         self.start_background()
-        loop = (_start_loop(job, self.probe, self.timed) if job.method in SIMULATED_ADAPTIVE
+        loop = (_start_loop(job, self.calibration, self.timed) if job.method in SIMULATED_ADAPTIVE
                 else None)
         if loop is None:
             level, ratio = level_of(job.method)
@@ -594,28 +594,28 @@ class _Simulation:
         return False
 
 
-def _start_loop(job: Job, probe: dict[str, float], timed: Any) -> StepLoop:
+def _start_loop(job: Job, calibration: dict[str, float], timed: Any) -> StepLoop:
     """The step loop of the job's adaptive policy, built from the method registry as the
     hook builds it (NetSenseML with the job's convergence prior); where the policy needs
-    the registration probe (``needs_calibration``), the probe simulated as the hook runs
+    the registration calibration (``needs_calibration``), it is simulated as the hook runs
     it and the policy calibrated on it (its first decision)."""
     resolved = methods.resolve(job.method)
     options = {"prior": convergence.load(job.convergence)} if resolved.spec.reads_prior else {}
     loop = StepLoop(resolved.build(**options), NetworkMonitor())
     if not loop.policy.needs_calibration:
         return loop
-    lat = min(timed("allreduce", 4.0) for _ in range(PROBE_REPEATS))
-    glat = min(timed("allgather", 1.0) for _ in range(PROBE_REPEATS))
-    n = max(1, min(int(job.dense_bytes // 4), PROBE_BYTES // 4))
+    lat = min(timed("allreduce", 4.0) for _ in range(CALIBRATION_REPEATS))
+    glat = min(timed("allgather", 1.0) for _ in range(CALIBRATION_REPEATS))
+    n = max(1, min(int(job.dense_bytes // 4), CALIBRATION_BYTES // 4))
     secs = []
-    for _ in range(PROBE_REPEATS):  # each after a one-element allreduce, as the hook
+    for _ in range(CALIBRATION_REPEATS):  # each after a one-element allreduce, as the hook
         timed("allreduce", 4.0)
         secs.append(timed("allreduce", 4.0 * n))
     sec = min(secs)
     s_per_byte = max(sec - lat, 0.1 * sec) / (4 * n)
     codec = {"none": 0.0, "fp16": job.compute.at("fp16")[1], "int8": job.compute.at("int8")[1],
              "topk": job.compute.at("topk", 0.01)[1]}
-    probe.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
+    calibration.update(latency_s=lat, gather_latency_s=glat, s_per_byte=s_per_byte)
     loop.calibrate(Calibration(
         dense_bytes=job.dense_bytes, world_size=job.fabric.workers, latency_s=lat,
         s_per_byte=s_per_byte, codec_s=codec,
@@ -631,6 +631,6 @@ def simulate_isolated(jobs: list[Job], workers: int = 1) -> list[SimResult]:
     """Each job in a fresh process (a SimGrid engine runs once per process)."""
     out = []
     for d in engine.run_isolated(_simulate_dict, jobs, workers):
-        out.append(SimResult([StepRecord(**s) for s in d["steps"]], d["wall_s"], d["probe"],
+        out.append(SimResult([StepRecord(**s) for s in d["steps"]], d["wall_s"], d["calibration"],
                              d["cross_started_t"]))
     return out

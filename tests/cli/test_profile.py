@@ -137,7 +137,7 @@ def _tiny_profile(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_doctor_states_what_this_host_keeps_faithful_for_a_profile(tmp_path: Path,
                                                                     monkeypatch) -> None:
-    """One probe run of two copies (~10-20 s on a loaded 2-core machine)."""
+    """One host timing of two copies (~10-20 s on a loaded 2-core machine)."""
     from testbed.config import faithful
 
     path = _tiny_profile(tmp_path)

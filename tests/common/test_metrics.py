@@ -12,12 +12,12 @@ import pytest
 from testbed.analysis import loading, tables
 from testbed.common import files
 from testbed.common import metrics as m
-from testbed.orchestration import run_records
+from testbed.orchestration import worker_records
 
 LAUNCH = 1000.0
 
 
-def worker_records(rank: int, walls: list[float], accs: dict[int, float]) -> list[dict]:
+def rank_records(rank: int, walls: list[float], accs: dict[int, float]) -> list[dict]:
     """One rank's JSONL records: step i ends at walls[i-1] (clock origin: the first wall
     minus 0.5 s), evaluations after the steps in ``accs``."""
     origin = walls[0] - 0.5
@@ -35,9 +35,9 @@ def worker_records(rank: int, walls: list[float], accs: dict[int, float]) -> lis
 
 
 def both_ways(tmp_path, walls: list[float], accs: dict[int, float], target: float):
-    recs = {r: worker_records(r, [w + 0.001 * r for w in walls], accs) for r in (0, 1)}
-    rows, cols = run_records.steps_csv_rows(recs, LAUNCH)
-    summary = run_records.metrics(recs, target, rows)
+    recs = {r: rank_records(r, [w + 0.001 * r for w in walls], accs) for r in (0, 1)}
+    rows, cols = worker_records.steps_csv_rows(recs, LAUNCH)
+    summary = worker_records.metrics(recs, target, rows)
     files.write_csv(tmp_path / "steps.csv", cols, rows)
     steps = pd.read_csv(tmp_path / "steps.csv")
     return summary, steps

@@ -5,7 +5,7 @@ Why: issue 50 measured ``netsense run accel-static -n`` at 25 min a run where th
 ~35 s, and ``netsense sweep accel-crossover --dry-run`` at 20.4 h where the committed sweep
 took ~32 min for the experiments it holds; ``ab`` had no dry run. The per-run check of every
 committed tree is ``test_estimate_vs_runs.py``; these hold the commands' totals, on the host
-the committed runs ran on (2 cores), with no probe measurement cached.
+the committed runs ran on (2 cores), with no host timing cached.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ WITHIN = 1.5
 
 @pytest.fixture(autouse=True)
 def build_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The committed runs' host (2 cores), and no probe measurement held."""
+    """The committed runs' host (2 cores), and no host timing held."""
     monkeypatch.setattr(estimate, "cores", lambda: 2)
     monkeypatch.setenv(dilation.CACHE_ENV, str(tmp_path / "no-cache"))
     monkeypatch.setattr(dilation, "_cache", {})
@@ -42,8 +42,8 @@ def _real_s(folder: Path) -> float:
     return sum(json.loads(p.read_text())["wall_s"] for p in folder.rglob("summary.json"))
 
 
-def test_the_crossover_mlp_is_counted_as_the_probes_measured_it() -> None:
-    # the elements the committed accel-crossover probes recorded for width 512 on mixture
+def test_the_crossover_mlp_is_counted_as_the_host_timings_measured_it() -> None:
+    # the elements the committed accel-crossover host timings recorded for width 512 on mixture
     assert sizes.mlp_params(*sizes.MIXTURE_SHAPE, width=512) == 548_140
     scn = load_scenario("accel-static", skip_kernel_checks=True)
     assert estimate.gradient_elements(scn.workload.model, scn.workload.knobs(),
@@ -82,17 +82,17 @@ def test_sweep_dry_run_of_accel_crossover_within_1_5x_of_the_committed_experimen
     assert 1 / WITHIN <= total / real_all <= WITHIN, (total / 60, real_all / 60)
 
 
-def test_the_probe_is_counted_once_per_configuration_and_not_when_held() -> None:
+def test_the_host_timing_is_counted_once_per_configuration_and_not_when_held() -> None:
     scn = load_scenario("accel-static", skip_kernel_checks=True)
     one = estimate.estimate(scn, "fp16")
-    assert one["probe_s"] > 0 and one["probe_key"] is not None
+    assert one["host_timing_s"] > 0 and one["timing_key"] is not None
     three = estimate.estimate_runs([(scn, "fp16"), (scn, "fp16"), (scn, "int8")])
-    assert three[0]["probe_s"] == one["probe_s"]
-    assert three[1]["probe_s"] == 0.0  # the same configuration: cached by the first
-    assert three[1]["seconds"] == pytest.approx(one["seconds"] - one["probe_s"])
-    assert three[2]["probe_s"] > 0  # another codec: its own probe
+    assert three[0]["host_timing_s"] == one["host_timing_s"]
+    assert three[1]["host_timing_s"] == 0.0  # the same configuration: cached by the first
+    assert three[1]["seconds"] == pytest.approx(one["seconds"] - one["host_timing_s"])
+    assert three[2]["host_timing_s"] > 0  # another codec: its own host timing
     held = estimate.estimate_runs([(scn, "fp16")], cached=lambda key: True)
-    assert held[0]["probe_s"] == 0.0
+    assert held[0]["host_timing_s"] == 0.0
 
 
 def test_ab_dry_run_prints_the_interleaved_runs_and_an_estimate_and_runs_nothing(

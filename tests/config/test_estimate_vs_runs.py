@@ -5,16 +5,18 @@ Why: a sweep is planned from its estimate (the paper-scale one: hundreds of hour
 under ``results/runs`` whose scenario ships: paper-scale and paper-grid on ResNet-18,
 recorded and payload mode; accel-crossover and accel-policy on the crossover MLP, which
 stops at its target; payload-agreement) carry what each really took (``summary.json``'s
-``wall_s`` and the ``auto`` probe's ``probe_s`` before it) and the scenario each ran, so the
-estimate is checked on them, on the host they ran on (its core count from their probe), not
+``wall_s`` and the ``auto`` host timing's seconds before it: ``host_timing_s``, ``probe_s``
+in runs recorded before issue 51) and the scenario each ran, so the
+estimate is checked on them, on the host they ran on (its core count from their host
+timing), not
 on whichever machine runs this test. A run's factor ``k`` is checked too: the estimate's
 ``k`` drives most of its time. ``ESTIMATE_RUNS=<a sweep's folder>`` checks another set
 (a sweep just run on another host, say). Native (unpaced) scenarios are held to measured
 runs kept under ``tests/config/data/native-runs`` (none is committed as an evaluation).
 
 The accel-crossover and accel-policy runs came from code older than 46dc3f6 (commits
-6252552, ded9c1b, 104f932, 42898967, 6361c91, 634d5a8): their probe's time was not
-recorded, so they are held to the estimate without its probe.
+6252552, ded9c1b, 104f932, 42898967, 6361c91, 634d5a8): their host timing's time was not
+recorded, so they are held to the estimate without it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from netsenseml import accelerator, methods
 from testbed.config import estimate
 from testbed.config.accelerator import Accelerator
 from testbed.config.scenario import list_scenarios, validate_scenario
+from testbed.orchestration.dilation import host_timing_s_in
 from testbed.simulation import paced_validation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +50,7 @@ WITHIN_S = 3.0
 #: tree's first two folders) may be from its runs' real time: issue 50's target.
 TREE_WITHIN = 1.5
 #: The same for ``k``, wider: ``auto``'s own factor moves between runs of one configuration
-#: (its probe is timed on a shared host: top-k 0.01 at 300 Mbit/s and 1 Gbit/s took 160-230),
+#: (its host timing runs on a shared host: top-k 0.01 at 300 Mbit/s and 1 Gbit/s took 160-230),
 #: and the estimate knows one figure per codec level (top-k 0.001 and 0.01 alike).
 K_WITHIN = 2.1
 
@@ -60,16 +63,16 @@ def committed_runs() -> list[Path]:
 
 
 def _timed_and_paced(run: Path) -> bool:
-    """Finished, its probe timed (runs before that have part of their time unknown), and
+    """Finished, its host timing timed (runs before that have part of their time unknown), and
     held to the accelerator: a run whose lateness added more than ``HOST_BOUND`` took the
     host's time (PowerSGD's codec is not paced), which no estimate of a paced run models."""
     summ = json.loads((run / "summary.json").read_text())
     late = (summ.get("overruns") or {}).get("late_share") or 0.0
     acc = json.loads((run / "config.json").read_text())["accelerator"]
-    # a paced run from before the probe's time was recorded: only if its probe ran (k
-    # measured, not cached: older code recorded no probe_cached either)
+    # a paced run from before the host timing's time was recorded: only if the timing ran
+    # (k measured, not cached: older code recorded no probe_cached either)
     return (summ.get("status") == "ok" and late <= HOST_BOUND and not _dense_start(run)
-            and ("probe_s" in acc or "host_real_s" in acc)
+            and (host_timing_s_in(acc) is not None or "host_real_s" in acc)
             and (acc.get("host_busy_pct") or 0.0) <= QUIET_PCT)
 
 
@@ -87,7 +90,7 @@ def _dense_start(run: Path) -> bool:
         return False
     rows = paced_validation.rank0_steps(run)
     return bool(rows) and rows[0]["bytes_sent"] == rows[0]["bytes_dense"]
-#: The estimate plans for this host as the probe finds it; a run whose factor ``auto`` chose
+#: The estimate plans for this host as the host timing finds it; a run whose factor ``auto`` chose
 #: with other work saturating the host (``accelerator.host_busy_pct`` above this; the
 #: sustained-filter A/B of
 #: results/runs/policy-changes ran beside 4 test suites at 100 %: k 450-570 where a quiet
@@ -99,22 +102,23 @@ def _estimate_and_real(run: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict
     cfg = json.loads((run / "config.json").read_text())
     summ = json.loads((run / "summary.json").read_text())
     acc = cfg["accelerator"]
-    cores = (acc.get("host_real_s") or {}).get("cores") or cfg["host"]["cpus"]  # payload: no probe
+    cores = (acc.get("host_real_s") or {}).get("cores") or cfg["host"]["cpus"]  # payload: no host timing
     monkeypatch.setattr(estimate, "cores", lambda: int(cores))
     # the profile as the run had it (a shipped profile's figures may have moved since)
     ran = accelerator.Timing.from_json(acc["timing"])
     monkeypatch.setattr(Accelerator, "timing", lambda self, *_a: ran)
     if acc.get("host_rule") == "payload":
-        # payload mode's k is a rule, not a probe (auto and the estimate share it:
+        # payload mode's k is a rule, not a host timing (auto and the estimate share it:
         # tests/orchestration/test_dilation.py), and the rule has moved since some runs: their
         # time is estimated at the k they ran with
         cfg["scenario"]["accelerator"]["dilation"] = acc["dilation"]
     scn = validate_scenario(cfg["scenario"], base_dir=ROOT, skip_kernel_checks=True,
                             label=str(run.name))
     est = estimate.estimate(scn, cfg["method"])
-    if "probe_s" not in acc:  # older code: the probe's time unknown, held without it
-        est = {**est, "seconds": est["seconds"] - est.get("probe_s", 0.0)}
-    return est, summ["wall_s"] + acc.get("probe_s", 0.0), acc
+    timing = host_timing_s_in(acc)
+    if timing is None:  # older code: the host timing's time unknown, held without it
+        est = {**est, "seconds": est["seconds"] - est.get("host_timing_s", 0.0)}
+    return est, summ["wall_s"] + (timing or 0.0), acc
 
 
 @pytest.mark.skipif(not any(r.is_dir() for r in RUNS), reason="no committed paper-scale runs")

@@ -24,7 +24,7 @@ from testbed.config.scenario import (
     validate_scenario,
 )
 from testbed.config.traces import TraceError, parse_trace, trace_rate_changes
-from testbed.orchestration import run_records
+from testbed.orchestration import worker_records
 from testbed.orchestration.timeline import Action, Timeline, expand
 
 BASE = {
@@ -316,15 +316,15 @@ def _records(rank: int, walls: list[float], samples: int = 16) -> list[dict]:
 def test_metrics_and_steps_csv(tmp_path):
     walls = [100.0, 101.0, 102.0, 103.0, 104.0]
     recs = {0: _records(0, walls), 1: _records(1, [w + 0.01 for w in walls])}
-    m = run_records.metrics(recs, target_accuracy=0.8)
+    m = worker_records.metrics(recs, target_accuracy=0.8)
     # steps 2..5 of rank 0: 4 x 16 global samples over 4 s (wall 100 -> 104)
     assert m["throughput_samples_per_s"] == pytest.approx(16.0)
     # the end of step 5 on the training clock, after which the 0.9 evaluation ran (the
     # evaluation's own time is not counted: testbed.common.metrics)
     assert m["time_to_accuracy_s"] == 4.0 and m["final_accuracy"] == 0.9
     assert m["bytes_sent_total"] == 2 * 5 * 1000
-    assert run_records.metrics(recs, target_accuracy=0.95)["time_to_accuracy_s"] is None
-    rows, cols = run_records.steps_csv_rows(recs, launch_wall=99.0)
+    assert worker_records.metrics(recs, target_accuracy=0.95)["time_to_accuracy_s"] is None
+    rows, cols = worker_records.steps_csv_rows(recs, launch_wall=99.0)
     files.write_csv(tmp_path / "steps.csv", cols, rows)
     with open(tmp_path / "steps.csv") as fh:
         got = list(csv.DictReader(fh))
@@ -338,4 +338,4 @@ def test_jsonl_reader_skips_a_torn_last_line(tmp_path):
     p = tmp_path / "rank0.jsonl"
     p.write_text('{"kind": "step", "step": 1}\n{"kind": "st')
     assert files.read_jsonl(p) == [{"kind": "step", "step": 1}]
-    assert run_records.last_step(p) == {"kind": "step", "step": 1}
+    assert worker_records.last_step(p) == {"kind": "step", "step": 1}

@@ -222,6 +222,10 @@ def _netsenseml_default_runs(rank, world):
         stats = state.pop_step_stats()
         assert stats["level"] in ("none", "fp16", "int8", "topk")
     assert all(torch.isfinite(p).all() for p in ddp.parameters())
+    # the registration calibration's options, and their names before issue 51 (the probe's)
+    for options in ({"calibration_bytes": 4096, "calibration_ratio": 0.1},
+                    {"probe_bytes": 4096, "probe_ratio": 0.1}):
+        assert hooks.register(DDP(two_bucket_model()), "netsenseml", **options).calibration
 
 
 def _convergence_table_loaded_and_used(rank, world):

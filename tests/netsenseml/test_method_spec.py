@@ -21,7 +21,7 @@ def test_each_layers_question_is_answered_from_the_registry(text: str) -> None:
     assert spec.collective == info.reduction
     assert spec.label == spec.level == info.label
     assert spec.reference == (info.name == "allreduce")
-    assert spec.reads_prior == (info.name == "netsenseml") == spec.takes_probe
+    assert spec.reads_prior == (info.name == "netsenseml") == spec.takes_calibration
     assert spec.momentum_correction == (info.name == "dgc")
     assert spec.needs_values == (info.name == "accordion")
     assert spec.payload_hook == (info.name == "powersgd")

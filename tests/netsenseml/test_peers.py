@@ -124,7 +124,7 @@ def test_stellatrain_refuses_a_delay_the_loop_cannot_hold():
 
 
 def test_stellatrain_replay_compresses_more_on_the_slower_link():
-    """Through the replay (a calibrated link model, the registration probe included):
+    """Through the replay (a calibrated link model, the registration calibration included):
     the kept fraction on a 50 Mbit/s link ends far below the one on 2 Gbit/s."""
     job = replay.Job(dense_bytes=4e6, world_size=2, compute_s=0.05)
     fast, slow = replay.Link(rate=2e9 / 8), replay.Link(rate=50e6 / 8)

@@ -283,7 +283,7 @@ def test_one_size_never_reads_a_too_high_sensed_rate_as_a_fixed_cost():
     assert not two and a <= 2.0 * a0 + 1e-12
     assert a + b * m.wire_bytes(int8) == pytest.approx(0.12)
     assert m.comm(topk)[0] < 0.25 * 0.12
-    # a job of 4 buckets: the registration probe's latency was one collective's, the bound
+    # a job of 4 buckets: the registration calibration's latency was one collective's, the bound
     # is the step's (4 collectives), so a 4-bucket step's real fixed cost is not clipped
     m4 = StepModel(PolicyConfig(), cal())
     for _ in range(5):

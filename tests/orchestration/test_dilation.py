@@ -17,7 +17,7 @@ from testbed.config import factor, faithful
 from testbed.config.events import Action
 from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.emulation.bottleneck import BottleneckSampler, LinkEnd
-from testbed.orchestration import dilation, run_records
+from testbed.orchestration import dilation, worker_records
 from testbed.orchestration.timeline import Timeline
 
 
@@ -69,7 +69,7 @@ def test_steps_csv_time_is_virtual() -> None:
                  "compute_s": 0.0005, "comm_s": 0.0005, "step_s": 0.001},
                 {"kind": "step", "step": 2, "t": 0.002, "wall": 1000.0 + 8.0, "samples": 8,
                  "compute_s": 0.0005, "comm_s": 0.0005, "step_s": 0.001}]}
-    rows = run_records.steps_csv_rows(recs, 1000.0, dilation=4).rows
+    rows = worker_records.steps_csv_rows(recs, 1000.0, dilation=4).rows
     assert [r["t"] for r in rows] == [1.0, 2.0]
     assert [r["t_worker"] for r in rows] == [0.001, 0.002]  # the worker's own, already virtual
 
@@ -129,40 +129,40 @@ def test_a_native_run_is_k_1_and_a_given_factor_is_kept() -> None:
 
 def test_auto_measures_a_configuration_once_per_host_and_code(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The probe's measurement is reused by a later process (the in-process cache emptied
+    """The host timing's measurement is reused by a later process (the in-process cache emptied
     stands for one) while host and code stay, and taken again when the code changes."""
     monkeypatch.setenv(dilation.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(dilation, "_cache", {})
     # the host's load moving between the calls (other tests beside this one) is a reason to
     # measure again that this test is not about
     monkeypatch.setattr(dilation, "RECALIBRATE_PCT", 100.0)
-    measured: list[dict] = []  # what each call of the probe returned
+    measured: list[dict] = []  # what each call of the host timing returned
     real_measure = dilation.measure
     monkeypatch.setattr(dilation, "measure",
                         lambda *a: measured.append(real_measure(*a)) or measured[-1])
     scn = load_scenario("accel-static")  # dilation: auto, 2 workers of the small MLP
     k1, first = dilation.choose(scn, methods.parse("fp16"))
-    assert first["probe_s"] > 0 and first["probe_cached"] is None and len(measured) == 1
+    assert first["host_timing_s"] > 0 and first["host_timing_cached"] is None and len(measured) == 1
     assert len(list(tmp_path.glob("*.json"))) == 1
     monkeypatch.setattr(dilation, "_cache", {})  # a new process
     k2, again = dilation.choose(scn, methods.parse("fp16"))
-    assert again["probe_s"] == 0 and again["probe_cached"] and k2 == k1
+    assert again["host_timing_s"] == 0 and again["host_timing_cached"] and k2 == k1
     assert again["host_real_s"] == first["host_real_s"] and len(measured) == 1
     monkeypatch.setattr(dilation, "_cache", {})
     monkeypatch.setattr(dilation, "code_id", lambda: "other code")
-    # measured again: the probe is called once more (its real run is the first call's; the
-    # probe stands in with that measurement, so this test runs the real probe once)
+    # measured again: the host timing is called once more (its real run is the first call's;
+    # a stand-in returns that measurement, so this test runs the real host timing once)
     monkeypatch.setattr(dilation, "measure", lambda *a: measured.append(measured[0]) or
                         {**measured[0], "again": True})
     _, changed = dilation.choose(scn, methods.parse("fp16"))
-    assert changed["probe_cached"] is None and len(measured) == 2
+    assert changed["host_timing_cached"] is None and len(measured) == 2
     assert changed["host_real_s"].get("again") is True  # not the cached measurement
 
 
-def test_payload_mode_needs_no_probe() -> None:
+def test_payload_mode_needs_no_host_timing() -> None:
     scn = apply_overrides(load_scenario("paper-resnet18-star"), {"workload.grads": "payload"})
     k, facts = dilation.choose(scn, methods.parse("topk:0.01"))
-    assert facts["probe_s"] == 0 and facts["host_rule"] == "payload" and "host_real_s" not in facts
+    assert facts["host_timing_s"] == 0 and facts["host_rule"] == "payload" and "host_real_s" not in facts
     # the collectives' host cost against a 20 ms step (factor.collective_need), not the
     # host's codec work (recorded: 150-230)
     assert 1 <= k < 40

@@ -27,7 +27,7 @@ def _no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_run_path_asks_the_spec_and_never_parses_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """From the scenario (where the methods enter) to the worker's argv and environment,
-    the dilation probe's codecs and an A/B arm: every layer takes the spec."""
+    the dilation's host timing's codecs and an A/B arm: every layer takes the spec."""
     from testbed.orchestration import ab, dilation
     from testbed.orchestration.workers import job_env, worker_argv
 

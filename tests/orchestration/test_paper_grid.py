@@ -39,9 +39,9 @@ def test_paper_grid_plans_every_model_on_8_workers_in_payload_mode(tmp_path: Pat
 
 
 @pytest.mark.emulation
-def test_tiny_payload_run_sends_and_is_paced_without_a_probe(tmp_path: Path) -> None:
+def test_tiny_payload_run_sends_and_is_paced_without_a_host_timing(tmp_path: Path) -> None:
     # 1+1: the ring still crosses the bottleneck each way; what is checked (payload mode's
-    # bytes a step, no probe) is per rank, so two ranks are enough
+    # bytes a step, no host timing) is per rank, so two ranks are enough
     scn = apply_overrides(load_scenario("paper-gpt2-dumbbell"), {
         "topology.n_left": 1, "topology.n_right": 1, "workload.grads": "payload",
         "workload.steps": 4, "accelerator": {"profile": "a100-estimated", "dilation": "auto"}})
@@ -49,7 +49,7 @@ def test_tiny_payload_run_sends_and_is_paced_without_a_probe(tmp_path: Path) -> 
     assert out.status == "ok", out.summary
     config = json.loads((out.run_dir / "config.json").read_text())
     acc = config["accelerator"]
-    assert acc["probe_s"] == 0 and acc["host_rule"] == "payload"
+    assert acc["host_timing_s"] == 0 and acc["host_rule"] == "payload"
     assert config["worker_argv"][config["worker_argv"].index("--grads") + 1] == "payload"
     start = json.loads((out.run_dir / "workers" / "rank0.jsonl").read_text().splitlines()[0])
     assert start["grads"] == "payload" and start["params"] == 124_439_808  # GPT-2 small, whole

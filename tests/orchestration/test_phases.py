@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.orchestration.run_records import last_summary, phase_breakdown
+from testbed.orchestration.worker_records import last_summary, phase_breakdown
 
 LAUNCH = 1000.0
 

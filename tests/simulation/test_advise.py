@@ -166,28 +166,28 @@ def test_powersgd_sizes_are_payload_modes() -> None:
 
 
 @pytest.mark.slow
-def test_the_shipped_layouts_are_the_probes() -> None:
-    """layouts.json is ``workloads.layout_probe``'s output (DDP's buckets, torch's meta
+def test_the_shipped_layouts_are_the_bucket_layouts_output() -> None:
+    """layouts.json is ``workloads.bucket_layout``'s output (DDP's buckets, torch's meta
     device), for every model it ships; a new torch or model must regenerate it."""
     shipped = json.loads(adv.LAYOUTS.read_text())["layouts"]
     for lay in shipped:
         proc = subprocess.run(
-            [sys.executable, "-m", "workloads.layout_probe", lay["model"], lay["dataset"],
+            [sys.executable, "-m", "workloads.bucket_layout", lay["model"], lay["dataset"],
              "--knobs", json.dumps(lay["knobs"]), "--context", str(lay["context"] or 128)],
             capture_output=True, text=True, check=True, timeout=300)
-        probed = json.loads(proc.stdout)
-        assert probed == {"elements": lay["elements"], "buckets": lay["buckets"]}, lay["model"]
+        computed = json.loads(proc.stdout)
+        assert computed == {"elements": lay["elements"], "buckets": lay["buckets"]}, lay["model"]
 
 
-def test_an_unshipped_model_is_probed_in_a_child() -> None:
-    """A model the layout file lacks is probed by running ``workloads.layout_probe``: the
+def test_an_unshipped_models_layout_is_computed_in_a_child() -> None:
+    """A model the layout file lacks has its layout computed by ``workloads.bucket_layout``: the
     same buckets as the shipped ones when the file is absent."""
     from pathlib import Path
 
     shipped = adv.load_workload("resnet18-imagenet")
-    probed = adv.load_workload("resnet18-imagenet", layouts=Path("/nonexistent.json"))
-    assert probed.buckets == shipped.buckets
-    assert "probed now" in probed.layout_origin
+    computed = adv.load_workload("resnet18-imagenet", layouts=Path("/nonexistent.json"))
+    assert computed.buckets == shipped.buckets
+    assert "computed now" in computed.layout_origin
 
 
 @pytest.mark.parametrize(("args", "needles"), [

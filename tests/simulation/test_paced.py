@@ -181,7 +181,7 @@ def test_the_prototypes_rule_runs_in_the_scale_engine_too() -> None:
                          ids=lambda p: str(p.relative_to(GRID)))
 def test_the_adaptive_runs_levels_are_simulated(run: Path) -> None:
     """The run's own policy (NetSenseML, its convergence prior) in the step loop: the first
-    decision is the run's (the registration probe's), and each simulated step hands the
+    decision is the run's (the registration calibration's), and each simulated step hands the
     bytes of the level it chose."""
     job = paced.from_run(run)
     res = paced.simulate_isolated([job])[0]

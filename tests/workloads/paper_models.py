@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workloads import recorded
+from workloads import recorded_gradient
 from workloads.models import build_model
 
 # (model, input shape, classes, knobs): the paper's models at reduced sizes
@@ -39,7 +39,7 @@ def ddp_steps(name: str, shape: tuple[int, ...], classes: int, knobs: dict, meth
               rank: int, mode: str, steps: int) -> list[dict[str, Any]]:
     """``steps`` steps of ``method``'s hook on real DDP (a process group must exist): each
     step's hook statistics. ``mode``: ``real`` (a batch a step) or ``recorded`` (this rank's
-    first batch's gradient, every step: ``workloads.recorded``)."""
+    first batch's gradient, every step: ``workloads.recorded_gradient``)."""
     from netsenseml import hooks
 
     torch.manual_seed(0)
@@ -48,8 +48,8 @@ def ddp_steps(name: str, shape: tuple[int, ...], classes: int, knobs: dict, meth
     if mode == "recorded":
         x, y = batch(shape, classes, rank, 0)
         with ddp.no_sync():
-            rec = recorded.record(ddp, lambda: loss(ddp, x, y))
-        recorded.install(ddp.module, rec)
+            rec = recorded_gradient.record(ddp, lambda: loss(ddp, x, y))
+        recorded_gradient.install(ddp.module, rec)
     out = []
     for step in range(steps):
         ddp.zero_grad(set_to_none=True)

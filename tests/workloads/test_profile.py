@@ -68,12 +68,12 @@ def test_the_worker_refuses_bad_input_in_one_line() -> None:
 DDP_CHECK = """
 import json, os, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from workloads import pace_probe
+from workloads import host_timing
 from workloads.profile import GradReady, ddp_buckets
-job = pace_probe.build_job("mlp", "mixture", 16, "width=700")
+job = host_timing.build_job("mlp", "mixture", 16, "width=700")
 params = [p for p in job.model.parameters()]
 ready = GradReady(params, torch.device("cpu"))
-pace_probe.time_steps(job, 1, warmup=0, probe=ready)
+host_timing.time_steps(job, 1, warmup=0, observer=ready)
 ours = [sum(params[i].numel() for i in b) for b in ddp_buckets(params, [i for i, _ in ready.passes[0]])]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
 dist.init_process_group("gloo", rank=0, world_size=1)

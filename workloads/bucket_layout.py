@@ -1,5 +1,8 @@
 """DDP's bucket layout of a registered model, printed as JSON: ``python -m
-workloads.layout_probe MODEL DATASET [--knobs JSON] [--context N]``.
+workloads.bucket_layout MODEL DATASET [--knobs JSON] [--context N]``.
+
+Named for what it prints, not "probe" (issue 51): a probe is the policy's one-step try of
+another level (``netsenseml.policy.Prober``).
 
 Why a child process: ``netsense advise`` (``testbed.simulation.advise``) predicts a job's
 step from the bytes each DDP bucket sends and when the backward releases it, and the layout
@@ -31,7 +34,7 @@ IMAGE_SHAPES = {"cifar100-224-synth": (3, 224, 224), "cifar100-224": (3, 224, 22
                 "synthetic": (3, 32, 32), "digits": (1, 8, 8), "mixture": (256,)}
 
 
-def probe(model: str, dataset: str, knobs: dict[str, Any], context: int) -> dict[str, Any]:
+def layout_of(model: str, dataset: str, knobs: dict[str, Any], context: int) -> dict[str, Any]:
     """The layout of ``model`` on ``dataset`` (module docstring)."""
     entry = registry.dataset_entry(dataset)
     classes = entry.classes
@@ -62,7 +65,7 @@ def probe(model: str, dataset: str, knobs: dict[str, Any], context: int) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m workloads.layout_probe")
+    ap = argparse.ArgumentParser(prog="python -m workloads.bucket_layout")
     ap.add_argument("model")
     ap.add_argument("dataset")
     ap.add_argument("--knobs", default="{}", help="the model's knobs as a JSON object")
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     try:
         knobs = json.loads(args.knobs)
-        print(json.dumps(probe(args.model, args.dataset, knobs, args.context)))
+        print(json.dumps(layout_of(args.model, args.dataset, knobs, args.context)))
     except (registry.RegistryError, DatasetError, TypeError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"error: layout of {args.model!r}: {first}", file=sys.stderr)

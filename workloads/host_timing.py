@@ -1,8 +1,13 @@
-"""What one step of a workload really costs on this host, part by part (one JSON line).
+"""The host timing: what one step of a workload really costs on this host, part by part
+(one JSON line).
 
-    python -m workloads.pace_probe --model mlp --dataset mixture --batch-size 256 \
+    python -m workloads.host_timing --model mlp --dataset mixture --batch-size 256 \
         --model-args width=512 --codecs fp16,int8,topk:0.01 [--steps 8] [--threads 1] \
         [--grads recorded]
+
+Named "host timing", not "probe": a probe is the policy's one-step try of another level
+(``netsenseml.policy.Prober``); what the library measures at registration is its
+calibration (``netsenseml.calibration``).
 
 The testbed's automatic time dilation (``testbed.orchestration.dilation``) starts one copy
 per worker at once, so the cores are shared as in the run, and picks the least factor at
@@ -21,8 +26,8 @@ parts" for the host's check and for the device's profile. The optimizer is the m
 (``workloads.train.make_optimizer``: SGD with momentum, AdamW for the language model), as
 the worker trains it.
 
-``--grads recorded`` times what a worker in the gradient-shape mode does instead
-(``workloads.recorded``): the surrogate's forward and backward over one recorded real
+``--grads recorded`` times what a worker in the recorded-gradient mode does instead
+(``workloads.recorded_gradient``): the surrogate's forward and backward over one recorded real
 gradient, and no optimizer step (0).
 """
 
@@ -41,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from netsenseml import methods
-from workloads import recorded, registry
+from workloads import recorded_gradient, registry
 from workloads.datasets import Data, load_dataset
 from workloads.models import build_model
 from workloads.train import make_optimizer
@@ -139,7 +144,7 @@ def build_job(model: str, dataset: str, batch_size: int, model_args: str = "", *
     return Job(net, opt, loader, data, knobs, entry.optimizer)
 
 
-class BackwardProbe:
+class BackwardObserver:
     """Told when each timed backward pass begins and ends (:func:`time_steps`)."""
 
     def begin(self) -> None: ...
@@ -156,12 +161,12 @@ def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, kind: str) -
 
 def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
                warmup: int = WARMUP_STEPS, at_warm: Callable[[], None] | None = None,
-               probe: BackwardProbe | None = None, grads: str = "real"
+               observer: BackwardObserver | None = None, grads: str = "real"
                ) -> dict[str, list[float]]:
     """Seconds of the forward pass (with the loss), the backward pass and the optimizer
     step, per step after ``warmup`` steps; on CUDA the device is waited for around each
-    part. ``at_warm`` runs once, after the warm-up (a barrier between copies); ``probe``
-    sees every backward pass, warm-up included. ``grads="recorded"``: the gradient-shape
+    part. ``at_warm`` runs once, after the warm-up (a barrier between copies); ``observer``
+    sees every backward pass, warm-up included. ``grads="recorded"``: the recorded-gradient
     mode's surrogate step over one recorded gradient, no optimizer step. ``between_s``:
     what the worker does between two steps (the next batch, the loss read back, the
     gradient's health norm), which is no part of a device's profile but is of the host's
@@ -175,8 +180,8 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
     if grads == "recorded":
         x, y = next(batches)
         x, y = x.to(device), y.to(device)
-        rec = recorded.record(job.model, lambda: _loss(job.model, x, y, job.data.kind))
-        recorded.install(job.model, rec)
+        rec = recorded_gradient.record(job.model, lambda: _loss(job.model, x, y, job.data.kind))
+        recorded_gradient.install(job.model, rec)
     for i in range(steps + warmup):
         if i == warmup and at_warm is not None:
             at_warm()
@@ -194,13 +199,13 @@ def time_steps(job: Job, steps: int, device: torch.device | None = None, *,
         loss = job.model() if rec is not None else _loss(job.model, x, y, job.data.kind)
         sync()
         t1 = time.perf_counter()
-        if probe is not None:
-            probe.begin()
+        if observer is not None:
+            observer.begin()
         loss.backward()
         sync()
         t2 = time.perf_counter()
-        if probe is not None:
-            probe.end()
+        if observer is not None:
+            observer.end()
         if rec is None:
             job.opt.step()
         sync()
@@ -232,7 +237,7 @@ def gradient(model: torch.nn.Module) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m workloads.pace_probe")
+    p = argparse.ArgumentParser(prog="python -m workloads.host_timing")
     p.add_argument("--model", required=True)
     p.add_argument("--dataset", required=True)
     p.add_argument("--batch-size", type=int, required=True)
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--world", type=int, default=2, help="payloads decoded by gathered levels")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--grads", choices=recorded.MODES, default="real")
+    p.add_argument("--grads", choices=recorded_gradient.MODES, default="real")
     p.add_argument("--barrier", action="store_true",
                    help="after the warm-up print 'ready' and wait for a line on stdin, so "
                         "copies started together time their steps together")

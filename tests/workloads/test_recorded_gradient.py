@@ -1,4 +1,4 @@
-"""The gradient-shape mode (``workloads.recorded``, the worker's ``--grads recorded``).
+"""The recorded-gradient mode (``workloads.recorded_gradient``, the worker's ``--grads recorded``).
 
 * the surrogate hands autograd exactly the recorded gradient, in the real backward's order;
 * with two real gloo ranks on loopback (spawned processes, as
@@ -24,7 +24,7 @@ from netsenseml import lifecycle
 from testbed.common.ports import free_port
 from tests.workloads.paper_models import MODELS, ddp_steps, loss
 from tests.workloads.ranks import outputs, read_log, run_ranks
-from workloads import recorded
+from workloads import recorded_gradient
 from workloads.models import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,10 +62,10 @@ def test_surrogate_gradient_is_the_recorded_one_in_the_real_order():
     torch.manual_seed(0)
     model = build_model("resnet18-imagenet", input_shape=(3, 32, 32), num_classes=10, width=4)
     x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
-    rec = recorded.record(model, lambda: loss(model, x, y))
+    rec = recorded_gradient.record(model, lambda: loss(model, x, y))
     assert sorted(rec.order) == list(range(len(rec.params)))
     assert rec.order[0] == len(rec.params) - 1  # the head's bias is ready first
-    recorded.install(model, rec)
+    recorded_gradient.install(model, rec)
     order: list[int] = []
     index = {id(p): i for i, p in enumerate(rec.params)}
     for p in rec.params:

@@ -1,6 +1,11 @@
-"""The registration probe of ``netsenseml``: each level's codec time, the latency and the
-bandwidth, measured once before training on every rank and agreed as their mean (the
-policy's first decision comes from it; ``netsenseml.hooks``'s module docstring).
+"""The registration calibration of ``netsenseml``: each level's codec time, the latency and
+the bandwidth, measured once before training on every rank and agreed as their mean, the
+policy's :class:`~netsenseml.policy.Calibration` (its first decision comes from it;
+``netsenseml.hooks``'s module docstring).
+
+Named for what it returns, not "probe": in this library a probe is the policy's one-step
+try of another level (``netsenseml.policy.Prober``, the paper's word), and the RTT probe is
+the hooks' tiny collective for the monitor's min RTT (BBR's word).
 """
 
 from __future__ import annotations
@@ -52,14 +57,14 @@ def _timed_allgather(t: torch.Tensor, group: Any, world: int) -> float:
 
 
 def _codec_times(state: NetSenseState, levels: tuple[str, ...], numel: int, device: torch.device,
-                 probe_ratio: float) -> list[float]:
+                 ratio: float) -> list[float]:
     """Each level's codec seconds on a random gradient-sized tensor (top-k at
-    ``probe_ratio``), after a warm-up on a small slice; an emulated accelerator's profile
+    ``ratio``), after a warm-up on a small slice; an emulated accelerator's profile
     instead of the host where there is one."""
     x = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
     topk = state.codecs.ladder["topk"]
     topk_ratio = topk.ratio  # type: ignore[attr-defined]
-    topk.ratio = probe_ratio  # type: ignore[attr-defined]
+    topk.ratio = ratio  # type: ignore[attr-defined]
     codec = []
     for level in levels:
         if state.pacer is not None:  # an emulated accelerator: its codec, not the host's
@@ -72,25 +77,25 @@ def _codec_times(state: NetSenseState, levels: tuple[str, ...], numel: int, devi
     return codec
 
 
-def probe_network(
+def measure_calibration(
     state: NetSenseState,
     numel: int,
     device: torch.device,
-    probe_bytes: int = 1 << 20,
-    probe_ratio: float = 0.01,
+    calibration_bytes: int = 1 << 20,
+    calibration_ratio: float = 0.01,
     latency_repeats: int = 3,
     min_transfer_fraction: float = 0.1,
     bandwidth_repeats: int = 3,
 ) -> Calibration:
-    """The registration probe of ``netsenseml`` (module docstring) for a gradient of
+    """The registration calibration of ``netsenseml`` (module docstring) for a gradient of
     ``numel`` elements on ``device``; collective, run once.
 
     Codec times: each level of the ladder on a random tensor of the gradient's size (top-k
-    at ``probe_ratio``), decoding ``world`` payloads for the gathered levels, after a
+    at ``calibration_ratio``), decoding ``world`` payloads for the gathered levels, after a
     warm-up on a small slice. Latency: the fastest of ``latency_repeats`` one-element
     allreduces, and of as many one-byte all-gathers (the fixed cost of the gathered levels).
     Bandwidth: the fastest of ``bandwidth_repeats`` fp32 allreduces of ``min(gradient,
-    probe_bytes)`` bytes, each after a one-element allreduce that lines the ranks up; its
+    calibration_bytes)`` bytes, each after a one-element allreduce that lines the ranks up; its
     time beyond the latency (at least ``min_transfer_fraction`` of it) per byte. All ranks
     then allreduce their values and use the mean, so they start from the same decision.
 
@@ -106,12 +111,12 @@ def probe_network(
     world, group = state.world_size, state.process_group
     assert state.policy is not None
     half = state.policy.half_level
-    codec = _codec_times(state, (half, "int8", "topk"), numel, device, probe_ratio)
+    codec = _codec_times(state, (half, "int8", "topk"), numel, device, calibration_ratio)
     one = torch.zeros(1, device=device)
     latency = min(_timed_allreduce(one, group) for _ in range(latency_repeats))
     byte = torch.zeros(1, dtype=torch.uint8, device=device)  # top-k / int8 payloads are bytes
     gather_latency = min(_timed_allgather(byte, group, world) for _ in range(latency_repeats))
-    n = max(1, min(numel, probe_bytes // 4))
+    n = max(1, min(numel, calibration_bytes // 4))
     big = torch.zeros(n, device=device)
     timings = []
     for _ in range(max(1, bandwidth_repeats)):

@@ -1,4 +1,9 @@
-"""The run folder's records: worker JSONL -> steps.csv rows and the metrics in summary.json.
+"""The workers' records as the orchestrator reads them (their format: ``workloads.records``):
+worker JSONL -> steps.csv rows and the metrics in summary.json; the last step or summary
+record of a rank, while it runs.
+
+Named for what it reads (issue 51): it was ``run_records``, which read as the run folder's
+files; the folder is ``testbed.orchestration.rundir``'s, which writes what is computed here.
 
 Layout (DESIGN.md, "The run folder")::
 

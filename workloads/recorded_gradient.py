@@ -1,4 +1,4 @@
-"""The gradient-shape mode (``--grads recorded``): throughput runs without the host's backward.
+"""The recorded-gradient mode (``--grads recorded``): throughput runs without the host's backward.
 
 Why: under the emulated accelerator (``netsenseml.accelerator``) a step's compute is held to
 a profile, so for throughput the host's forward and backward only have to produce the
@@ -24,7 +24,7 @@ The surrogate adds the parameters' terms in the reverse of the order their gradi
 ready in the real backward (recorded with post-accumulate-grad hooks): autograd runs the
 term added last first, so the gradients arrive in the real order and DDP rebuilds its
 buckets (after the first synced step) as a real run does -- the same buckets, so the same
-bytes per bucket (``tests/workloads/test_recorded.py``: a recorded step's ``bytes_sent``
+bytes per bucket (``tests/workloads/test_recorded_gradient.py``: a recorded step's ``bytes_sent``
 equals a real step's, per method).
 
 Cost on the host per step: one dot product per parameter (forward) and one multiply-write
