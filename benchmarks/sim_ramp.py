@@ -25,8 +25,9 @@ against the run per window: both throughputs, the error (windows both cover at l
 of), and for the adaptive methods the share of the time on which the simulated level equals
 the emulated one (issue 52's target: >= 90 % of the ramp's time); beside them the committed
 prediction's throughput (``--prediction``) where it has that model, method and window.
-``--out`` writes ``ramp-validation.csv`` / ``.md``. ``testbed/simulation/paced_ramp.py`` has
-the windows, tracks and shares.
+``--out`` writes ``ramp-validation.csv`` / ``.md``. ``testbed/analysis/ramp.py`` has the
+windows, tracks and throughput per window (the report's ramp figure reads runs with it),
+``testbed/simulation/paced_ramp.py`` the simulated track and the levels' agreement.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netsenseml import methods  # noqa: E402
+from testbed.analysis import ramp  # noqa: E402
 from testbed.common.files import atomic_write_text  # noqa: E402
 from testbed.common.provenance import git_commit  # noqa: E402
 from testbed.simulation import paced  # noqa: E402
@@ -94,12 +96,12 @@ def prediction_rows(job: paced.PacedJob, res: paced.PacedResult,
     """Per window: samples/s, cover, the level held longest; and the level segments."""
     track = pr.simulated_track(job, res)
     rows = []
-    for w in pr.windows(timeline):
+    for w in ramp.windows(timeline):
         a, b = w.bounds(track.end_s)
         if b <= a:
             continue
-        thr, cover = pr.throughput(track, a, b)
-        dom = pr.dominant_level(track, a, b)
+        thr, cover = ramp.throughput(track, a, b)
+        dom = ramp.dominant_level(track, a, b)
         rows.append({"model": job.model, "method": job.method, "k": round(job.dilation, 3),
                      "window": w.label, "start_s": a, "end_s": round(b, 3),
                      "streams": w.streams, "samples_per_s": None if thr is None else round(thr, 2),
@@ -107,7 +109,7 @@ def prediction_rows(job: paced.PacedJob, res: paced.PacedResult,
                      "level_share": round(dom[1], 4) if dom else None})
     levels = ([{"model": job.model, "method": job.method, "start_s": round(a, 4),
                 "end_s": round(b, 4), "level": lv, "wire": methods.parse(lv).wire}
-               for a, b, lv in pr.level_segments(track)]
+               for a, b, lv in ramp.level_segments(track)]
               if job.method in paced.SIMULATED else [])
     return rows, levels
 

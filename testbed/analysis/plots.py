@@ -5,8 +5,9 @@ contract: name, title, caption, the runs it needs, how it draws); this module dr
 registered figure the results support, saves it (PNG + PDF), and writes the tables as CSV
 (runs.csv, throughput.csv, tta.csv, speedup.csv with the oracle and ideal rows, ideal.csv,
 crossover.csv, ideal_vs_fixed.csv, static_vs_oracle.csv (NetSenseML trained to the target at
-static rates against the best fixed level's projected time there), and timeline.csv: the adaptation timeline's runs step by
-step, testbed.analysis.timeline_csv). A table with no rows is not
+static rates against the best fixed level's projected time there), ramp.csv (a congestion
+ramp's throughput and level per window of constant streams, testbed.analysis.ramp), and
+timeline.csv: the adaptation timeline's runs step by step, testbed.analysis.timeline_csv). A table with no rows is not
 written (and an older copy of it in the same folder is removed): a header-only file says
 nothing (``skipped.csv`` says which were not made and why). Every run folder can be plotted on its own (``netsense plot results/smoke/<run>``):
 it gets the figures one run can show (its accuracy curve and its timeline).
@@ -72,6 +73,7 @@ def tables_of(res: Results, inp: Inputs | None = None) -> dict[str, pd.DataFrame
         "crossover.csv": res.crossover()[0],
         "ideal_vs_fixed.csv": tables.ideal_vs_fixed(inp.speedup),
         "static_vs_oracle.csv": res.static_vs_oracle(),
+        "ramp.csv": res.ramp(),
     }
 
 

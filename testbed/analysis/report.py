@@ -37,7 +37,7 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from testbed.analysis import ab_stats as stats_ab
-from testbed.analysis import loading, plots, sensing, tables
+from testbed.analysis import loading, plots, ramp, sensing, tables
 from testbed.analysis.figures import registry as figure_registry
 from testbed.analysis.results import Results
 from testbed.common import bounded, files, names
@@ -235,11 +235,12 @@ def _coarse_note(coarse: pd.DataFrame) -> str:
             "happened. Evaluate more often (workload.eval_every) or set a higher "
             "target_accuracy to measure it. ")
 def _extra_tables(res: Results, sp: pd.DataFrame) -> list[dict[str, Any]]:
-    """The ideal schedule against the best fixed method, the crossover, runs above the
-    faithful range, experiments whose TTA does not measure convergence, and what the
-    speedup table left out: each only when there is something to show."""
+    """The ideal schedule against the best fixed method, the crossover, NetSenseML at static
+    rates, the congestion ramp per window, runs above the faithful range, experiments whose
+    TTA does not measure convergence, and what the speedup table left out: each only when
+    there is something to show."""
     sections = (_ideal_section(sp), _crossover_section(res), _static_section(res),
-                _warnings_section(res.runs), _left_out_section(sp))
+                _ramp_section(res), _warnings_section(res.runs), _left_out_section(sp))
     return [s for s in sections if s is not None]
 
 
@@ -294,6 +295,30 @@ def _static_section(res: Results) -> dict[str, Any] | None:
                 Col("netsenseml_tta_s", "NetSenseML TTA (s)", "f1"),
                 Col("x_oracle", "x best fixed"),
                 Col("netsenseml_levels", "NetSenseML's levels")])}
+
+
+def _ramp_section(res: Results) -> dict[str, Any] | None:
+    rt = res.ramp()
+    if rt.empty:
+        return None
+    return {"title": "Congestion ramp: throughput and level per window of constant streams",
+            "note": "Per window of the ramp's timeline (idle, each stream count, the pauses, "
+            "after): global samples/s over the window (a step's samples spread over its "
+            "span), mean and half-width of the 95 % t-interval over the seeds that cover at "
+            f"least {ramp.MIN_COVER:.0%} of it (– with one seed); for an adaptive method "
+            "the level held longest over their time in the window and its share "
+            "(testbed/analysis/ramp.py; ramp.csv). Times: seconds since rank 0's first "
+            "training step, virtual where the runs are dilated.",
+            "html": html_table(rt, [
+                Col("experiment", "experiment"), Col("rate_mbit", "rate (Mbit/s)", "f1"),
+                Col("method", "method"), Col("label", "window"),
+                Col("streams", "streams", "int"), Col("start_s", "from (s)", "f3"),
+                Col("end_s", "to (s)", "f3"), Col("throughput_mean", "throughput (samples/s)",
+                                                  "f1"),
+                Col("throughput_ci95", "± 95 % CI (samples/s)", "f1"),
+                Col("seeds", "seeds counted", "int"), Col("seeds_total", "of seeds", "int"),
+                Col("level", "level held longest"),
+                Col("level_share", "its share of the time", "f2")])}
 
 
 def _warnings_section(runs: pd.DataFrame) -> dict[str, Any] | None:

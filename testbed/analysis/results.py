@@ -6,7 +6,7 @@ every figure that needed them. :class:`Results` reads the tree once
 (``loading.load_all``: the one run reader), holds the runs and steps tables and the loaded
 folders (``folders``: each run's config, summary, events, bottleneck ... read once, where
 the tables, figures and report take them from), and builds each derived table on first use
-(``speedup``, ``ideal``, ``crossover``, ``static_vs_oracle``).
+(``speedup``, ``ideal``, ``crossover``, ``static_vs_oracle``, ``ramp``).
 
 The stages hand each other data, Pantheon-style: parse (``loading``: folders -> RunData),
 tables (``tables``, ``ideal``: RunData -> frames), plot (``plots``, ``figures``), report
@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from testbed.analysis import ideal, loading, tables
+from testbed.analysis import ideal, loading, ramp, tables
 
 
 @dataclass
@@ -119,6 +119,10 @@ class Results:
 
     def tta(self) -> pd.DataFrame:
         return self._once("tta", lambda: tables.tta_table(self.runs))
+
+    def ramp(self) -> pd.DataFrame:
+        """Throughput and level per window of a congestion ramp (``ramp.ramp_table``)."""
+        return self._once("ramp", lambda: ramp.ramp_table(self.folders, self.runs))
 
 
 def load(root: Path, *, include_degraded: bool = False) -> Results:

@@ -6,17 +6,12 @@ A ramp is a timeline of cross traffic (``cross_start`` / ``cross_stop``: the pap
 (its ``steps.csv`` ``t`` and ``events.csv`` share that clock) as in the simulation (the
 paced controller starts the cross flows from the first step's end).
 
-Both sides are read as a **track**: one entry a step after the first, its end on that
-clock, its samples (all ranks') and its level. A step occupies the time from the previous
-step's end to its own, its samples spread evenly over it, so a window's throughput is the
-samples that fell into it over its length (a step longer than a window -- allreduce under
-50 streams -- counts in every window it spans, in proportion), and a level holds from the
-step's start to its end. On these:
+Both sides are read as a **track** (``testbed.analysis.ramp``, which the report's ramp
+figure and table read the run folders with too: the windows of constant streams, a track's
+steps, its throughput and levels per window): one entry a step after the first, its end on
+that clock, its samples (all ranks') and its level. Here:
 
-* :func:`windows`: the timeline cut where the number of streams changes (``idle`` before
-  the first, ``pause`` between, the tail after the last stop);
-* :func:`throughput`: samples/s of a track in a window, and the share of the window the
-  track covers (a run that stopped early covers its later windows in part or not at all);
+* :func:`simulated_track`: the simulation's steps as a track on the same clock;
 * :func:`level_share`: the share of a span on which two tracks' levels are the same (the
   level, and a top-k ratio within ``paced_validation.RATIO_TOL``) -- the issue's target:
   NetSenseML's simulated level equals the emulated one on >= 90 % of the ramp's time.
@@ -29,114 +24,22 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from testbed.analysis import loading, ramp
+from testbed.analysis.ramp import MIN_COVER, Step, Track, Window, throughput, track_of, windows
 from testbed.simulation import paced
 from testbed.simulation import paced_validation as pv
 
-#: A window counts where both tracks cover at least this share of it.
-MIN_COVER = 0.5
 #: The issue's target: the simulated level equals the emulated one on this share of time.
 LEVEL_TARGET = 0.9
 
 
-@dataclass(frozen=True)
-class Window:
-    """A span of the timeline with one number of streams (``end_s`` None: to the end)."""
-
-    start_s: float
-    end_s: float | None
-    streams: int
-    label: str
-
-    def bounds(self, end_s: float) -> tuple[float, float]:
-        return self.start_s, end_s if self.end_s is None else min(self.end_s, end_s)
-
-
-def windows(timeline: list[dict[str, Any]]) -> list[Window]:
-    """The timeline's cross traffic as spans of a constant stream count: from 0 to the first
-    event, between events, and after the last (to the end); ``idle`` before the first
-    stream, ``pause`` between streams, ``after`` past the last; streams of concurrent
-    starts add up. ValueError for an event other than ``cross_start`` / ``cross_stop``."""
-    other = {ev.get("kind") for ev in timeline} - {"cross_start", "cross_stop"}
-    if other:
-        raise ValueError(f"timeline events {sorted(other)}: a ramp is cross_start/cross_stop")
-    active: dict[str, int] = {}
-    cuts: list[tuple[float, int]] = []  # (time, streams from then on)
-    for ev in sorted(timeline, key=lambda e: float(e["at_s"])):
-        if ev["kind"] == "cross_start":
-            active[ev["id"]] = int(ev.get("streams") or 1)
-        else:
-            active.pop(ev.get("id"), None)
-        t, n = float(ev["at_s"]), sum(active.values())
-        cuts = [c for c in cuts if c[0] != t] + [(t, n)]
-    out: list[Window] = []
-    start, streams = 0.0, 0
-    for t, n in cuts:
-        if n == streams:
-            continue
-        if t > start:
-            out.append(Window(start, t, streams, ""))
-        start, streams = t, n
-    out.append(Window(start, None, streams, ""))
-    seen = False
-    labelled = []
-    for w in out:
-        if w.streams:
-            seen = True
-            label = f"{w.streams} streams"
-        else:
-            label = "after" if w.end_s is None and seen else ("pause" if seen else "idle")
-        labelled.append(Window(w.start_s, w.end_s, w.streams, label))
-    return labelled
-
-
-# ----------------------------------------------------------------------------- tracks
-@dataclass(frozen=True)
-class Step:
-    end_s: float  # on the timeline's clock (0: the first step's end)
-    samples: float
-    level: str
-    ratio: float
-
-
-@dataclass
-class Track:
-    """Steps after the first, in order; the first one's end is the clock's 0."""
-
-    steps: list[Step] = field(default_factory=list)
-
-    @property
-    def end_s(self) -> float:
-        return self.steps[-1].end_s if self.steps else 0.0
-
-    def spans(self) -> list[tuple[float, float, Step]]:
-        """Each step's (start, end, step): from the previous step's end to its own."""
-        out, prev = [], 0.0
-        for s in self.steps:
-            out.append((prev, s.end_s, s))
-            prev = s.end_s
-        return out
-
-
 def emulated_track(run: Path) -> Track:
-    """Rank 0's steps of the run folder on the timeline's clock (``steps.csv``: ``t`` is a
-    step's end; ``samples`` all ranks' samples of the step)."""
-    rows = pv.rank0_steps(run)
-    if not rows:
-        return Track()
-    origin = float(rows[0]["t"])
-    return Track([Step(float(r["t"]) - origin, float(r["samples"]), r.get("level") or "",
-                       _ratio(r.get("ratio"))) for r in rows[1:]])
-
-
-def _ratio(text: str | None) -> float:
-    try:
-        return float(text) if text not in (None, "") else 1.0
-    except ValueError:
-        return 1.0
+    """Rank 0's steps of the run folder on the timeline's clock, as the run reader loads
+    them (``ramp.track_of``)."""
+    return track_of(loading.folder_of(run).steps)
 
 
 def simulated_track(job: paced.PacedJob, res: paced.PacedResult) -> Track:
@@ -148,21 +51,6 @@ def simulated_track(job: paced.PacedJob, res: paced.PacedResult) -> Track:
     samples = float(job.batch_size * job.workers)
     return Track([Step(s.t + s.step_s - origin, samples, s.level, s.ratio)
                   for s in res.steps[1:]])
-
-
-def throughput(track: Track, start: float, end: float) -> tuple[float | None, float]:
-    """Samples/s of ``track`` between ``start`` and ``end`` (over the part the track
-    covers), and the share of the span it covers; (None, share) where it covers none."""
-    lo, hi = max(start, 0.0), min(end, track.end_s)
-    cover = max(0.0, hi - lo) / (end - start) if end > start else 0.0
-    if hi <= lo:
-        return None, cover
-    samples = 0.0
-    for a, b, s in track.spans():
-        overlap = min(b, hi) - max(a, lo)
-        if overlap > 0 and b > a:
-            samples += s.samples * overlap / (b - a)
-    return samples / (hi - lo), cover
 
 
 def same_level(a: Step, b: Step) -> bool:
@@ -192,38 +80,6 @@ def level_share(a: Track, b: Track, start: float = 0.0, end: float | None = None
         else:
             j += 1
     return same / (hi - lo)
-
-
-def dominant_level(track: Track, start: float, end: float) -> tuple[str, float] | None:
-    """The level ``track`` held longest between ``start`` and ``end`` (``topk:RATIO`` for
-    top-k) and the share of the covered span it held; None where the track covers none."""
-    held: dict[str, float] = {}
-    lo, hi = max(start, 0.0), min(end, track.end_s)
-    for a, b, s in track.spans():
-        overlap = min(b, hi) - max(a, lo)
-        if overlap > 0:
-            key = level_name(s)
-            held[key] = held.get(key, 0.0) + overlap
-    if not held:
-        return None
-    key = max(held, key=lambda k: held[k])
-    return key, held[key] / sum(held.values())
-
-
-def level_name(s: Step) -> str:
-    return str(paced.level_method(s.level, s.ratio))
-
-
-def level_segments(track: Track) -> list[tuple[float, float, str]]:
-    """The track's levels as (start, end, level) spans, consecutive equal levels merged."""
-    out: list[tuple[float, float, str]] = []
-    for a, b, s in track.spans():
-        name = level_name(s)
-        if out and out[-1][2] == name:
-            out[-1] = (out[-1][0], b, name)
-        else:
-            out.append((a, b, name))
-    return out
 
 
 # ----------------------------------------------------------------------------- a run against it
@@ -272,12 +128,11 @@ class RunComparison:
 
 
 def is_ramp(run: Path) -> bool:
-    """Whether the run folder's scenario has a timeline of cross traffic only."""
+    """Whether the run folder's scenario is a ramp (``ramp.is_ramp``: cross traffic only, on
+    the clock of the first step)."""
     try:
-        sc = json.loads((run / "config.json").read_text())["scenario"]
-        tl = sc.get("timeline") or []
-        return bool(tl) and {e.get("kind") for e in tl} <= {"cross_start", "cross_stop"}
-    except (OSError, ValueError, KeyError):
+        return ramp.is_ramp(loading.read_json_file(run / "config.json", required=True))
+    except (OSError, loading.Damaged):
         return False
 
 
@@ -287,9 +142,9 @@ def compare_run(run: Path, label: str, job: paced.PacedJob, res: paced.PacedResu
     """One emulated ramp run against its simulation (``job``, ``res``: from the run's own
     config.json), per window the run reached; ``predicted``: (model, method, window start) -> samples/s of
     a prediction made before the run."""
-    cfg = json.loads((run / "config.json").read_text())
-    wins = windows(cfg["scenario"].get("timeline") or [])
-    emu, sim = emulated_track(run), simulated_track(job, res)
+    folder = loading.folder_of(run)
+    wins = windows(folder.config["scenario"].get("timeline") or [])
+    emu, sim = track_of(folder.steps), simulated_track(job, res)
     adaptive = job.method in paced.SIMULATED
     rows = []
     for w in wins:

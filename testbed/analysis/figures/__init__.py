@@ -97,7 +97,7 @@ class Figure:
 
 
 #: The registered figures' modules, in the report's order.
-MODULES = ("throughput", "accuracy", "timeline", "speedup", "crossover")
+MODULES = ("throughput", "accuracy", "timeline", "ramp", "speedup", "crossover")
 
 
 def registry() -> tuple[Figure, ...]:
