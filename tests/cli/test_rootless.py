@@ -237,8 +237,9 @@ def test_smoke_runs_rootless_as_an_unprivileged_user(user):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
+        # smoke's 3 s of training, not 4: its rate cut (2 s) still lands mid-run
         proc = subprocess.run(user.argv("run", "smoke", "--results", str(home / "results"),
-                                        "--quiet"),
+                                        "--quiet", "--set", "workload.time_limit_s=3"),
                               capture_output=True, text=True, env=user.env, cwd=home,
                               timeout=400, check=False)
     finally:

@@ -1,11 +1,17 @@
 """netsenseml DDP hooks with real gloo process groups on loopback (spawned processes).
 
 One pytest test per world size runs every scenario in the same processes, to pay the
-process start-up (torch import) once. Workers assert; a failing assertion in any rank fails
-the test with that rank's traceback.
+process start-up once. Workers assert; a failing assertion in any rank fails the test with
+that rank's traceback. The serial tests' ranks are forked from the session's pre-imported
+zygote (``zygote``, tests/conftest.py), as the testbed starts its workers: they start in
+milliseconds, not seconds of torch imports per rank on the 2 cores; the one-process world
+spawns its rank.
 """
 
 import os
+import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -348,15 +354,45 @@ def _run(world: int, names: list[str]) -> None:
     mp.spawn(_worker, args=(world, free_port(), names), nprocs=world, join=True)
 
 
+REPO = Path(__file__).resolve().parents[2]
+#: what each forked rank runs (an own job's ``python -c``, workloads.job_runner)
+RANK_CODE = ("import sys; from tests.netsenseml.test_hooks_distributed import _worker; "
+             "_worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(','))")
+
+
+def _run_forked(zygote, tmp: Path, world: int, names: list[str], timeout: float = 120) -> None:
+    """``_run`` with the ranks forked from ``zygote``; a rank that fails fails the test with
+    its log (its traceback), and ranks still running at ``timeout`` are killed by PID."""
+    port, env = free_port(), dict(os.environ, PYTHONPATH=str(REPO))
+    ranks = [zygote.spawn(["-c", RANK_CODE, str(rank), str(world), str(port), ",".join(names)],
+                          env=env, cwd=str(REPO), log=tmp / f"rank{rank}.log", netns_pid=None,
+                          job=True) for rank in range(world)]
+    codes: list[int | None] = []
+    try:
+        for w in ranks:
+            try:
+                codes.append(w.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+    finally:
+        for w in ranks:
+            if w.poll() is None:
+                os.kill(w.pid, signal.SIGKILL)
+                w.wait(timeout=30)
+    logs = "\n".join(f"--- rank {r} (exit {c}) ---\n" + (tmp / f"rank{r}.log").read_text()[-3000:]
+                     for r, c in enumerate(codes))
+    assert codes == [0] * world, logs
+
+
 @SERIAL
-def test_hooks_world2_all_scenarios():
-    _run(2, list(SCENARIOS))
+def test_hooks_world2_all_scenarios(zygote, tmp_path):
+    _run_forked(zygote, tmp_path, 2, list(SCENARIOS))
 
 
 @SERIAL
 @pytest.mark.slow  # 4 ranks on the 2 cores; world 2 runs every scenario in make test
-def test_hooks_world4_core_scenarios():
-    _run(4, ["allreduce", "fp16", "ef", "bytes", "variable_k"])
+def test_hooks_world4_core_scenarios(zygote, tmp_path):
+    _run_forked(zygote, tmp_path, 4, ["allreduce", "fp16", "ef", "bytes", "variable_k"])
 
 
 def test_hooks_world1_single_process_ddp():

@@ -23,8 +23,12 @@ pytestmark = [pytest.mark.emulation, pytest.mark.slow]  # slow: two real arms' r
 def test_ab_smoke_with_a_revision_arm(tmp_path: Path) -> None:
     head = run_ab._git("rev-parse", "HEAD").stdout.strip()
     res = tmp_path / "res"
+    # one second of training per arm (no rate cut: it would come after the end): what is
+    # checked is where the arms' runs go and what they record, not their throughput; the
+    # revision's run gets the same --set (its config.json holds it)
     proc = netsense_proc(["ab", "smoke", "-a", "allreduce", "-a", "allreduce@HEAD",
-                          "--seeds", "0", "-r", str(res)], tmp_path, timeout=600)
+                          "--seeds", "0", "-r", str(res), "--set", "workload.time_limit_s=1",
+                          "--set", "timeline=[]"], tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[1/2] start  allreduce  seed 0" in proc.stdout
     assert "[2/2] ok     allreduce@HEAD  seed 0" in proc.stdout
@@ -37,6 +41,7 @@ def test_ab_smoke_with_a_revision_arm(tmp_path: Path) -> None:
     (rev_run,) = (root / "allreduce-HEAD" / "smoke").iterdir()
     config = json.loads((rev_run / "config.json").read_text())
     assert config["versions"]["git"].startswith(head[:12])
+    assert config["scenario"]["workload"]["time_limit_s"] == 1 and not config["scenario"]["timeline"]
     runs, _ = tables.load_runs(root)
     assert sorted(runs["status"]) == ["ok", "ok"]
     assert not list(root.glob(".rev-*"))

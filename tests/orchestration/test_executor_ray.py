@@ -44,7 +44,7 @@ scenario:
   name: kill-dumbbell
   topology: {kind: dumbbell, n_left: 1, n_right: 1, n_cross: 0, bottleneck_mbit: 100,
              access_mbit: 1000, queue_pkts: 100}
-  workload: {model: mlp, dataset: digits, batch_size: 32, time_limit_s: 6, eval_every: 10,
+  workload: {model: mlp, dataset: digits, batch_size: 32, time_limit_s: 3, eval_every: 10,
              args: {width: 64}}
   methods: [allreduce]
 """
@@ -104,7 +104,9 @@ def test_tiny_sweep_on_ray_matches_local(cluster: LocalRayCluster, tiny_sweep: P
             json.loads((b / "sweep.json").read_text())
         for name in ("summary.json", "config.json"):
             ja, jb = json.loads((a / name).read_text()), json.loads((b / name).read_text())
-            assert sorted(ja) == sorted(jb), name
+            # but warnings: what the host did beside a run (hostload: other work kept the
+            # cores busy, e.g. the other node's run under Ray), not what the executor wrote
+            assert sorted(set(ja) - {"warnings"}) == sorted(set(jb) - {"warnings"}), name
         assert json.loads((b / "summary.json").read_text())["status"] == "ok"
         assert _columns(a / "steps.csv") == _columns(b / "steps.csv")
         assert _columns(a / "events.csv") == _columns(b / "events.csv")
