@@ -16,7 +16,8 @@ gloo rank per worker host (no model: ``torch.distributed.all_reduce`` of an fp32
   calls, the socket toward the rank it sends to): how long the socket was ``busy``,
   ``rwnd_limited`` and ``sndbuf_limited`` over the timed window, and its cwnd/rtt at the end.
 
-``--cc`` sets the hosts' congestion control (else the machine's default is inherited).
+``--cc`` sets the hosts' congestion control (else the machine's default is inherited),
+``--ack-first`` the topology's ``ack_first`` (pure ACKs ahead of data in each host's queue).
 Needs root, mnexec, tc; run it under the heavy-work lock.
 """
 
@@ -133,25 +134,6 @@ def _sockets(text: str) -> dict[str, dict]:
     return out
 
 
-def ack_first_lines(dev: str, rate: float) -> list[str]:
-    """tc lines that split a host end's HTB class 1:1 (``topologies.shaping``) into pure ACKs
-    (IPv4 TCP, under 128 bytes, flags == ACK; prio 0) ahead of everything else (prio 1), both
-    borrowing up to the link rate: the ACKs of the incoming flow no longer wait behind the
-    host's own outgoing data, as behind a flow-fair host qdisc (fq, fq_codel). A mechanism
-    check only: not the project's shaping."""
-    burst = 67050
-    child = f"ceil {rate:g}mbit burst {burst} cburst {burst} quantum 1514"
-    return [
-        f"class add dev {dev} parent 1:1 classid 1:10 htb rate {rate / 10:g}mbit {child} prio 0",
-        f"class add dev {dev} parent 1:1 classid 1:20 htb rate {rate * 0.9:g}mbit {child} prio 1",
-        f"qdisc add dev {dev} parent 1:10 handle 11: pfifo limit 100",
-        f"qdisc add dev {dev} parent 1:20 handle 12: pfifo limit 100",
-        f"filter add dev {dev} parent 1: protocol all prio 2 u32 match u32 0 0 flowid 1:20",
-        f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
-        f"match u16 0x0000 0xff80 at 2 match u8 0x10 0xff at 33 flowid 1:10",
-    ]
-
-
 def _tx_bytes(pid: int, dev: str) -> int:
     for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines():
         line = line.strip()
@@ -165,7 +147,8 @@ def run(rate: float, mb: float, iters: int, cc: str | None, queue: int, workers:
     from testbed.emulation import Emulation
 
     emu = Emulation("star", {"n_workers": workers, "n_cross": 0, "rate_mbit": rate,
-                             "queue_pkts": queue}, congestion_control=cc)
+                             "queue_pkts": queue}, congestion_control=cc,
+                    ack_first=ack_first)
     emu.start()
     samples: list[tuple[float, list[int]]] = []
     stop = threading.Event()
@@ -178,14 +161,6 @@ def run(rate: float, mb: float, iters: int, cc: str | None, queue: int, workers:
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
                 if done.returncode != 0:
                     raise RuntimeError(f"setup {cmd!r} on {h}: {done.stderr.strip()}")
-        if ack_first:
-            for h in hosts:
-                for line in ack_first_lines(emu.intf(h), rate):
-                    done = subprocess.run(["mnexec", "-a", str(emu.host_pid(h)), "tc",
-                                           *line.split()], capture_output=True, text=True,
-                                          timeout=10)
-                    if done.returncode != 0:
-                        raise RuntimeError(f"tc {line} on {h}: {done.stderr.strip()}")
         ends = [(emu.host_pid(h), emu.intf(h)) for h in hosts]
 
         def sample() -> None:
@@ -273,7 +248,7 @@ def main() -> None:
     ap.add_argument("--post", action="append", default=[],
                     help="shell command run in every worker host after the calls; kept")
     ap.add_argument("--ack-first", action="store_true",
-                    help="pure ACKs ahead of data on each host's end (mechanism check)")
+                    help="topology.ack_first: pure ACKs ahead of data in each host's queue")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--label", default="")
     a = ap.parse_args()

@@ -5,7 +5,8 @@
 Two hosts on the project's star (``testbed.emulation.Emulation``, every access link HTB at
 ``--rate`` Mbit/s real): ``one`` is iperf3 w0 -> w1 alone; ``two`` is iperf3 ``--bidir``
 (w0 -> w1 and w1 -> w0 at once), so every shaped queue carries one flow's data and the
-other flow's ACKs -- what each host link of a ring allreduce carries. Prints each flow's
+other flow's ACKs -- what each host link of a ring allreduce carries (``--ack-first``: the
+topology's ``ack_first``, pure ACKs ahead of data in each host's queue). Prints each flow's
 receiver goodput as a share of the rate (one flow of 1448-byte segments reaches ~0.957).
 Needs root, mnexec, tc, iperf3; run it under the heavy-work lock.
 """
@@ -21,11 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def measure(rate: float, cc: str | None, seconds: float, bidir: bool) -> list[float]:
+def measure(rate: float, cc: str | None, seconds: float, bidir: bool,
+            ack_first: bool = False) -> list[float]:
     from testbed.emulation import Emulation
 
     emu = Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": rate},
-                    congestion_control=cc)
+                    congestion_control=cc, ack_first=ack_first)
     emu.start()
     try:
         port = emu.next_port()
@@ -54,10 +56,12 @@ def main() -> None:
     ap.add_argument("--cc", default=None)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--mode", choices=("one", "two", "both"), default="both")
+    ap.add_argument("--ack-first", action="store_true", help="topology.ack_first")
     a = ap.parse_args()
     for mode in (("one", "two") if a.mode == "both" else (a.mode,)):
-        shares = measure(a.rate, a.cc, a.seconds, mode == "two")
-        print(f"rate {a.rate:g} cc {a.cc or 'default'} {mode}: "
+        shares = measure(a.rate, a.cc, a.seconds, mode == "two", a.ack_first)
+        print(f"rate {a.rate:g} cc {a.cc or 'default'}{' ack-first' if a.ack_first else ''} "
+              f"{mode}: "
               + " ".join(f"{s:.3f}" for s in shares), flush=True)
 
 
