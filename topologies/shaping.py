@@ -95,7 +95,7 @@ def ack_first_lines(dev: str, queue_pkts: int) -> list[str]:
     an incoming transfer is served ahead of a bulk flow's backlog); one pfifo makes those
     ACKs wait behind the host's own outgoing data, which at tens of Mbit/s is 10-30 ms, and
     BBR, whose window is the path's min RTT (~10 us on veth) times the rate plus a small
-    allowance, then sits window-limited below the link (``results/ring-loss.md``). This
+    allowance, then sits window-limited below the link (``results/simulation/ring-loss.md``). This
     kernel has no fq or fq_codel, so the priority is HTB's own (a u32 filter).
     """
     if queue_pkts < 1:

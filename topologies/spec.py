@@ -159,7 +159,7 @@ class ShapedParams(TopologyParams):
     congestion_control: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]{0,15}$")
     """TCP congestion control of every emulated host (net.ipv4.tcp_congestion_control in its namespace; the workers' and the iperf3 flows'), one of what the kernel allows a namespace (net.ipv4.tcp_allowed_congestion_control, e.g. reno, bbr); none: the host machine's default, which a new namespace inherits. Default none."""
     ack_first: bool = Field(False)
-    """Pure TCP ACKs ahead of data in every emulated host's own queue (its end of its access link), as a flow-fair host qdisc (fq, fq_codel) serves them; false: one FIFO, ACKs behind the host's outgoing data (10-30 ms at tens of Mbit/s, which leaves BBR window-limited: results/ring-loss.md). Default false."""
+    """Pure TCP ACKs ahead of data in every emulated host's own queue (its end of its access link), as a flow-fair host qdisc (fq, fq_codel) serves them; false: one FIFO, ACKs behind the host's outgoing data (10-30 ms at tens of Mbit/s, which leaves BBR window-limited: results/simulation/ring-loss.md). Default false."""
 
 
 def fields_of(params: type) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Two opposite TCP flows through the same shaped links (each host's queue carries 
 data and the ACKs of the flow it receives) under BBR: with one FIFO per host the ACKs wait
 behind the host's outgoing data (10-30 ms at tens of Mbit/s) and BBR, whose window is the
 path's min RTT (~10 us on veth) times the rate plus a small allowance, stays window-limited
-below the link: 0.83-0.92 of the rate at 33 Mbit/s, 0.90 at 100 (results/ring-loss.md).
+below the link: 0.83-0.92 of the rate at 33 Mbit/s, 0.90 at 100 (results/simulation/ring-loss.md).
 With ACKs first both flows keep what one flow alone gets (~0.955: headers).
 """
 
