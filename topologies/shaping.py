@@ -78,6 +78,43 @@ def shape_lines(dev: str, rate_mbit: float, queue_pkts: int, delay_ms=None, jitt
     return lines
 
 
+#: Ceiling of the two classes ``ack_first_lines`` adds below class 1:1: above any link rate
+#: (``topologies.spec``: at most 100000 Mbit/s), so their parent alone sets the rate, also
+#: after `tc class change` moved it.
+_CHILD_CEIL_MBIT = 100000
+
+
+def ack_first_lines(dev: str, queue_pkts: int) -> list[str]:
+    """tc lines that put pure TCP ACKs ahead of everything else in an existing tree
+    (``shape_lines`` without netem) on ``dev``: class 1:1 gets two children, 1:10 (prio 0)
+    for IPv4 TCP packets under 128 bytes whose flags are ACK alone, 1:20 (prio 1) for the
+    rest, each with its own pfifo of ``queue_pkts``; both borrow everything from 1:1 (a
+    token rate of 8 kbit of their own), ACKs first.
+
+    Why: a real host's queue is flow-fair (fq, fq_codel: a sparse flow such as the ACKs of
+    an incoming transfer is served ahead of a bulk flow's backlog); one pfifo makes those
+    ACKs wait behind the host's own outgoing data, which at tens of Mbit/s is 10-30 ms, and
+    BBR, whose window is the path's min RTT (~10 us on veth) times the rate plus a small
+    allowance, then sits window-limited below the link (``results/simulation/ring-loss.md``). This
+    kernel has no fq or fq_codel, so the priority is HTB's own (a u32 filter).
+    """
+    if queue_pkts < 1:
+        raise ValueError(f"queue_pkts: must be >= 1, got {queue_pkts!r}")
+    burst = burst_bytes(_CHILD_CEIL_MBIT / 1000)  # one GSO segment plus a frame
+    child = (f"rate 8kbit ceil {_CHILD_CEIL_MBIT}mbit burst {burst} cburst {burst} "
+             f"quantum {MTU_FRAME}")
+    return [
+        f"class add dev {dev} parent 1:1 classid 1:10 htb {child} prio 0",
+        f"class add dev {dev} parent 1:1 classid 1:20 htb {child} prio 1",
+        f"qdisc add dev {dev} parent 1:10 handle 11: pfifo limit {queue_pkts}",
+        f"qdisc add dev {dev} parent 1:20 handle 12: pfifo limit {queue_pkts}",
+        f"filter add dev {dev} parent 1: protocol all prio 2 u32 match u32 0 0 flowid 1:20",
+        # IPv4 (no options: the TCP flags are byte 33), TCP, total length < 128, flags == ACK
+        f"filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff "
+        f"match u16 0x0000 0xff80 at 2 match u8 0x10 0xff at 33 flowid 1:10",
+    ]
+
+
 def change_rate_line(dev: str, rate_mbit: float) -> str:
     """tc argument line that changes the rate of an existing tree in place."""
     if rate_mbit <= 0:

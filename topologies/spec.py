@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - `mn --custom` under a Python without p
 #: Fields of a ``Params`` model that are no ``build()`` argument: settings of the emulated
 #: hosts' network namespaces, applied by the emulation once the hosts exist
 #: (``testbed.emulation.Emulation``), never by a topology's ``build()``.
-NAMESPACE_FIELDS = ("congestion_control",)
+NAMESPACE_FIELDS = ("congestion_control", "ack_first")
 
 #: Link impairments that need the kernel's sch_netem (``topologies.shaping``); a topology
 #: that declares them gets a netem leaf only for values that are set (not None, not 0).
@@ -158,6 +158,8 @@ class ShapedParams(TopologyParams):
     """Random loss on every shaped link, percent (needs sch_netem). Default 0."""
     congestion_control: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]{0,15}$")
     """TCP congestion control of every emulated host (net.ipv4.tcp_congestion_control in its namespace; the workers' and the iperf3 flows'), one of what the kernel allows a namespace (net.ipv4.tcp_allowed_congestion_control, e.g. reno, bbr); none: the host machine's default, which a new namespace inherits. Default none."""
+    ack_first: bool = Field(False)
+    """Pure TCP ACKs ahead of data in every emulated host's own queue (its end of its access link), as a flow-fair host qdisc (fq, fq_codel) serves them; false: one FIFO, ACKs behind the host's outgoing data (10-30 ms at tens of Mbit/s, which leaves BBR window-limited: results/simulation/ring-loss.md). Default false."""
 
 
 def fields_of(params: type) -> dict[str, Any]:

@@ -554,6 +554,9 @@ class Scenario(StrictModel):
             raise ValueError("topology.congestion_control: real hosts keep their own TCP (set "
                              "net.ipv4.tcp_congestion_control on each machine); it applies to "
                              "emulated hosts only")
+        if getattr(self.topology, "ack_first", False) and real_hosts:
+            raise ValueError("topology.ack_first: real hosts keep their own qdiscs; it applies "
+                             "to emulated hosts only")
         if (impaired or cc is not None) and not (info.context or {}).get("skip_kernel_checks"):
             from testbed.emulation import kernel
 

@@ -116,11 +116,13 @@ class Emulation:
     """A Mininet network of one topology with per-run prefixed names (see module doc)."""
 
     def __init__(self, topology: str, params: dict | None = None, prefix: str | None = None,
-                 state_dir: Path | None = None, congestion_control: str | None = None) -> None:
+                 state_dir: Path | None = None, congestion_control: str | None = None,
+                 ack_first: bool = False) -> None:
         cls = topo_class(topology)
         params = dict(params or {})
-        # A namespace setting, not a build() argument (topologies.spec.NAMESPACE_FIELDS).
+        # Namespace settings, not build() arguments (topologies.spec.NAMESPACE_FIELDS).
         congestion_control = params.pop("congestion_control", None) or congestion_control
+        ack_first = bool(params.pop("ack_first", False) or ack_first)
         if congestion_control is not None:
             why = kernel.congestion_control_error(congestion_control)
             if why:
@@ -137,6 +139,8 @@ class Emulation:
         #: TCP congestion control set in every host's namespace by start() (None: the
         #: machine's default, inherited); what the hosts then use: ``congestion_controls``
         self.congestion_control = congestion_control
+        #: pure ACKs ahead of data in every host's own end of its links (``_set_ack_first``)
+        self.ack_first = ack_first
         self.state_dir = Path(state_dir) if state_dir else leftovers.default_state_dir()
         self.prefix = prefix or new_prefix(self.state_dir)
         # The registry exists before the topology's build() runs: a plug-in's build() may
@@ -210,6 +214,7 @@ class Emulation:
             self._index_links()
             self._isolate_resolver()
             self._set_congestion_control()
+            self._set_ack_first()
             self._after_build()
         except BaseException:
             self.stop()
@@ -245,6 +250,31 @@ class Emulation:
             if done.returncode != 0:
                 raise EmulationError(f"congestion_control {self.congestion_control} on "
                                      f"{host.name}: {done.stderr.strip() or done.returncode}")
+
+    def _set_ack_first(self) -> None:
+        """Pure TCP ACKs ahead of data on every host's own end of its shaped links
+        (``topologies.shaping.ack_first_lines``), as a real host's flow-fair qdisc serves
+        them; the switches' and routers' ends keep one FIFO (a switch port's queue). Links
+        with netem keep their tree (the split needs the pfifo leaf)."""
+        if not self.ack_first:
+            return
+        hosts = {self._node(h).pid for h in self.worker_hosts + self.cross_hosts}
+        batches = []
+        for name, ends in self._link_ends.items():
+            info = self.topo.named_links[name]
+            if info.rate_mbit is None or any(self.params.get(k) for k in IMPAIRMENT_FIELDS):
+                continue
+            for dev, pid in ends:
+                if pid in hosts:
+                    batches.append((shaping.ack_first_lines(dev, info.queue_pkts), pid))
+        procs = [self._tc_batch(lines, pid) for lines, pid in batches]
+        errors = []
+        for p in procs:
+            _, err = p.communicate(timeout=10)
+            if p.returncode != 0:
+                errors.append(err.strip())
+        if errors:
+            raise EmulationError(f"ack_first: {'; '.join(errors)}")
 
     def congestion_controls(self) -> dict[str, str]:
         """Each namespaced host's TCP congestion control as its kernel reports it, by

@@ -141,7 +141,8 @@ class _Run(RunLifecycle):
         self.progress.update("building network", force=True)
         topo = self.scn.topology
         self.emu = Emulation(topo.kind, dilation.topology_params(topo.build_params(), self.dilation),
-                             congestion_control=getattr(topo, "congestion_control", None))
+                             congestion_control=getattr(topo, "congestion_control", None),
+                             ack_first=bool(getattr(topo, "ack_first", False)))
         self.config["prefix"] = self.emu.prefix
         self.folder.write_config(self.config)
         self.emu.start()
