@@ -253,6 +253,13 @@ EMULATED: dict[str, Tiny] = {
         rf"^\s+100\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+(yes|NO)$",
         rf"^highest faithful rate .*: {NUM} Mbit/s$"],
         written={"range.csv": ["rate_mbit", "idle_mbit", "loaded_mbit", "faithful"]}),
+    # gap 1's harness: 4 bare gloo ranks, one 2 MB allreduce; one flow each way for 1 s
+    "ring_idle": Tiny("ring_idle.py", ["--rate", "100", "--mb", "2", "--iters", "1",
+                                       "--workers", "4", "--ack-first"], [
+        rf"^\s+rate 100 cc default q 100 ack-first: eff {NUM} idle {NUM}",
+        rf"^  rank 0: span {NUM} busy .* cwnd \d+ rtt {NUM}"]),
+    "two_way": Tiny("two_way.py", ["--rate", "50", "--seconds", "1"], [
+        rf"^rate 50 cc default one: {NUM}$", rf"^rate 50 cc default two: {NUM} {NUM}$"]),
     "own_job_overhead": Tiny("own_job_overhead.py", ["--runs", "1", "--steps", "2"], [
         rf"^{kind}\s+{NUM}\s+{NUM}\s+\w" for kind in (
             "built-in, zygote", "own job", "own job, fresh interpreter")] + [

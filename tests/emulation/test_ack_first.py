@@ -52,6 +52,7 @@ def test_ack_first_tree_on_host_ends_only(tmp_path):
         assert 0.85 * 20 <= got <= 1.02 * 20, got
 
 
+@pytest.mark.slow  # 6 s of two-way traffic: make test-slow (and .ci/run) runs it
 @pytest.mark.skipif("bbr" not in kernel.congestion_controls(),
                     reason="needs BBR in a namespace (net.ipv4.tcp_allowed_congestion_control)")
 def test_ack_first_keeps_two_way_bbr_at_the_rate(tmp_path):
