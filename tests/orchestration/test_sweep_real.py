@@ -213,7 +213,9 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
     out = tmp_path / "figs"
     res = CliRunner().invoke(analysis_app(), ["plot", str(swept), "--figures", str(out)])
     assert res.exit_code == 0, res.output
-    for name in ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup"):
+    # the tiny sweep's cross traffic is a ramp on the first-step clock: its figure too
+    for name in ("throughput_vs_rate", "accuracy_vs_time", "adaptation_timeline", "speedup",
+                 "ramp"):
         png, pdf = out / f"{name}.png", out / f"{name}.pdf"
         assert png.stat().st_size > 10_000, name
         assert pdf.stat().st_size > 5_000, name
@@ -233,7 +235,7 @@ def test_figures_and_report_are_written_and_not_blank(swept: Path, tmp_path: Pat
                                       "--figures", str(out)])
     assert res.exit_code == 0, res.output
     page = report.read_text()
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count("data:image/png;base64,") == 5
     assert "speedup" in page and "tiny-dumbbell" in page and "torch" in page
     assert "src=\"http" not in page  # self-contained
 
