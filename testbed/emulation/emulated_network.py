@@ -267,12 +267,7 @@ class Emulation:
             for dev, pid in ends:
                 if pid in hosts:
                     batches.append((shaping.ack_first_lines(dev, info.queue_pkts), pid))
-        procs = [self._tc_batch(lines, pid) for lines, pid in batches]
-        errors = []
-        for p in procs:
-            _, err = p.communicate(timeout=10)
-            if p.returncode != 0:
-                errors.append(err.strip())
+        errors = self._tc_batches(batches)
         if errors:
             raise EmulationError(f"ack_first: {'; '.join(errors)}")
 
@@ -492,15 +487,21 @@ class Emulation:
             else:
                 batches = [([shaping.change_rate_line(dev, rate_mbit)], pid)
                            for dev, pid in self._link_ends[link]]
-            procs = [self._tc_batch(lines, pid) for lines, pid in batches]
-            errors = []
-            for p in procs:
-                _, err = p.communicate(timeout=10)
-                if p.returncode != 0:
-                    errors.append(err.strip())
+            errors = self._tc_batches(batches)
             if errors:
                 raise EmulationError(f"set_rate({link}, {rate_mbit}) failed: {'; '.join(errors)}")
             self._rates[link] = float(rate_mbit)
+
+    @classmethod
+    def _tc_batches(cls, batches: list[tuple[list[str], int | None]]) -> list[str]:
+        """Each ``(tc lines, host pid)`` batch at once; the errors of those that failed."""
+        procs = [cls._tc_batch(lines, pid) for lines, pid in batches]
+        errors = []
+        for p in procs:
+            _, err = p.communicate(timeout=10)
+            if p.returncode != 0:
+                errors.append(err.strip())
+        return errors
 
     @staticmethod
     def _tc_batch(lines: list[str], pid: int | None) -> subprocess.Popen:
