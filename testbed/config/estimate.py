@@ -51,6 +51,7 @@ the pending estimates by how the finished runs compared with theirs.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,7 @@ from netsenseml import accelerator, convergence, methods
 from netsenseml.dilation import Dilation
 from testbed.common import files
 from testbed.config import events, factor, faithful
+from testbed.simulation import advise
 from workloads import registry, sizes
 
 #: Seconds each run costs on top of its training time (build, workers forked from the
@@ -146,6 +148,36 @@ def cores() -> int:
 def _level(spec: methods.MethodSpec) -> tuple[str | None, float, str]:
     """(codec level, wire share of fp32, reduction) of the bytes a method sends."""
     return factor.wire_share(spec)
+
+
+@functools.lru_cache(maxsize=32)
+def _low_rank_share(model: str, profile: str, dataset: str, knobs: tuple, context: int,
+                    rank: int) -> float | None:
+    """PowerSGD's wire share of fp32 for this model: its P, Q and uncompressed tensors per
+    bucket of DDP's layout, as torch's hook sizes them (``advise.powersgd_sizes``), or None
+    where the layout is not known. The factor keeps the registry's generic share
+    (``factor.POWERSGD_SHARE``); the run's time is its steps', which these bytes set: VGG-16's
+    rank 4 sends 0.25 % of its gradient, not 1 %."""
+    try:
+        wl = advise.load_workload(model, profile=profile, dataset=dataset, knobs=dict(knobs),
+                                  context=context)
+    except advise.AdviseError:
+        return None
+    elements = sum(b.elements for b in wl.buckets)
+    sent = sum(sum(advise.powersgd_sizes(b.shapes, rank)) for b in wl.buckets)
+    return sent / elements if elements else None
+
+
+def _sent(scenario: Any, spec: methods.MethodSpec) -> tuple[str | None, float, str]:
+    """:func:`_level`, with a low-rank method's share from the model's own layout."""
+    level, share, reduction = _level(spec)
+    if spec.rank is None:
+        return level, share, reduction
+    wl, acc = scenario.workload, scenario.accelerator
+    context = {k.replace("_", "-"): v for k, v in (wl.args or {}).items()}.get("context", 128)
+    own = _low_rank_share(wl.model, acc.profile, wl.dataset,
+                          tuple(sorted(wl.knobs().items())), int(context), spec.rank)
+    return level, share if own is None else own, reduction
 
 
 def _get(obj: Any, dotted: str) -> Any:
@@ -270,7 +302,7 @@ def estimate(scenario: Any, method: str | None = None) -> dict[str, Any]:
         return _native(scenario, spec)
     n = scenario.world_size
     elements = gradient_elements(wl.model, wl.knobs(), wl.dataset)
-    level, share, reduction = _level(spec)
+    level, share, reduction = _sent(scenario, spec)
     rates = faithful.training_rates(scenario.model_dump(mode="json"))
 
     def step_of(lv: tuple[str | None, float, str]) -> float:
