@@ -174,9 +174,9 @@ def _sent(scenario: Any, spec: methods.MethodSpec) -> tuple[str | None, float, s
     if spec.rank is None:
         return level, share, reduction
     wl, acc = scenario.workload, scenario.accelerator
-    context = {k.replace("_", "-"): v for k, v in (wl.args or {}).items()}.get("context", 128)
     own = _low_rank_share(wl.model, acc.profile, wl.dataset,
-                          tuple(sorted(wl.knobs().items())), int(context), spec.rank)
+                          tuple(sorted(wl.knobs().items())), int(wl.arg("context", 128)),
+                          spec.rank)
     return level, share if own is None else own, reduction
 
 
@@ -372,8 +372,7 @@ def _to_target(scenario: Any, spec: methods.MethodSpec) -> tuple[float, float | 
     workload is known (its own ``convergence``, or a shipped one of the same workload and
     world size); None otherwise (the run is estimated to its time limit)."""
     wl = scenario.workload
-    args = {k.replace("_", "-"): v for k, v in (wl.args or {}).items()}
-    if not args.get("stop-at-target") or wl.target_accuracy is None:
+    if not wl.arg("stop-at-target") or wl.target_accuracy is None:
         return None
     table = _table_for(scenario)
     if table is None:

@@ -289,6 +289,12 @@ class Workload(StrictModel):
             seen[name] = key
         return v
 
+    def arg(self, name: str, default: Any = None) -> Any:
+        """The worker option ``name`` (``context``, ``stop-at-target``) as ``args`` gives it,
+        under either spelling (``stop_at_target``), or ``default``."""
+        args = {worker_options.option_name(k): v for k, v in (self.args or {}).items()}
+        return args.get(worker_options.option_name(name), default)
+
     def knobs(self) -> dict[str, Any]:
         """The model's size knobs, resolved as the worker resolves them (defaults filled)."""
         if self.command is not None:

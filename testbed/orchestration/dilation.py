@@ -113,10 +113,9 @@ def host_timing_s_in(accelerator: dict[str, Any]) -> float | None:
 def measure(scn: Any, method: methods.MethodSpec) -> dict[str, Any]:
     """One ``workloads.host_timing`` per worker at once; the slowest of their medians."""
     wl = scn.workload
-    context = {k.replace("_", "-"): v for k, v in wl.args.items()}.get("context")
     return measure_workload(wl.model, wl.dataset, wl.batch_size, wl.knobs(),
                             codec_specs(method), scn.world_size, wl.threads,
-                            grads=wl.grads, context=context)
+                            grads=wl.grads, context=wl.arg("context"))
 
 
 def measure_workload(model: str, dataset: str, batch_size: int, knobs: dict[str, Any],

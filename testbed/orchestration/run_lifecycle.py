@@ -237,9 +237,7 @@ class RunLifecycle:
     def _stopped_at_target(self) -> bool:
         """The workers were told to stop at the target (``stop-at-target`` in the
         workload's args) and rank 0's records say they reached it."""
-        args = self.scn.workload.args or {}
-        asked = any(bool(v) for k, v in args.items()
-                    if str(k).replace("-", "_") == "stop_at_target")
+        asked = bool(self.scn.workload.arg("stop-at-target"))
         return asked and self.summary.get("time_to_accuracy_s") is not None
 
     def _finish(self, status: str, reason: str | None, t_start: float) -> None:
