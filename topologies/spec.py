@@ -49,6 +49,14 @@ except ImportError:  # pragma: no cover - `mn --custom` under a Python without p
 #: (``testbed.emulation.Emulation``), never by a topology's ``build()``.
 NAMESPACE_FIELDS = ("congestion_control", "ack_first")
 
+#: TCP congestion control of every emulated host where the topology names none: Linux's own
+#: default, what a cluster's hosts (the paper's too) run, set in each namespace whatever this
+#: machine's default is, so that a run does not depend on the machine that ran it. BBR (some
+#: kernels' build default) with the emulation's FIFO queues and a ~10 us min RTT sits
+#: window-limited whenever its ACKs wait in a queue: an uncontested flow whose ACKs cross a
+#: congested link keeps ~0.1 of its rate (results/simulation/ring-loss.md).
+DEFAULT_CONGESTION_CONTROL = "cubic"
+
 #: Link impairments that need the kernel's sch_netem (``topologies.shaping``); a topology
 #: that declares them gets a netem leaf only for values that are set (not None, not 0).
 IMPAIRMENT_FIELDS = ("delay_ms", "jitter_ms", "loss_pct")
@@ -157,9 +165,9 @@ class ShapedParams(TopologyParams):
     loss_pct: float = Field(0.0, ge=0, le=100)
     """Random loss on every shaped link, percent (needs sch_netem). Default 0."""
     congestion_control: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]{0,15}$")
-    """TCP congestion control of every emulated host (net.ipv4.tcp_congestion_control in its namespace; the workers' and the iperf3 flows'), one of what the kernel allows a namespace (net.ipv4.tcp_allowed_congestion_control, e.g. reno, bbr); none: the host machine's default, which a new namespace inherits. Default none."""
+    """TCP congestion control of every emulated host (net.ipv4.tcp_congestion_control in its namespace; the workers' and the iperf3 flows'), one the kernel has (net.ipv4.tcp_available_congestion_control, e.g. cubic, reno, bbr; one it has but does not yet allow a namespace is added to net.ipv4.tcp_allowed_congestion_control when the network is built, as root); none: cubic, Linux's own default (topologies.spec.DEFAULT_CONGESTION_CONTROL), whatever this machine's default is. The run records what its hosts used (config.json tcp_congestion_control). Default none."""
     ack_first: bool = Field(False)
-    """Pure TCP ACKs ahead of data in every emulated host's own queue (its end of its access link), as a flow-fair host qdisc (fq, fq_codel) serves them; false: one FIFO, ACKs behind the host's outgoing data (10-30 ms at tens of Mbit/s, which leaves BBR window-limited: results/simulation/ring-loss.md). Default false."""
+    """Pure TCP ACKs ahead of data in every emulated host's own queue (its end of its access link), as a flow-fair host qdisc (fq, fq_codel) serves them; false: one FIFO, ACKs behind the host's outgoing data (10-30 ms at tens of Mbit/s, which leaves BBR window-limited: results/simulation/ring-loss.md; the default cubic does not need it). Default false."""
 
 
 def fields_of(params: type) -> dict[str, Any]:

@@ -98,8 +98,9 @@ def ab_cmd(
     cross_start or ramp), every arm runs at one factor, the largest of the arms' own (said
     before the runs, kept in ab.json): a congested phase depends on the factor where a
     kernel timer is not dilated (BBR's). Without competing flows each arm keeps its own: a
-    larger factor lowers the real rates, and below ~300 Mbit/s real the 8-rank ring loses
-    throughput of its own. --one-k / --own-k choose either.
+    larger factor lowers the real rates (below ~300 Mbit/s real an 8-rank ring on hosts
+    set to BBR loses throughput of its own; the default cubic does not). --one-k / --own-k
+    choose either.
     """
     if until_width is not None and not (until_width > 0 and math.isfinite(until_width)):
         fail(f"--until-width: {until_width} is not a positive number")

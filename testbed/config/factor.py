@@ -190,9 +190,9 @@ def collective_need(timing: accelerator.Timing, elements: int, workers: int, cor
     """The least ``k`` (unrounded) at which the exposed collectives' real host cost per step
     (:func:`exposed_collectives` x :data:`PAYLOAD_COLLECTIVE_S` x the workers per core) is
     at most :data:`COLLECTIVE_SHARE` of the step (``timing.step_s`` and ``transfer_s``,
-    virtual). Only the exposed ones: a larger ``k`` also lowers the real rates, and below
-    ~300 Mbit/s real the 8-rank ring loses throughput of its own (results/README.md), so
-    the factor is raised only for what the step waits on (GPT-2's top-k 0.01 at 1 Gbit/s:
+    virtual). Only the exposed ones: a larger ``k`` also lowers the real rates (below ~300
+    Mbit/s real an 8-rank ring on hosts set to BBR loses throughput of its own,
+    results/simulation/ring-loss.md), so the factor is raised only for what the step waits on (GPT-2's top-k 0.01 at 1 Gbit/s:
     358.6 samples/s at k 3.4, 331.8 at k 13; the simulation 367.6)."""
     cost = (exposed_collectives(elements, per_bucket) * PAYLOAD_COLLECTIVE_S
             * per_core(workers, threads, cores))

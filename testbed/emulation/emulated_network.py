@@ -9,9 +9,10 @@ Life cycle (what the orchestrator relies on):
 * ``start()`` writes the run's registry (``testbed.emulation.leftovers``) *before* creating anything,
   then builds Mininet (Linux bridges, no controller, veth links shaped by our own HTB tree,
   see ``topologies.shaping``), registering every host/switch shell PID as it is created, and
-  sets the TCP congestion control in every host's namespace where one is given (the
-  ``congestion_control`` argument; else the hosts keep the machine's default, which a new
-  namespace inherits).  Any failure inside start() tears down what exists and re-raises.
+  sets the TCP congestion control in every host's namespace (the ``congestion_control``
+  argument, else ``topologies.spec.DEFAULT_CONGESTION_CONTROL``, whatever the machine's
+  default is; the testbed's own default falls back to the machine's, said, where this
+  kernel cannot give it).  Any failure inside start() tears down what exists and re-raises.
 * ``popen()`` starts a process inside a host's network namespace (``mnexec -a <shell pid>``)
   in its own session/process group and registers its PID + start time.
 * ``stop()`` (idempotent, safe after a partial start, fine from ``finally`` or a signal
@@ -123,7 +124,7 @@ class Emulation:
         # Namespace settings, not build() arguments (topologies.spec.NAMESPACE_FIELDS).
         congestion_control = params.pop("congestion_control", None) or congestion_control
         ack_first = bool(params.pop("ack_first", False) or ack_first)
-        if congestion_control is not None:
+        if congestion_control is not None:  # asked for: refused here if the kernel cannot
             why = kernel.congestion_control_error(congestion_control)
             if why:
                 raise ValueError(f"congestion_control: {why}")
@@ -136,9 +137,11 @@ class Emulation:
             raise ValueError(f"prefix: must match nst + 4 chars [0-9a-z], got {prefix!r}")
         self.topology = topology
         self.params = params
-        #: TCP congestion control set in every host's namespace by start() (None: the
-        #: machine's default, inherited); what the hosts then use: ``congestion_controls``
-        self.congestion_control = congestion_control
+        #: TCP congestion control set in every host's namespace by start() (the testbed's
+        #: default where none was asked; None once start() fell back to the machine's own);
+        #: what the hosts then use: ``congestion_controls``
+        self.congestion_control = congestion_control or spec.DEFAULT_CONGESTION_CONTROL
+        self._congestion_control_asked = congestion_control is not None
         #: pure ACKs ahead of data in every host's own end of its links (``_set_ack_first``)
         self.ack_first = ack_first
         self.state_dir = Path(state_dir) if state_dir else leftovers.default_state_dir()
@@ -240,8 +243,27 @@ class Emulation:
 
     def _set_congestion_control(self) -> None:
         """``net.ipv4.tcp_congestion_control`` in every host's namespace (routers too), before
-        any worker or iperf3 starts; the root namespace's is never touched."""
-        if self.congestion_control is None:
+        any worker or iperf3 starts; the root namespace's is never touched (one the kernel
+        has but does not allow a namespace yet is added to the global allowed list). The
+        testbed's default falls back to the machine's, with a warning, where this kernel
+        cannot give it; one the scenario asked for is an error."""
+        cc = self.congestion_control
+        try:
+            if kernel.allow_congestion_control(cc):
+                log.warning("net.ipv4.tcp_allowed_congestion_control: added %s for the "
+                            "emulated hosts (this machine's default is unchanged)", cc)
+        except OSError as exc:
+            log.debug("cannot widen tcp_allowed_congestion_control: %s", exc)
+        if cc not in kernel.congestion_controls():
+            if self._congestion_control_asked:
+                why = kernel.congestion_control_error(cc) or (
+                    "not in net.ipv4.tcp_allowed_congestion_control, which this process "
+                    "cannot widen")
+                raise EmulationError(f"congestion_control {cc}: {why}")
+            log.warning("emulation %s: %s (the testbed's default TCP) is not available here; "
+                        "the hosts keep this machine's %s (recorded in the run)", self.prefix,
+                        cc, kernel.default_congestion_control())
+            self.congestion_control = None
             return
         for host in self._namespaced_hosts():
             done = subprocess.run(["mnexec", "-a", str(host.pid), "sysctl", "-qw",

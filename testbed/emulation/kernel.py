@@ -14,6 +14,7 @@ dead owner's and removes, like a crashed run's.
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 from pathlib import Path
 
@@ -33,6 +34,8 @@ NETEM_MISSING_MSG = (
 #: namespace inherits; both global, read in whatever namespace this process is in.
 CC_ALLOWED = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 CC_DEFAULT = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+#: What the kernel has (built in or loaded): what ``allow_congestion_control`` may add.
+CC_AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
 def congestion_controls() -> list[str]:
@@ -42,6 +45,27 @@ def congestion_controls() -> list[str]:
         return CC_ALLOWED.read_text().split()
     except OSError:
         return []
+
+
+def available_congestion_controls() -> list[str]:
+    """The TCP congestion controls this kernel has, read now; [] where unreadable."""
+    try:
+        return CC_AVAILABLE.read_text().split()
+    except OSError:
+        return []
+
+
+def allow_congestion_control(name: str) -> bool:
+    """Adds ``name`` to what a namespace may set, where the kernel has it and it is not
+    allowed yet; True when this call added it. The list is global and the change only
+    widens it: the machine's default and every existing socket keep their TCP (as
+    Mininet's own setup raises global limits). Raises OSError where it cannot be written
+    (not root, a read-only /proc/sys)."""
+    allowed = congestion_controls()
+    if name in allowed or name not in available_congestion_controls():
+        return False
+    CC_ALLOWED.write_text(" ".join([*allowed, name]) + "\n")
+    return True
 
 
 def default_congestion_control() -> str | None:
@@ -54,9 +78,10 @@ def default_congestion_control() -> str | None:
 
 def congestion_control_error(name: str) -> str | None:
     """Why ``name`` cannot be an emulated host's congestion control here, one line
-    (naming the allowed ones), or None when it can."""
+    (naming the allowed ones), or None when it can: allowed already, or one the kernel has
+    that a root process adds when it builds the network (``allow_congestion_control``)."""
     allowed = congestion_controls()
-    if name in allowed:
+    if name in allowed or (name in available_congestion_controls() and os.geteuid() == 0):
         return None
     return (f"{name!r} is not allowed in an emulated host's namespace on this kernel; "
             f"allowed: {', '.join(allowed) or 'none readable'} "

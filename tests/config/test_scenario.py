@@ -172,6 +172,7 @@ def test_congestion_control_follows_the_kernel(tmp_path, monkeypatch):
 
     assert load_scenario(write(tmp_path, BASE)).topology.congestion_control is None
     monkeypatch.setattr(kernel, "congestion_controls", lambda: ["reno", "bbr"])
+    monkeypatch.setattr(kernel, "available_congestion_controls", lambda: ["reno", "bbr"])
     scn = load_scenario(write(tmp_path, with_("topology.congestion_control", "reno")))
     assert scn.topology.congestion_control == "reno"
     assert scn.model_dump(mode="json")["topology"]["congestion_control"] == "reno"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from testbed.emulation import Emulation, EmulationError, kernel, leftovers
+from topologies import spec
 
 pytestmark = pytest.mark.emulation
 
@@ -146,13 +147,16 @@ def test_impairments_need_netem(tmp_path):
     _assert_nothing_left(emu.prefix, [], tmp_path)
 
 
-def test_congestion_control_set_in_every_namespace(tmp_path):
+def test_congestion_control_set_in_every_namespace(tmp_path, monkeypatch):
     """Every host's namespace (cross hosts too) gets topology.congestion_control before
-    anything runs in it, and a new socket there uses it; the machine's own is untouched."""
+    anything runs in it, and a new socket there uses it; the machine's own is untouched.
+    None asked: the testbed's default (cubic), or the machine's where the kernel lacks it."""
     default = kernel.default_congestion_control()
-    other = next((c for c in kernel.congestion_controls() if c != default), None)
+    testbed_default = spec.DEFAULT_CONGESTION_CONTROL
+    other = next((c for c in kernel.congestion_controls() + kernel.available_congestion_controls()
+                  if c not in (default, testbed_default)), None)
     if other is None:
-        pytest.skip(f"this kernel allows a namespace no TCP but its default {default}")
+        pytest.skip(f"this kernel has no TCP but {default} and {testbed_default}")
     emu = Emulation("star", {"n_workers": 2, "n_cross": 1, "rate_mbit": 100.0},
                     state_dir=tmp_path, congestion_control=other)
     with emu:
@@ -162,8 +166,17 @@ def test_congestion_control_set_in_every_namespace(tmp_path):
         proc = emu.popen("w1", [sys.executable, "-c", probe], stdout=subprocess.PIPE)
         assert proc.communicate(timeout=30)[0].decode().strip() == other
     assert kernel.default_congestion_control() == default
+    if testbed_default in kernel.available_congestion_controls():
+        with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 100.0},
+                       state_dir=tmp_path) as emu:  # none given: the testbed's
+            assert set(emu.congestion_controls().values()) == {testbed_default}
+        _assert_nothing_left(emu.prefix, [], tmp_path)
+    # A kernel without the testbed's default: the hosts keep the machine's (and say so)
+    monkeypatch.setattr(kernel, "available_congestion_controls", lambda: [default])
+    monkeypatch.setattr(kernel, "congestion_controls", lambda: [default])
     with Emulation("star", {"n_workers": 2, "n_cross": 0, "rate_mbit": 100.0},
-                   state_dir=tmp_path) as emu:  # none given: the machine's, inherited
+                   state_dir=tmp_path) as emu:
+        assert emu.congestion_control is None
         assert set(emu.congestion_controls().values()) == {default}
     _assert_nothing_left(emu.prefix, [], tmp_path)
 

@@ -29,6 +29,7 @@ from testbed.config.scenario import apply_overrides, load_scenario
 from testbed.emulation import kernel
 from testbed.orchestration.run import run_scenario
 from tests.orchestration.run_checks import assert_nothing_left, run_dirs
+from topologies import spec
 
 NETSENSE = Path(sys.executable).parent / "netsense"
 
@@ -95,9 +96,12 @@ def test_smoke_completes_ok_for_both_methods(smoke):
         assert events["t_applied"][0] >= events["t_scheduled"][0] - 0.05
         config = json.loads((d / "config.json").read_text())
         assert config["method"] == summary["method"] and config["scenario"]["name"] == "smoke"
-        # no topology.congestion_control: the hosts' TCP is the machine's, and says so
+        # no topology.congestion_control: the hosts' TCP is the testbed's default, and says so
         assert config["scenario"]["topology"]["congestion_control"] is None
-        assert config["tcp_congestion_control"] == kernel.default_congestion_control()
+        assert config["tcp_congestion_control"] == (
+            spec.DEFAULT_CONGESTION_CONTROL
+            if spec.DEFAULT_CONGESTION_CONTROL in kernel.available_congestion_controls()
+            else kernel.default_congestion_control())
         assert (d / "workers" / "rank0.log").stat().st_size > 0
         assert_nothing_left(d)
     # Generous bound: the target is < 60 s; torch start-up under other helpers' load varies.

@@ -48,7 +48,7 @@ def test_plugin_topology_runs_an_emulated_training(tmp_path, monkeypatch):
         "kind": KIND, "cable_mbit": 50.0, "queue_pkts": 100, "delay_ms": 0.0,
         "jitter_ms": 0.0, "loss_pct": 0.0, "congestion_control": None,
         "ack_first": False}
-    assert config["tcp_congestion_control"]  # what the hosts used: the machine's default
+    assert config["tcp_congestion_control"]  # what the hosts used: the testbed's default
     runs, _ = tables.load_runs(tmp_path / "runs")
     assert runs["rate_mbit"].tolist() == [50.0]  # from the plug-in's link_rates()
 
