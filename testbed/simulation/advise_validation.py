@@ -6,9 +6,9 @@ configuration -- model, dataset and batch, the accelerator timing it was paced b
 bucket layout, worker count, topology and rate (a dumbbell's bottleneck), method -- by the
 same closed form and step loop advise answers with (``advise.step_time``), and set against the
 run's measured throughput (summary.json: the steady steps, on the virtual clock). Nothing is
-fitted to these runs: advise's one fitted number, ``advise.ETA``, came from the plain-
-allreduce runs under ``advise.ETA_FIT_RUNS``; a run of that set is marked ``held_out``
-False and kept out of the spreads.
+fitted to these runs: advise's goodput share, ``advise.ETA`` (from first principles), was
+checked on the plain-allreduce runs under ``advise.ETA_FIT_RUNS`` (and, earlier, fitted
+there); a run of that set is marked ``held_out`` False and kept out of the spreads.
 
 Left out, each with its reason: runs not ok or without a throughput; degraded runs
 (summary.json ``degraded``: the host did not keep up with the emulated accelerator, so the
@@ -180,8 +180,8 @@ def write(pts: list[RunPoint], left: list[str], out_dir: Path, source: str) -> N
     write_csv(out_dir / "advise-validation.csv", COLUMNS, [p.row() for p in pts])
     md = [f"# `netsense advise`'s closed form against `{source}`", "",
           f"Made by `python benchmarks/advise_validation.py {source} --out {out_dir}` at "
-          f"commit {commit}. Held out: advise's one fitted number (the goodput share, "
-          f"{advise.ETA:g}) came from the plain-allreduce runs under "
+          f"commit {commit}. Held out: advise's goodput share ({advise.ETA:g}, from "
+          f"first principles: testbed/simulation/advise.py) was checked on the plain-allreduce runs under "
           f"{', '.join(f'`{p.as_posix()}`' for p in advise.ETA_FIT_RUNS)}; rows marked (fitted) are those and are not "
           "in the spreads. `netsense advise` states each method family's worst |error| "
           "below (the asked model's runs, else every model's) as its uncertainty.", "",
