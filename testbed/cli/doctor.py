@@ -27,8 +27,9 @@ from pathlib import Path
 from netsenseml import accelerator
 from netsenseml.dilation import Dilation
 from testbed.emulation import kernel, rootless
+from topologies import spec
 
-OPTIONAL = ("TBF", "netem", "faithful", "accelerator")  # the testbed shapes with HTB; netem only for delay/jitter/loss
+OPTIONAL = ("TBF", "netem", "TCP", "faithful", "accelerator")  # the testbed shapes with HTB; netem only for delay/jitter/loss
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,22 @@ def _kernel_checks_in_namespace() -> list[Check]:
                 for n in ("HTB", "TBF", "netem", "bridge")]
 
 
+def check_tcp() -> Check:
+    """Which TCP the emulated hosts will run: the testbed's default where this kernel can
+    give it (allowed, or built in and allowed by the emulation as root), else the
+    machine's own, which then decides the runs' congestion behaviour."""
+    want = spec.DEFAULT_CONGESTION_CONTROL
+    why = kernel.congestion_control_error(want)
+    if why is None:
+        return Check("TCP", True, f"emulated hosts run {want} (topology.congestion_control to "
+                                  f"change; this machine's default: "
+                                  f"{kernel.default_congestion_control()})", "")
+    return Check("TCP", False, f"{why}: the emulated hosts keep this machine's "
+                               f"{kernel.default_congestion_control()}",
+                 f"as root: sysctl -w net.ipv4.tcp_allowed_congestion_control="
+                 f"'{' '.join([*kernel.congestion_controls(), want])}'")
+
+
 def checks() -> list[Check]:
     """All doctor checks, in a stable order (mode, netns, HTB, TBF, netem, bridge, tools)."""
     mode = rootless.choose_mode()
@@ -148,7 +165,7 @@ def checks() -> list[Check]:
         out += [Check(n, False, "not probed: no mode can emulate here", "see mode")
                 for n in ("HTB", "TBF", "netem", "bridge")]
     out += [check_tool("mnexec", "mininet"), check_tool("iperf3", "iperf3"),
-            check_tool("tc", "iproute2"), check_mininet()]
+            check_tool("tc", "iproute2"), check_mininet(), check_tcp()]
     return out
 
 

@@ -24,6 +24,7 @@ import yaml
 
 from testbed.emulation import kernel
 from tests.cli.invoke import GOOD, netsense, netsense_proc
+from topologies import spec
 
 
 def _yaml(tmp_path: Path, data: dict | str, name: str = "bad.yaml") -> str:
@@ -123,8 +124,11 @@ def test_list_and_help(tmp_path, monkeypatch):
 def test_doctor_reports_each_capability(tmp_path, monkeypatch):
     proc = netsense(["doctor"], tmp_path, monkeypatch)
     assert proc.exit_code == 0, proc.stderr
-    for check in ("mode", "netns", "HTB", "TBF", "netem", "mnexec", "iperf3", "bridge"):
+    for check in ("mode", "netns", "HTB", "TBF", "netem", "mnexec", "iperf3", "bridge", "TCP"):
         assert check in proc.stdout
+    tcp_line = next(line for line in proc.stdout.splitlines() if "TCP" in line)
+    assert (f"run {spec.DEFAULT_CONGESTION_CONTROL}" in tcp_line) == (
+        kernel.congestion_control_error(spec.DEFAULT_CONGESTION_CONTROL) is None)
     netem_line = next(line for line in proc.stdout.splitlines() if "netem" in line)
     assert ("ok" in netem_line) == kernel.has_netem()
 
