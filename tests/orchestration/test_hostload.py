@@ -54,6 +54,19 @@ def test_a_process_beside_the_run_counts_as_other_work(tmp_path: Path) -> None:
     assert summary["other_mean_pct"] > 10
 
 
+def test_niced_work_beside_the_run_is_counted_apart(tmp_path: Path) -> None:
+    """A spinner at nice 19 lands in other_pct and, as niced, in other_niced_pct."""
+    spinner = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", SPIN.format(s=3)])
+    try:
+        rows, summary = _sample(tmp_path, [], 1.6)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert summary["other_mean_pct"] > 10
+    assert summary["other_niced_mean_pct"] > 0.6 * summary["other_mean_pct"]
+    assert all(0 <= r["other_niced_pct"] <= r["other_pct"] + 0.05 for r in rows)
+
+
 def test_a_run_says_it_shared_the_host_from_the_threshold_on() -> None:
     assert hostload.verdict(None) is None
     assert hostload.verdict({"samples": 0}) is None
@@ -63,3 +76,8 @@ def test_a_run_says_it_shared_the_host_from_the_threshold_on() -> None:
     assert shared is not None and "79 %" in shared
     edge = hostload.verdict({"samples": 3, "other_mean_pct": hostload.BUSY_OTHER_PCT})
     assert edge is not None and "quiet host" in edge
+    # niced work does not count: the same load at nice > 0 is no warning, the rest is
+    assert hostload.verdict({"samples": 26, "other_mean_pct": 86.9,
+                             "other_niced_mean_pct": 83.0}) is None
+    rest = hostload.verdict({"samples": 26, "other_mean_pct": 86.9, "other_niced_mean_pct": 40.0})
+    assert rest is not None and "47 %" in rest and "normal priority" in rest
