@@ -11,7 +11,7 @@ emulated and simulated samples/s, the error, the real rate the emulated link ran
 (rate / k), how busy the emulated link was (``bottleneck.csv``) and, for the adaptive
 methods, the share of the run's time the simulated policy chose the run's level. Then
 the median and worst |error| over all points, and split at the real rate from which the
-emulation is faithful (300 Mbit/s, results/README.md section 6). Targets (issue 52):
+emulation is faithful (300 Mbit/s) for runs whose hosts were not on the default CUBIC, and by the hosts' TCP. Targets (issue 52):
 median <= 5 %, worst <= 10 %. ``--out`` writes ``paper-grid-validation.csv`` and ``.md``.
 """
 

@@ -10,7 +10,11 @@ Beside each error, two facts of the run that say where an error comes from:
 
 * ``real_mbit``: the rate the emulated link really ran at (rate / k). Section 6 of
   results/README.md found the emulation reads low where it is below ~300 Mbit/s (the
-  dilation-invariance check, k 1-30 at 1 Gbit/s); :data:`FAITHFUL_REAL_MBIT`;
+  dilation-invariance check, k 1-30 at 1 Gbit/s); :data:`FAITHFUL_REAL_MBIT`; the cause
+  was the hosts' BBR (results/simulation/ring-loss.md), so the split is made for runs on
+  another TCP than the testbed's default only;
+* ``tcp``: the emulated hosts' congestion control (config.json ``tcp_congestion_control``;
+  ``unrecorded`` for runs made before it was recorded, which ran the build machine's BBR);
 * ``link_util``: the share of the configured rate the run's bottleneck link delivered
   (``bottleneck.csv``, the shaped interface's own byte counter, toward the switch)
   between the ends of the first and the last step: how busy the emulated link really
@@ -31,13 +35,15 @@ from pathlib import Path
 from netsenseml.dilation import Dilation
 from testbed.common import metrics
 from testbed.simulation import paced
+from topologies import spec
 
 #: The real link rate (Mbit/s) from which results/README.md section 6 holds the emulation
 #: faithful (below it a run reads 8-13 % low at the same virtual rate).
 FAITHFUL_REAL_MBIT = 300.0
 RATIO_TOL = 0.02
+UNRECORDED = "unrecorded"
 COLUMNS = ("point", "model", "rate_mbit", "method", "k", "real_mbit", "emulated", "simulated",
-           "error_pct", "link_util", "sim_link_util", "levels_same", "degraded")
+           "error_pct", "link_util", "sim_link_util", "levels_same", "degraded", "tcp")
 
 
 @dataclass
@@ -55,6 +61,7 @@ class Point:
     sim_link_util: float | None = None
     levels_same: float | None = None
     degraded: bool = False
+    tcp: str = UNRECORDED
     steps: list[tuple[str, float, float]] = field(default_factory=list, repr=False)
 
     @property
@@ -101,6 +108,18 @@ def collect(root: Path, only: str | None = None
     return out, skipped
 
 
+def hosts_tcp(run: Path) -> str:
+    """The run's emulated hosts' TCP congestion control as its config.json records it (one
+    name, or the names joined where hosts differed), or :data:`UNRECORDED`."""
+    try:
+        got = json.loads((run / "config.json").read_text()).get("tcp_congestion_control")
+    except (OSError, ValueError):
+        got = None
+    if isinstance(got, dict):
+        got = "/".join(sorted(set(map(str, got.values()))))
+    return str(got) if got else UNRECORDED
+
+
 def validate(root: Path, workers: int = 1, only: str | None = None
              ) -> tuple[list[Point], list[str]]:
     """Every ok run under ``root`` (``only``: see :func:`collect`) against its simulation."""
@@ -117,7 +136,7 @@ def validate(root: Path, workers: int = 1, only: str | None = None
                   method=job.method, k=job.dilation,
                   emulated=float(summary["throughput_samples_per_s"]), simulated=sim,
                   link_util=link_util(d, emu_steps), sim_link_util=sim_link_util(job, res),
-                  degraded=bool(summary.get("degraded")),
+                  degraded=bool(summary.get("degraded")), tcp=hosts_tcp(d),
                   steps=[(s.level, s.ratio, s.step_s) for s in res.steps])
         if job.method in paced.SIMULATED:
             p.levels_same = levels_same(emu_steps, p.steps)
@@ -225,12 +244,17 @@ def table(points: list[Point]) -> list[str]:
 
 
 def summary(points: list[Point]) -> list[str]:
-    """Median and worst |error|: all points, then split at the faithful real rate."""
-    groups = [("all", points),
-              (f"real rate >= {FAITHFUL_REAL_MBIT:g} Mbit/s",
-               [p for p in points if p.real_mbit >= FAITHFUL_REAL_MBIT]),
-              (f"real rate < {FAITHFUL_REAL_MBIT:g} Mbit/s",
-               [p for p in points if p.real_mbit < FAITHFUL_REAL_MBIT])]
+    """Median and worst |error|: all points, then by the hosts' TCP, and for the runs not on
+    the testbed's default TCP split at the faithful real rate."""
+    groups = [("all", points)]
+    for tcp in sorted({p.tcp for p in points}):
+        ps = [p for p in points if p.tcp == tcp]
+        groups.append((f"hosts' TCP {tcp}", ps))
+        if tcp != spec.DEFAULT_CONGESTION_CONTROL:
+            groups += [(f"hosts' TCP {tcp}, real rate >= {FAITHFUL_REAL_MBIT:g} Mbit/s",
+                        [p for p in ps if p.real_mbit >= FAITHFUL_REAL_MBIT]),
+                       (f"hosts' TCP {tcp}, real rate < {FAITHFUL_REAL_MBIT:g} Mbit/s",
+                        [p for p in ps if p.real_mbit < FAITHFUL_REAL_MBIT])]
     out = []
     for name, ps in groups:
         if not ps:
