@@ -36,6 +36,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from workloads.recorded_gradient import ready_order
+
 #: DDP's default bucket limits (``torch.nn.parallel.distributed``): the first bucket of a
 #: rebuilt layout closes at 1 MiB, every later one at 25 MiB.
 FIRST_BUCKET_BYTES = dist._DEFAULT_FIRST_BUCKET_BYTES
@@ -73,19 +75,11 @@ def layout(model: nn.Module, example: Callable[[nn.Module], torch.Tensor]) -> La
     on the meta device; ``example(model)`` returns a scalar loss of one forward (meta
     tensors: nothing is computed)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    index = {id(p): i for i, p in enumerate(params)}
-    ready: list[int] = []
-    handles = [p.register_post_accumulate_grad_hook(lambda q: ready.append(index[id(q)]))
-               for p in params]
     try:
-        example(model).backward()
+        ready = ready_order(params, lambda: example(model).backward())
     finally:
-        for h in handles:
-            h.remove()
         for p in params:
             p.grad = None
-    seen = set(ready)
-    ready += [i for i in range(len(params)) if i not in seen]  # unused: last, as DDP
     buckets, _limits = dist._compute_bucket_assignment_by_size(
         [params[i] for i in ready], [FIRST_BUCKET_BYTES, BUCKET_BYTES], [], ready)
     return Layout(tuple(p.shape for p in params), tuple(ready),

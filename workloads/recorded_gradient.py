@@ -66,29 +66,41 @@ class RecordedGrads:
         return total
 
 
-def record(model: nn.Module, loss_fn: Callable[[], torch.Tensor]) -> RecordedGrads:
-    """Runs ``loss_fn`` (the forward through DDP under ``no_sync``, or the bare module) and
-    its backward once, and keeps each parameter's gradient and the order they were ready."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def ready_order(params: list[nn.Parameter], backward: Callable[[], object]) -> list[int]:
+    """The indexes of ``params`` in the order their gradients became ready (post-accumulate-
+    grad hooks, as DDP's reducer sees them) during ``backward()``, which runs once; the
+    unused parameters last, as DDP puts them. The gradients it leaves are the caller's."""
     index = {id(p): i for i, p in enumerate(params)}
     order: list[int] = []
     handles = [p.register_post_accumulate_grad_hook(lambda q: order.append(index[id(q)]))
                for p in params]
     try:
-        for p in params:
-            p.grad = None
-        loss = loss_fn()
-        loss.backward()
+        backward()
     finally:
         for h in handles:
             h.remove()
-    grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-             for p in params]
     seen = set(order)
-    order += [i for i in range(len(params)) if i not in seen]  # unused parameters: last
+    return order + [i for i in range(len(params)) if i not in seen]
+
+
+def record(model: nn.Module, loss_fn: Callable[[], torch.Tensor]) -> RecordedGrads:
+    """Runs ``loss_fn`` (the forward through DDP under ``no_sync``, or the bare module) and
+    its backward once, and keeps each parameter's gradient and the order they were ready."""
+    params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.grad = None
-    return RecordedGrads(params, grads, order, float(loss.detach()))
+    losses: list[torch.Tensor] = []
+
+    def backward() -> None:
+        losses.append(loss_fn())
+        losses[0].backward()
+
+    order = ready_order(params, backward)
+    grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+             for p in params]
+    for p in params:
+        p.grad = None
+    return RecordedGrads(params, grads, order, float(losses[0].detach()))
 
 
 def install(module: nn.Module, rec: RecordedGrads) -> None:

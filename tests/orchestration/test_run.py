@@ -126,11 +126,13 @@ def cross(tmp_path_factory):
     access links: before the streams the link does not limit NetSenseML's step, so the
     test sees its graded response (at the scenario's 50 Mbit/s it already sits at the
     top-k floor before congestion, with nothing left to give). Only as long as the checks
-    need: 3 s before the streams (NetSenseML's first 20 steps and ten more), 5 s of them
-    and 2 s after (the stop is applied), 10 s a run instead of the scenario's 18."""
+    need: 2 s before the streams (NetSenseML's first 20 steps and ten more: it makes ~90
+    steps a second here, allreduce ~43), 3 s of them (the checks' windows held 195 and 20
+    steps of 5 s, need 10 and 3) and 1 s after (the stop is applied), 6 s a run instead of
+    the scenario's 18."""
     scn = apply_overrides(load_scenario("star-crosstraffic"), {
-        "topology.rate_mbit": 500, "timeline.0.at_s": 3, "timeline.1.at_s": 8,
-        "workload.time_limit_s": 10})
+        "topology.rate_mbit": 500, "timeline.0.at_s": 2, "timeline.1.at_s": 5,
+        "workload.time_limit_s": 6})
     root = tmp_path_factory.mktemp("cross")
     return {m: run_scenario(scn, m, 0, root / m, progress=False)
             for m in ("allreduce", "netsenseml")}

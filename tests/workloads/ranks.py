@@ -19,8 +19,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from netsenseml import lifecycle
 from testbed.common.ports import free_port
 from testbed.orchestration import launcher
 
@@ -78,3 +81,19 @@ def read_log(tmp: Path, rank: int) -> list[dict]:
 
 def outputs(tmp: Path, world: int = 2) -> str:
     return "\n".join((tmp / f"rank{r}.out").read_text() for r in range(world))
+
+
+@contextmanager
+def gloo_group(rank: int, world: int, port: int) -> Iterator[None]:
+    """In a process of its own (``torch.multiprocessing.spawn``'s): rank ``rank`` of a gloo
+    group of ``world`` on loopback port ``port``, one intra-op thread, destroyed after."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        yield
+    finally:
+        lifecycle.destroy_group()

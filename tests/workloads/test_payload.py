@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from netsenseml import accelerator, hooks, lifecycle, methods
 from testbed.common.ports import free_port
 from tests.workloads.paper_models import MODELS, batch, ddp_steps, loss
+from tests.workloads.ranks import gloo_group
 from workloads import payload
 from workloads.models import build_model
 
@@ -112,10 +113,7 @@ def _payload_steps(name, shape, classes, knobs, method):
 
 
 def _bytes_worker(rank: int, world: int, port: int) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         for name, shape, classes, knobs in MODELS:
             for method in METHODS:
                 rec = _recorded_steps(name, shape, classes, knobs, method, rank)
@@ -128,8 +126,6 @@ def _bytes_worker(rank: int, world: int, port: int) -> None:
                 assert all(r[0] > p[0] and p[2] == r[2] for r, p in zip(rec[:d], pay[:d], strict=True))
                 assert min(b for b, _, _ in rec) > 0
                 dist.barrier()
-    finally:
-        lifecycle.destroy_group()
 
 
 def test_payload_step_sends_the_bytes_of_a_recorded_step_two_ranks() -> None:

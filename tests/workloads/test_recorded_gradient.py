@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from netsenseml import lifecycle
 from testbed.common.ports import free_port
 from tests.workloads.paper_models import MODELS, ddp_steps, loss
-from tests.workloads.ranks import outputs, read_log, run_ranks
+from tests.workloads.ranks import gloo_group, outputs, read_log, run_ranks
 from workloads import recorded_gradient
 from workloads.models import build_model
 
@@ -39,10 +37,7 @@ def _bytes_per_step(name, shape, classes, knobs, method, rank, mode):
 
 
 def _worker(rank: int, world: int, port: int) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         for name, shape, classes, knobs in MODELS:
             for method in METHODS:
                 real = _bytes_per_step(name, shape, classes, knobs, method, rank, "real")
@@ -50,8 +45,6 @@ def _worker(rank: int, world: int, port: int) -> None:
                 assert real == rec, f"{name} {method}: real {real} != recorded {rec}"
                 assert min(real) > 0
                 dist.barrier()
-    finally:
-        lifecycle.destroy_group()
 
 
 def test_recorded_step_sends_the_bytes_of_a_real_step_two_ranks():
