@@ -62,8 +62,9 @@ def test_niced_work_beside_the_run_is_counted_apart(tmp_path: Path) -> None:
     finally:
         spinner.kill()
         spinner.wait()
-    assert summary["other_mean_pct"] > 10
-    assert summary["other_niced_mean_pct"] > 0.6 * summary["other_mean_pct"]
+    # other work at normal priority (a parallel test worker) may be there too: only the
+    # spinner is known to be niced, and the niced part never exceeds the other work
+    assert summary["other_niced_mean_pct"] > 5
     assert all(0 <= r["other_niced_pct"] <= r["other_pct"] + 0.05 for r in rows)
 
 
