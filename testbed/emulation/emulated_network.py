@@ -260,10 +260,7 @@ class Emulation:
                     "not in net.ipv4.tcp_allowed_congestion_control, which this process "
                     "cannot widen")
                 raise EmulationError(f"congestion_control {cc}: {why}")
-            log.warning("emulation %s: %s (the testbed's default TCP) is not available here; "
-                        "the hosts keep this machine's %s (recorded in the run)", self.prefix,
-                        cc, kernel.default_congestion_control())
-            self.congestion_control = None
+            self._keep_machine_tcp("not available here")
             return
         for i, host in enumerate(self._namespaced_hosts()):
             done = subprocess.run(["mnexec", "-a", str(host.pid), "sysctl", "-qw",
@@ -271,15 +268,19 @@ class Emulation:
                                   capture_output=True, text=True, timeout=10)
             if done.returncode != 0 and i == 0 and not self._congestion_control_asked:
                 # e.g. a rootless namespace that may not write it: nothing set yet
-                log.warning("emulation %s: cannot set %s (the testbed's default TCP): %s; the "
-                            "hosts keep this machine's %s (recorded in the run)", self.prefix,
-                            cc, done.stderr.strip() or done.returncode,
-                            kernel.default_congestion_control())
-                self.congestion_control = None
+                self._keep_machine_tcp(f"cannot be set: {done.stderr.strip() or done.returncode}")
                 return
             if done.returncode != 0:
                 raise EmulationError(f"congestion_control {self.congestion_control} on "
                                      f"{host.name}: {done.stderr.strip() or done.returncode}")
+
+    def _keep_machine_tcp(self, why: str) -> None:
+        """The testbed's default TCP given up before any host got it: the hosts keep the
+        machine's (said; the run records what they used)."""
+        log.warning("emulation %s: %s (the testbed's default TCP) %s; the hosts keep this "
+                    "machine's %s (recorded in the run)", self.prefix, self.congestion_control,
+                    why, kernel.default_congestion_control())
+        self.congestion_control = None
 
     def _set_ack_first(self) -> None:
         """Pure TCP ACKs ahead of data on every host's own end of its shaped links

@@ -34,20 +34,19 @@ BUSY_OTHER_PCT = 25.0
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_times() -> tuple[float, float]:
-    """(busy, total) seconds of all cores since boot (``/proc/stat``'s first line)."""
+def stat_times() -> tuple[float, float, float]:
+    """(busy, total, niced) seconds of all cores since boot (``/proc/stat``'s first line;
+    niced: user time of processes with nice > 0, its second field)."""
     with open("/proc/stat", encoding="ascii") as fh:
         fields = [int(x) for x in fh.readline().split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already inside user
-    return (total - idle) / _TICK, total / _TICK
+    return (total - idle) / _TICK, total / _TICK, fields[1] / _TICK
 
 
-def niced_time() -> float:
-    """Seconds all cores spent in user processes with nice > 0 since boot (``/proc/stat``'s
-    first line, second field)."""
-    with open("/proc/stat", encoding="ascii") as fh:
-        return int(fh.readline().split()[2]) / _TICK
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) seconds of all cores since boot (:func:`stat_times`)."""
+    return stat_times()[:2]
 
 
 def process_cpu(pid: int) -> float:
@@ -90,12 +89,10 @@ class HostLoad:
         return used
 
     def _loop(self) -> None:
-        busy0, total0 = cpu_times()
-        nice0 = niced_time()
+        busy0, total0, nice0 = stat_times()
         self._run_cpu()
         while not self._stop.wait(self.period_s):
-            busy, total = cpu_times()
-            nice = niced_time()
+            busy, total, nice = stat_times()
             run = self._run_cpu()
             span = total - total0
             if span <= 0:
@@ -132,10 +129,11 @@ def verdict(load: dict[str, Any] | None) -> str | None:
     allreduce at 1 Gbit/s (435 Mbit/s real) read 339.3 samples/s beside ~79 % other load,
     375.6 on a quiet host (-9.7 %), with no step late; most of the 36 points moved
     within 2 % (results/README.md, section 6)."""
-    other = (load or {}).get("other_mean_pct")
+    load = load or {}
+    other = load.get("other_mean_pct")
     if other is None:
         return None
-    other -= (load or {}).get("other_niced_mean_pct") or 0.0
+    other -= load.get("other_niced_mean_pct") or 0.0
     if other < BUSY_OTHER_PCT:
         return None
     return (f"other work at normal priority kept {other:.0f} % of the host's cores busy "
